@@ -1,0 +1,3 @@
+module github.com/leasehold/leasehold
+
+go 1.26.0

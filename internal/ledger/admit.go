@@ -1,0 +1,181 @@
+package ledger
+
+import (
+	"math"
+	"time"
+)
+
+// This file is the admission rule in one place, as a pure function over a
+// snapshot of a pool. The Go backends (memory, etcd) call it inside their
+// atomic step; scripts/lua/acquire.lua implements the same rule and the
+// conformance suite holds them to it.
+
+// EngineState is an engine's admission-relevant state.
+type EngineState struct {
+	Spec            EngineSpec
+	Draining        bool
+	ReservedKV      int64
+	ReservedSlots   int64
+	CorrectionKV    int64
+	CorrectionSlots int64
+	// ObservedAt is the ledger time the last observation arrived; zero if
+	// never observed.
+	ObservedAt time.Time
+}
+
+// Stale reports whether the engine's telemetry is stale at now.
+func (e EngineState) Stale(now time.Time) bool {
+	if e.Spec.StaleAfter <= 0 {
+		return false
+	}
+	return e.ObservedAt.IsZero() || now.Sub(e.ObservedAt) > e.Spec.StaleAfter
+}
+
+// Used returns the KV tokens and slots counted against the engine at now:
+// reservations plus the telemetry correction, unless policy ignore drops a
+// stale correction.
+func (e EngineState) Used(now time.Time) (kv, slots int64) {
+	kv, slots = e.ReservedKV, e.ReservedSlots
+	if e.Spec.StalePolicy == StaleIgnore && e.Stale(now) {
+		return kv, slots
+	}
+	return kv + e.CorrectionKV, slots + e.CorrectionSlots
+}
+
+// Fill returns floor(capacity * fraction), computed in float64 exactly as
+// the Lua scripts do.
+func Fill(capacity int64, fraction float64) int64 {
+	return int64(math.Floor(float64(capacity) * fraction))
+}
+
+// TenantQuota returns a tenant's KV and slot quota in a pool of the given
+// capacity; a zero slot quota means none.
+func TenantQuota(t TenantSpec, capKV, capSlots int64) (kv, slots int64) {
+	kv = Fill(capKV, t.KVShare)
+	if t.SlotShare > 0 {
+		slots = Fill(capSlots, t.SlotShare)
+	}
+	return kv, slots
+}
+
+// Admission is the input to Admit.
+type Admission struct {
+	Now             time.Time
+	RecoveringUntil time.Time
+	CapacityKV      int64 // the pool's total KV tokens
+	CapacitySlots   int64 // the pool's total slots
+	Tenant          TenantSpec
+	TenantKV        int64 // reserved by the tenant in the pool
+	TenantSlots     int64
+	MaxFill         float64
+	Candidates      []EngineState // in the caller's order
+	KVTokens        int64
+	Slots           int64
+	RetryAfter      time.Duration // capacity hint; 0 means DefaultRetryAfter
+	Epoch           Epoch
+}
+
+// Admit returns the index of the first candidate that fits, or the
+// rejection. It implements the rule in the package documentation.
+func Admit(a Admission) (int, *Rejection) {
+	retry := a.RetryAfter
+	if retry <= 0 {
+		retry = DefaultRetryAfter
+	}
+	reject := func(r Reason, e EngineID, after time.Duration) (int, *Rejection) {
+		return -1, &Rejection{Reason: r, Engine: e, RetryAfter: after, Epoch: a.Epoch}
+	}
+	if a.Now.Before(a.RecoveringUntil) {
+		return reject(ReasonRecovering, "", CeilMillis(a.RecoveringUntil.Sub(a.Now)))
+	}
+	qKV, qSlots := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
+	if a.KVTokens > qKV || (qSlots > 0 && a.Slots > qSlots) {
+		return reject(ReasonTooLarge, "", 0)
+	}
+	fitsSomewhere := false
+	for _, e := range a.Candidates {
+		if a.KVTokens <= Fill(e.Spec.KVTokens, a.MaxFill) && a.Slots <= Fill(e.Spec.Slots, a.MaxFill) {
+			fitsSomewhere = true
+			break
+		}
+	}
+	if !fitsSomewhere {
+		return reject(ReasonTooLarge, "", 0)
+	}
+	if a.TenantKV+a.KVTokens > qKV {
+		return reject(ReasonTenantKV, "", retry)
+	}
+	if qSlots > 0 && a.TenantSlots+a.Slots > qSlots {
+		return reject(ReasonTenantSlots, "", retry)
+	}
+	var first Reason
+	for i, e := range a.Candidates {
+		r := engineReason(a, e)
+		if r == "" {
+			return i, nil
+		}
+		if i == 0 {
+			first = r
+		}
+	}
+	return reject(first, a.Candidates[0].Spec.ID, retry)
+}
+
+// engineReason returns why e cannot take the request, or "" if it can.
+func engineReason(a Admission, e EngineState) Reason {
+	if e.Draining {
+		return ReasonDraining
+	}
+	if e.Spec.StalePolicy == StaleBlock && e.Stale(a.Now) {
+		return ReasonTelemetryStale
+	}
+	kv, slots := e.Used(a.Now)
+	if kv+a.KVTokens > Fill(e.Spec.KVTokens, a.MaxFill) {
+		if a.MaxFill < 1 && kv+a.KVTokens <= e.Spec.KVTokens {
+			return ReasonPriorityHeadroom
+		}
+		return ReasonEngineKV
+	}
+	if slots+a.Slots > Fill(e.Spec.Slots, a.MaxFill) {
+		if a.MaxFill < 1 && slots+a.Slots <= e.Spec.Slots {
+			return ReasonPriorityHeadroom
+		}
+		return ReasonEngineSlots
+	}
+	return ""
+}
+
+// AdmitGrowth decides whether a lease on engine e may grow by delta KV
+// tokens to newKV. Slots do not change. It returns nil if it may.
+func AdmitGrowth(a Admission, e EngineState, newKV, delta int64) *Rejection {
+	retry := a.RetryAfter
+	if retry <= 0 {
+		retry = DefaultRetryAfter
+	}
+	rej := func(r Reason, eng EngineID, after time.Duration) *Rejection {
+		return &Rejection{Reason: r, Engine: eng, RetryAfter: after, Epoch: a.Epoch}
+	}
+	if a.Now.Before(a.RecoveringUntil) {
+		return rej(ReasonRecovering, "", CeilMillis(a.RecoveringUntil.Sub(a.Now)))
+	}
+	qKV, _ := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
+	if newKV > qKV || newKV > Fill(e.Spec.KVTokens, a.MaxFill) {
+		return rej(ReasonTooLarge, "", 0)
+	}
+	if a.TenantKV+delta > qKV {
+		return rej(ReasonTenantKV, "", retry)
+	}
+	a.KVTokens, a.Slots = delta, 0
+	if r := engineReason(a, e); r != "" {
+		return rej(r, e.Spec.ID, retry)
+	}
+	return nil
+}
+
+// CeilMillis rounds d up to a whole millisecond.
+func CeilMillis(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}

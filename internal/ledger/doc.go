@@ -1,0 +1,108 @@
+// Package ledger owns the reservation contract that every Leasehold backend
+// implements: the types (pools, engines, tenants, priorities, holder
+// sessions, leases, fencing tokens), the Ledger interface, its sentinel
+// errors and the argument validation all backends share.
+//
+// # Model
+//
+// Everything one atomic decision touches lives in one pool: its engines and
+// their capacity, the tenants' quotas in that pool, the priority classes, the
+// holder sessions of the routers that use the pool, and the outstanding
+// leases. On Redis Cluster a pool maps to one hash slot; every operation
+// therefore names its pool, and holder sessions are kept per pool.
+//
+// # Semantics every backend implements
+//
+// Time is the ledger's clock (Redis TIME, etcd's lease TTLs and server time,
+// the reserver's injected clock for the memory backend), never a caller's.
+// Durations are honoured to the millisecond.
+//
+// Configure applies a PoolSpec idempotently: engines, tenants and priorities
+// are replaced by the spec; an engine's drain flag and telemetry state and all
+// outstanding leases survive re-application. Removing an engine or tenant that
+// still has leases keeps their counters until those leases end; new grants on
+// a removed engine fail with ErrUnknownEngine.
+//
+// KeepAlive(pool, holder, ttl) creates or extends a holder session to
+// now+ttl. A session whose expiry has passed is dead: KeepAlive on it returns
+// ErrSessionExpired until its leases have been swept, after which the holder
+// id may start a fresh session. When a session dies every lease it holds is
+// released (lazily, in bounded batches). Callers should pick a fresh holder id
+// per process incarnation.
+//
+// Acquire requires a live session. It tries req.Candidates in order and grants
+// on the first engine where all of these hold (R = reserved, C = correction
+// from telemetry, cap = configured capacity, f = the priority's max_fill):
+//
+//	engine exists and is not draining                 else ReasonDraining
+//	telemetry not stale under policy "block"          else ReasonTelemetryStale
+//	R_kv + C_kv + kv       <= floor(cap_kv * f)       else ReasonEngineKV
+//	R_slots + C_slots + s  <= floor(cap_slots * f)    else ReasonEngineSlots
+//
+// (when f < 1 and the request would also fit with f = 1, the reason is
+// ReasonPriorityHeadroom). Before any engine is tried, pool-wide limits are
+// checked: the recovery window after a new epoch (ReasonRecovering), the
+// tenant's KV quota floor(kv_share * pool kv capacity) (ReasonTenantKV) and,
+// when slot_share > 0, its slot quota (ReasonTenantSlots). A request that
+// could never fit — larger than every candidate's floor(cap * f), or than the
+// tenant's quota — is rejected with ReasonTooLarge and no retry hint. Otherwise
+// the rejection names the reason of the first candidate and carries a
+// retry-after hint. Rejections are returned as *Rejection errors
+// (errors.Is(err, ErrRejected)).
+//
+// Acquire with a (holder, request id) that already has an outstanding lease
+// returns that lease with Grant.Replayed set and reserves nothing more.
+//
+// Renew extends a lease's deadline to now+ttl; Resize changes its KV tokens
+// (shrinking always succeeds, growth is checked like an acquisition of the
+// difference on the same engine, priority and tenant). Release is idempotent:
+// releasing an unknown lease reports Released=false and no error. Renew,
+// Resize and Release by another holder fail with ErrNotHolder; Renew and Resize
+// of a missing or expired lease fail with ErrLeaseNotFound.
+//
+// A lease ends at its deadline or when its holder's session dies, whichever
+// comes first. Expired leases keep counting against capacity until swept; a
+// sweep runs at the start of every mutating call and through Sweep, each
+// bounded. Counting an expired lease a little longer is safe; the reverse
+// never happens.
+//
+// Reassert re-inserts a lease a live holder still uses after the ledger lost
+// it (new epoch, failover). It is accepted above capacity — it is real load —
+// flagged Reasserted, and the overload it causes blocks new grants until it
+// drains. Reassert of a lease id that still exists returns the existing lease
+// (Replayed). A reasserted lease keeps its id and fencing token; when its
+// epoch is the current one, the pool's sequence is raised to at least its
+// sequence so no later grant can reuse the id. Reassert requires a live
+// session, a configured engine, tenant and priority.
+//
+// Epochs: every response carries the pool's epoch. A pool whose state was
+// lost (flushed Redis, wiped etcd, restarted reserver) gets a new epoch when
+// it is next configured, and new grants and growth are refused with
+// ReasonRecovering for the recovery window, while KeepAlive, Reassert, Renew
+// and Release keep working.
+//
+// Every grant carries a fencing token: the epoch and a sequence number that
+// strictly increases per pool within an epoch. Epochs are ledger-clock
+// microseconds at creation, so (epoch, sequence) increases across epochs too.
+//
+// Observe records engine telemetry. Observations with ObservedAt not after the
+// last applied one are ignored (several reconcilers may report the same
+// scrape). An applied observation sets the engine's correction to
+// max(0, observed - reserved) for KV tokens and running sequences: load the
+// ledger does not know about is charged. An engine with StaleAfter > 0 whose
+// last observation arrived (ledger clock) more than StaleAfter ago, or that
+// was never observed, is stale: policy hold keeps the last correction, block
+// refuses grants (ReasonTelemetryStale), ignore drops the correction.
+//
+// # What a Ledger does not do
+//
+// It does not estimate tokens, rank engines, queue requests, retry, or jitter
+// retry hints: those belong to the router. It does not scrape engines: the
+// reconciler calls Observe. It does not fence callers: a holder that cannot
+// confirm its session must stop using its leases on its own clock.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use, and each call is atomic and
+// linearizable with respect to every other call on the same pool.
+package ledger

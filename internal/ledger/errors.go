@@ -1,0 +1,103 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with what was in progress; callers
+// check them with errors.Is.
+var (
+	// ErrInvalidArgument: a malformed request (bad amount, empty id, ...).
+	ErrInvalidArgument = errors.New("ledger: invalid argument")
+	// ErrUnknownPool: the pool is not configured (or its state was lost).
+	ErrUnknownPool = errors.New("ledger: unknown pool")
+	// ErrUnknownEngine: a candidate or observed engine is not configured.
+	ErrUnknownEngine = errors.New("ledger: unknown engine")
+	// ErrUnknownTenant: the tenant is not configured in the pool.
+	ErrUnknownTenant = errors.New("ledger: unknown tenant")
+	// ErrUnknownPriority: the priority class is not configured in the pool.
+	ErrUnknownPriority = errors.New("ledger: unknown priority")
+	// ErrNoSession: the holder has no live session in the pool.
+	ErrNoSession = errors.New("ledger: no live holder session")
+	// ErrSessionExpired: the holder's session died; use a new holder id or
+	// wait until its leases have been swept.
+	ErrSessionExpired = errors.New("ledger: holder session expired")
+	// ErrLeaseNotFound: the lease is gone (released, expired or lost).
+	ErrLeaseNotFound = errors.New("ledger: lease not found")
+	// ErrNotHolder: the lease belongs to another holder.
+	ErrNotHolder = errors.New("ledger: lease held by another holder")
+	// ErrRejected: capacity or quota refused; the error is a *Rejection.
+	ErrRejected = errors.New("ledger: rejected")
+	// ErrClosed: the ledger was closed.
+	ErrClosed = errors.New("ledger: closed")
+)
+
+// Reason is why an acquisition or growth was refused.
+type Reason string
+
+// Rejection reasons, in the order Acquire checks them.
+const (
+	ReasonRecovering       Reason = "recovering"        // new epoch, recovery window
+	ReasonTooLarge         Reason = "too_large"         // can never fit: don't retry
+	ReasonTenantKV         Reason = "tenant_kv_quota"   // tenant's pool-wide KV quota
+	ReasonTenantSlots      Reason = "tenant_slot_quota" // tenant's pool-wide slot quota
+	ReasonDraining         Reason = "draining"
+	ReasonTelemetryStale   Reason = "telemetry_stale"
+	ReasonPriorityHeadroom Reason = "priority_headroom" // fits only above max_fill
+	ReasonEngineKV         Reason = "engine_kv"
+	ReasonEngineSlots      Reason = "engine_slots"
+)
+
+// Reasons lists every Reason, for metrics and validation.
+var Reasons = []Reason{
+	ReasonRecovering, ReasonTooLarge, ReasonTenantKV, ReasonTenantSlots,
+	ReasonDraining, ReasonTelemetryStale, ReasonPriorityHeadroom,
+	ReasonEngineKV, ReasonEngineSlots,
+}
+
+// Quota reports whether r is a tenant-quota reason (HTTP 429) rather than a
+// capacity reason (HTTP 503).
+func (r Reason) Quota() bool { return r == ReasonTenantKV || r == ReasonTenantSlots }
+
+// Valid reports whether r is one of Reasons.
+func (r Reason) Valid() bool {
+	for _, x := range Reasons {
+		if r == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Rejection is the error Acquire, Resize and Reassert return when capacity or
+// quota refuses them.
+type Rejection struct {
+	Reason Reason
+	// Engine is the candidate whose reason is reported; empty for pool-wide
+	// reasons.
+	Engine EngineID
+	// RetryAfter is a hint, not jittered; 0 for ReasonTooLarge.
+	RetryAfter time.Duration
+	Epoch      Epoch
+}
+
+func (r *Rejection) Error() string {
+	if r.Engine != "" {
+		return fmt.Sprintf("ledger: rejected: %s on engine %s (retry after %s)", r.Reason, r.Engine, r.RetryAfter)
+	}
+	return fmt.Sprintf("ledger: rejected: %s (retry after %s)", r.Reason, r.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrRejected) hold for a *Rejection.
+func (r *Rejection) Is(target error) bool { return target == ErrRejected }
+
+// AsRejection returns the *Rejection in err's chain, or nil.
+func AsRejection(err error) *Rejection {
+	var r *Rejection
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
+}

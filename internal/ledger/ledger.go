@@ -1,0 +1,105 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// Ledger is the shared reservation ledger. See the package documentation for
+// the semantics every implementation provides; the conformance suite in
+// ledgertest checks them.
+//
+// Every method is safe for concurrent use and atomic. Errors are either a
+// *Rejection (errors.Is ErrRejected), one of the package sentinels wrapped
+// with context, or a transport/backend failure: after a backend failure the
+// outcome is unknown, and retrying is safe (Acquire is idempotent on
+// (holder, request id), Release on the lease id).
+type Ledger interface {
+	// Configure applies a pool's spec idempotently and returns its epoch.
+	Configure(ctx context.Context, spec PoolSpec) (Epoch, error)
+	// SetDraining drains (no new grants) or undrains an engine.
+	SetDraining(ctx context.Context, pool PoolID, engine EngineID, draining bool) error
+
+	// KeepAlive creates or extends the holder's session in a pool.
+	KeepAlive(ctx context.Context, pool PoolID, holder HolderID, ttl time.Duration) (Session, error)
+	// Acquire grants capacity on the first fitting candidate.
+	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+	// Renew extends a lease's deadline to now+ttl.
+	Renew(ctx context.Context, ref LeaseRef, ttl time.Duration) (Renewal, error)
+	// Resize sets a lease's KV tokens; growth must fit.
+	Resize(ctx context.Context, ref LeaseRef, kvTokens int64) (Renewal, error)
+	// Release ends a lease; idempotent.
+	Release(ctx context.Context, ref LeaseRef, usage Usage) (Released, error)
+	// Reassert re-inserts a lease its live holder still uses after ledger
+	// loss, with deadline now+ttl.
+	Reassert(ctx context.Context, lease Lease, ttl time.Duration) (Grant, error)
+
+	// Observe records engine telemetry.
+	Observe(ctx context.Context, obs Observation) (Observed, error)
+	// Sweep removes up to max expired leases and dead sessions' leases.
+	Sweep(ctx context.Context, pool PoolID, max int) (Swept, error)
+
+	// Pools lists configured pools, sorted.
+	Pools(ctx context.Context) ([]PoolID, error)
+	// List returns outstanding leases matching f, including expired ones not
+	// yet swept, ordered by pool then fence.
+	List(ctx context.Context, f Filter) ([]Lease, error)
+	// Stats returns a pool's totals.
+	Stats(ctx context.Context, pool PoolID) (PoolStats, error)
+
+	// Close releases the backend's resources (not the leases).
+	Close() error
+}
+
+// Clock is the ledger's time source where a backend keeps its own clock
+// (the memory backend). Backends on a store use the store's clock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Defaults shared by backends.
+const (
+	// DefaultRetryAfter is the capacity-rejection hint when a pool sets none.
+	DefaultRetryAfter = time.Second
+	// DefaultRecoveryWindow is how long a new epoch refuses grants.
+	DefaultRecoveryWindow = 10 * time.Second
+	// DefaultSweepBatch bounds the expired items removed per call.
+	DefaultSweepBatch = 64
+	// MaxAmount bounds KV tokens and slots per lease (exact in float64).
+	MaxAmount = int64(1) << 40
+	// MaxCandidates bounds the candidate list of one Acquire.
+	MaxCandidates = 256
+	// MaxIDLen bounds every identifier's length in bytes.
+	MaxIDLen = 256
+)
+
+// Options are the settings every backend shares. The zero value is the
+// defaults.
+type Options struct {
+	// RecoveryWindow is how long a new epoch refuses new grants and growth;
+	// 0 means DefaultRecoveryWindow, negative means no window.
+	RecoveryWindow time.Duration
+	// SweepBatch bounds expired leases and dead sessions handled per call;
+	// 0 means DefaultSweepBatch.
+	SweepBatch int
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.RecoveryWindow == 0 {
+		o.RecoveryWindow = DefaultRecoveryWindow
+	}
+	if o.RecoveryWindow < 0 {
+		o.RecoveryWindow = 0
+	}
+	if o.SweepBatch <= 0 {
+		o.SweepBatch = DefaultSweepBatch
+	}
+	return o
+}

@@ -1,0 +1,323 @@
+package ledger
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PoolID names a pool: the engines serving one model. It is the OpenAI
+// "model" a request names.
+type PoolID string
+
+// EngineID names one GPU engine replica within a pool.
+type EngineID string
+
+// TenantID names a consumer with a fleet-wide quota.
+type TenantID string
+
+// PriorityName names a priority class such as "interactive" or "batch".
+type PriorityName string
+
+// HolderID names one holder session: one per router process incarnation.
+type HolderID string
+
+// NoHolder is the zero HolderID.
+const NoHolder HolderID = ""
+
+// RequestID is the caller's idempotency key for Acquire.
+type RequestID string
+
+// LeaseID identifies a lease within its pool. It is unique across epochs:
+// "<epoch hex>-<sequence hex>".
+type LeaseID string
+
+// NoLease is the zero LeaseID.
+const NoLease LeaseID = ""
+
+// Epoch identifies one incarnation of a pool's ledger state. It changes when
+// the state was lost and the pool configured again. It is the ledger clock in
+// microseconds when the state was created, so a later epoch compares greater.
+type Epoch uint64
+
+// NoEpoch is the zero Epoch.
+const NoEpoch Epoch = 0
+
+// Fence is a fencing token: compare (Epoch, Seq) lexicographically. Seq
+// strictly increases per pool within an epoch.
+type Fence struct {
+	Epoch Epoch
+	Seq   uint64
+}
+
+// Less reports whether f was issued before g.
+func (f Fence) Less(g Fence) bool {
+	if f.Epoch != g.Epoch {
+		return f.Epoch < g.Epoch
+	}
+	return f.Seq < g.Seq
+}
+
+// String formats f as "<epoch>.<seq>".
+func (f Fence) String() string { return fmt.Sprintf("%d.%d", f.Epoch, f.Seq) }
+
+// MakeLeaseID returns the lease id for a fencing token.
+func MakeLeaseID(f Fence) LeaseID {
+	return LeaseID(strconv.FormatUint(uint64(f.Epoch), 16) + "-" + strconv.FormatUint(f.Seq, 16))
+}
+
+// ParseLeaseID returns the fencing token a lease id was made from.
+func ParseLeaseID(id LeaseID) (Fence, error) {
+	e, s, ok := strings.Cut(string(id), "-")
+	if !ok {
+		return Fence{}, fmt.Errorf("%w: malformed lease id %q", ErrInvalidArgument, id)
+	}
+	ep, err1 := strconv.ParseUint(e, 16, 64)
+	seq, err2 := strconv.ParseUint(s, 16, 64)
+	if err1 != nil || err2 != nil {
+		return Fence{}, fmt.Errorf("%w: malformed lease id %q", ErrInvalidArgument, id)
+	}
+	return Fence{Epoch: Epoch(ep), Seq: seq}, nil
+}
+
+// StalePolicy says what Acquire does when an engine's telemetry is stale.
+type StalePolicy string
+
+const (
+	// StaleHold keeps the last telemetry correction (the default).
+	StaleHold StalePolicy = "hold"
+	// StaleBlock refuses new grants on the engine until telemetry is fresh.
+	StaleBlock StalePolicy = "block"
+	// StaleIgnore drops the correction and admits on reservations alone.
+	StaleIgnore StalePolicy = "ignore"
+)
+
+// EngineSpec is an engine's configuration within a pool.
+type EngineSpec struct {
+	ID EngineID
+	// URL is where the engine serves; informational for the ledger.
+	URL string
+	// KVTokens is the admissible KV-cache capacity in tokens (> 0).
+	KVTokens int64
+	// Slots is the admissible number of concurrent sequences (> 0).
+	Slots int64
+	// StaleAfter is how long after the last Observe telemetry counts as
+	// stale; 0 means the engine is not expected to report telemetry.
+	StaleAfter time.Duration
+	// StalePolicy applies while telemetry is stale; empty means StaleHold.
+	StalePolicy StalePolicy
+}
+
+// TenantSpec is a tenant's quota within a pool.
+type TenantSpec struct {
+	Name TenantID
+	// KVShare is the tenant's share of the pool's KV tokens, in (0, 1].
+	KVShare float64
+	// SlotShare is the tenant's share of the pool's slots, in [0, 1];
+	// 0 means no slot quota.
+	SlotShare float64
+}
+
+// PrioritySpec is a priority class.
+type PrioritySpec struct {
+	Name PriorityName
+	// MaxFill is the fraction of an engine's KV tokens and slots that leases
+	// of this class may fill, in (0, 1].
+	MaxFill float64
+}
+
+// PoolSpec is everything Configure applies for one pool.
+type PoolSpec struct {
+	Name       PoolID
+	Engines    []EngineSpec
+	Tenants    []TenantSpec
+	Priorities []PrioritySpec
+	// RetryAfter is the hint returned with capacity rejections; 0 means 1s.
+	RetryAfter time.Duration
+}
+
+// Lease is one outstanding reservation.
+type Lease struct {
+	ID        LeaseID
+	Pool      PoolID
+	Engine    EngineID
+	Tenant    TenantID
+	Priority  PriorityName
+	KVTokens  int64
+	Slots     int64
+	Holder    HolderID
+	RequestID RequestID
+	// Created and Deadline are ledger-clock times, millisecond precision.
+	Created  time.Time
+	Deadline time.Time
+	Fence    Fence
+	// Reasserted marks a lease re-inserted by its holder after ledger loss.
+	Reasserted bool
+}
+
+// Ref returns the reference used to renew, resize or release l.
+func (l Lease) Ref() LeaseRef { return LeaseRef{Pool: l.Pool, ID: l.ID, Holder: l.Holder} }
+
+// LeaseRef names a lease and the holder acting on it.
+type LeaseRef struct {
+	Pool   PoolID
+	ID     LeaseID
+	Holder HolderID
+}
+
+// AcquireRequest asks for capacity on the first fitting candidate.
+type AcquireRequest struct {
+	Pool       PoolID
+	Candidates []EngineID // in the caller's order of preference; non-empty
+	Tenant     TenantID
+	Priority   PriorityName
+	KVTokens   int64 // >= 1
+	Slots      int64 // >= 1
+	Holder     HolderID
+	RequestID  RequestID     // idempotency key, non-empty
+	TTL        time.Duration // lease deadline = now + TTL; >= 1ms
+}
+
+// Grant is a successful Acquire or Reassert.
+type Grant struct {
+	Lease Lease
+	// Replayed is set when the lease already existed (idempotent retry).
+	Replayed bool
+	Epoch    Epoch
+}
+
+// Session describes a holder session after KeepAlive.
+type Session struct {
+	Pool    PoolID
+	Holder  HolderID
+	Expires time.Time // ledger clock
+	// LiveHolders counts live sessions in the pool, this one included.
+	LiveHolders int
+	Epoch       Epoch
+	// RecoveringUntil is the end of the recovery window, zero if none.
+	RecoveringUntil time.Time
+}
+
+// Renewal is the result of Renew and Resize.
+type Renewal struct {
+	Lease Lease
+	Epoch Epoch
+}
+
+// Usage is what a request actually consumed, reported on release.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// Released is the result of Release.
+type Released struct {
+	// Released is false when the lease was already gone.
+	Released bool
+	Epoch    Epoch
+}
+
+// Observation is engine telemetry for reconciliation.
+type Observation struct {
+	Pool   PoolID
+	Engine EngineID
+	// KVTokensUsed is the KV-cache tokens the engine reports in use.
+	KVTokensUsed int64
+	// KVTokensTotal is the engine's reported KV capacity; 0 if unknown.
+	KVTokensTotal int64
+	Running       int64
+	Waiting       int64
+	// ObservedAt orders observations; older or equal ones are ignored.
+	ObservedAt time.Time
+}
+
+// Observed is the result of Observe.
+type Observed struct {
+	// Applied is false when a newer observation was already recorded.
+	Applied bool
+	Epoch   Epoch
+}
+
+// Swept counts what one Sweep call removed.
+type Swept struct {
+	Expired int // leases past their deadline
+	Revoked int // leases of dead holder sessions
+	Holders int // dead sessions fully removed
+}
+
+// Filter selects leases for List; zero fields match everything.
+type Filter struct {
+	Pool   PoolID
+	Engine EngineID
+	Holder HolderID
+	Tenant TenantID
+	// Limit caps the number of leases returned; 0 means no cap.
+	Limit int
+}
+
+// Match reports whether l passes f (Limit aside).
+func (f Filter) Match(l Lease) bool {
+	return (f.Pool == "" || f.Pool == l.Pool) &&
+		(f.Engine == "" || f.Engine == l.Engine) &&
+		(f.Holder == "" || f.Holder == l.Holder) &&
+		(f.Tenant == "" || f.Tenant == l.Tenant)
+}
+
+// EngineStats is one engine's state.
+type EngineStats struct {
+	Spec            EngineSpec
+	Draining        bool
+	ReservedKV      int64
+	ReservedSlots   int64
+	Leases          int64
+	CorrectionKV    int64
+	CorrectionSlots int64
+	// LastObservation is the last applied observation; zero if none.
+	LastObservation Observation
+	// ObservedAt is the ledger time the last observation arrived.
+	ObservedAt time.Time
+	Stale      bool
+	// Removed marks an engine no longer configured that still has leases.
+	Removed bool
+}
+
+// TenantStats is one tenant's usage in a pool.
+type TenantStats struct {
+	Spec          TenantSpec
+	QuotaKV       int64
+	QuotaSlots    int64 // 0 means no slot quota
+	ReservedKV    int64
+	ReservedSlots int64
+	Leases        int64
+}
+
+// Counter names in PoolStats.Counters.
+const (
+	CounterGrants         = "grants"
+	CounterReplays        = "replays"
+	CounterRejections     = "rejections" // plus "rejections:<reason>"
+	CounterReleases       = "releases"
+	CounterExpired        = "expired"
+	CounterRevoked        = "revoked"
+	CounterReasserts      = "reasserts"
+	CounterReleasedKV     = "released_kv_tokens"       // KV tokens reserved by released leases
+	CounterActualPrompt   = "actual_prompt_tokens"     // from Release usage
+	CounterActualComplete = "actual_completion_tokens" // from Release usage
+)
+
+// PoolStats is a pool's state, for audit.
+type PoolStats struct {
+	Pool            PoolID
+	Epoch           Epoch
+	Now             time.Time // ledger clock when read
+	RecoveringUntil time.Time
+	CapacityKV      int64
+	CapacitySlots   int64
+	Engines         []EngineStats // sorted by ID
+	Tenants         []TenantStats // sorted by name
+	Priorities      []PrioritySpec
+	LiveHolders     int
+	Leases          int64
+	Counters        map[string]int64
+}

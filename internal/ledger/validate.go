@@ -1,0 +1,254 @@
+package ledger
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// The checks below are the one definition of a well-formed call; every
+// backend runs them before touching its store, so bad input fails the same
+// way everywhere and never reaches a script or transaction.
+
+func checkID(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
+	}
+	if len(v) > MaxIDLen {
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalidArgument, field, len(v), MaxIDLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x21 || c == 0x7f {
+			return fmt.Errorf("%w: %s %q contains a space or control character", ErrInvalidArgument, field, v)
+		}
+	}
+	return nil
+}
+
+func checkAmount(field string, v int64) error {
+	if v < 1 || v > MaxAmount {
+		return fmt.Errorf("%w: %s = %d, want 1..%d", ErrInvalidArgument, field, v, MaxAmount)
+	}
+	return nil
+}
+
+func checkTTL(field string, d time.Duration) error {
+	if d < time.Millisecond || d > 24*time.Hour {
+		return fmt.Errorf("%w: %s = %s, want 1ms..24h", ErrInvalidArgument, field, d)
+	}
+	return nil
+}
+
+func checkFraction(field string, v float64, allowZero bool) error {
+	lo := "(0"
+	ok := v > 0 && v <= 1
+	if allowZero {
+		lo = "[0"
+		ok = v >= 0 && v <= 1
+	}
+	if !ok || math.IsNaN(v) {
+		return fmt.Errorf("%w: %s = %v, want %s, 1]", ErrInvalidArgument, field, v, lo)
+	}
+	return nil
+}
+
+// ValidatePoolSpec checks a pool spec, naming the first bad field.
+func ValidatePoolSpec(s PoolSpec) error {
+	if err := checkID("pool name", string(s.Name)); err != nil {
+		return err
+	}
+	if len(s.Engines) == 0 {
+		return fmt.Errorf("%w: pool %s has no engines", ErrInvalidArgument, s.Name)
+	}
+	seen := map[string]bool{}
+	dup := func(kind, name string) error {
+		if seen[kind+"\x00"+name] {
+			return fmt.Errorf("%w: pool %s: duplicate %s %q", ErrInvalidArgument, s.Name, kind, name)
+		}
+		seen[kind+"\x00"+name] = true
+		return nil
+	}
+	for i, e := range s.Engines {
+		f := fmt.Sprintf("pool %s engines[%d]", s.Name, i)
+		if err := checkID(f+".id", string(e.ID)); err != nil {
+			return err
+		}
+		if err := dup("engine", string(e.ID)); err != nil {
+			return err
+		}
+		if err := checkAmount(f+".kv_tokens", e.KVTokens); err != nil {
+			return err
+		}
+		if err := checkAmount(f+".slots", e.Slots); err != nil {
+			return err
+		}
+		if e.StaleAfter < 0 {
+			return fmt.Errorf("%w: %s.stale_after = %s, want >= 0", ErrInvalidArgument, f, e.StaleAfter)
+		}
+		switch e.StalePolicy {
+		case "", StaleHold, StaleBlock, StaleIgnore:
+		default:
+			return fmt.Errorf("%w: %s.stale_policy = %q, want hold, block or ignore", ErrInvalidArgument, f, e.StalePolicy)
+		}
+	}
+	for i, t := range s.Tenants {
+		f := fmt.Sprintf("pool %s tenants[%d]", s.Name, i)
+		if err := checkID(f+".name", string(t.Name)); err != nil {
+			return err
+		}
+		if err := dup("tenant", string(t.Name)); err != nil {
+			return err
+		}
+		if err := checkFraction(f+".kv_share", t.KVShare, false); err != nil {
+			return err
+		}
+		if err := checkFraction(f+".slot_share", t.SlotShare, true); err != nil {
+			return err
+		}
+	}
+	for i, p := range s.Priorities {
+		f := fmt.Sprintf("pool %s priorities[%d]", s.Name, i)
+		if err := checkID(f+".name", string(p.Name)); err != nil {
+			return err
+		}
+		if err := dup("priority", string(p.Name)); err != nil {
+			return err
+		}
+		if err := checkFraction(f+".max_fill", p.MaxFill, false); err != nil {
+			return err
+		}
+	}
+	if s.RetryAfter < 0 {
+		return fmt.Errorf("%w: pool %s retry_after = %s, want >= 0", ErrInvalidArgument, s.Name, s.RetryAfter)
+	}
+	return nil
+}
+
+// ValidateAcquire checks an acquire request's shape (not that its names exist).
+func ValidateAcquire(r AcquireRequest) error {
+	if err := checkID("pool", string(r.Pool)); err != nil {
+		return err
+	}
+	if len(r.Candidates) == 0 {
+		return fmt.Errorf("%w: candidate list is empty", ErrInvalidArgument)
+	}
+	if len(r.Candidates) > MaxCandidates {
+		return fmt.Errorf("%w: %d candidates, more than %d", ErrInvalidArgument, len(r.Candidates), MaxCandidates)
+	}
+	seen := make(map[EngineID]bool, len(r.Candidates))
+	for i, c := range r.Candidates {
+		if err := checkID(fmt.Sprintf("candidates[%d]", i), string(c)); err != nil {
+			return err
+		}
+		if seen[c] {
+			return fmt.Errorf("%w: candidate %s listed twice", ErrInvalidArgument, c)
+		}
+		seen[c] = true
+	}
+	for _, c := range []struct{ f, v string }{
+		{"tenant", string(r.Tenant)}, {"priority", string(r.Priority)},
+		{"holder", string(r.Holder)}, {"request id", string(r.RequestID)},
+	} {
+		if err := checkID(c.f, c.v); err != nil {
+			return err
+		}
+	}
+	if err := checkAmount("kv_tokens", r.KVTokens); err != nil {
+		return err
+	}
+	if err := checkAmount("slots", r.Slots); err != nil {
+		return err
+	}
+	return checkTTL("ttl", r.TTL)
+}
+
+// ValidateKeepAlive checks KeepAlive's arguments.
+func ValidateKeepAlive(pool PoolID, holder HolderID, ttl time.Duration) error {
+	if err := checkID("pool", string(pool)); err != nil {
+		return err
+	}
+	if err := checkID("holder", string(holder)); err != nil {
+		return err
+	}
+	return checkTTL("session ttl", ttl)
+}
+
+// ValidateRef checks a lease reference.
+func ValidateRef(ref LeaseRef) error {
+	if err := checkID("pool", string(ref.Pool)); err != nil {
+		return err
+	}
+	if err := checkID("holder", string(ref.Holder)); err != nil {
+		return err
+	}
+	_, err := ParseLeaseID(ref.ID)
+	return err
+}
+
+// ValidateRenew checks Renew's arguments.
+func ValidateRenew(ref LeaseRef, ttl time.Duration) error {
+	if err := ValidateRef(ref); err != nil {
+		return err
+	}
+	return checkTTL("ttl", ttl)
+}
+
+// ValidateResize checks Resize's arguments.
+func ValidateResize(ref LeaseRef, kv int64) error {
+	if err := ValidateRef(ref); err != nil {
+		return err
+	}
+	return checkAmount("kv_tokens", kv)
+}
+
+// ValidateUsage checks reported usage.
+func ValidateUsage(u Usage) error {
+	if u.PromptTokens < 0 || u.CompletionTokens < 0 || u.PromptTokens > MaxAmount || u.CompletionTokens > MaxAmount {
+		return fmt.Errorf("%w: usage %+v out of range 0..%d", ErrInvalidArgument, u, MaxAmount)
+	}
+	return nil
+}
+
+// ValidateReassert checks a lease being re-asserted.
+func ValidateReassert(l Lease, ttl time.Duration) error {
+	if err := ValidateRef(l.Ref()); err != nil {
+		return err
+	}
+	for _, c := range []struct{ f, v string }{
+		{"engine", string(l.Engine)}, {"tenant", string(l.Tenant)},
+		{"priority", string(l.Priority)}, {"request id", string(l.RequestID)},
+	} {
+		if err := checkID(c.f, c.v); err != nil {
+			return err
+		}
+	}
+	if err := checkAmount("kv_tokens", l.KVTokens); err != nil {
+		return err
+	}
+	if err := checkAmount("slots", l.Slots); err != nil {
+		return err
+	}
+	return checkTTL("ttl", ttl)
+}
+
+// ValidateObservation checks telemetry.
+func ValidateObservation(o Observation) error {
+	if err := checkID("pool", string(o.Pool)); err != nil {
+		return err
+	}
+	if err := checkID("engine", string(o.Engine)); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		f string
+		v int64
+	}{{"kv_tokens_used", o.KVTokensUsed}, {"kv_tokens_total", o.KVTokensTotal}, {"running", o.Running}, {"waiting", o.Waiting}} {
+		if c.v < 0 || c.v > MaxAmount {
+			return fmt.Errorf("%w: observation %s = %d, want 0..%d", ErrInvalidArgument, c.f, c.v, MaxAmount)
+		}
+	}
+	if o.ObservedAt.IsZero() {
+		return fmt.Errorf("%w: observation observed_at is zero", ErrInvalidArgument)
+	}
+	return nil
+}
