@@ -5,6 +5,7 @@ package ledgertest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -21,6 +22,10 @@ type Backend struct {
 	// persistence, a flushed Redis, a wiped etcd, a restarted reserver) and
 	// returns the ledger to use afterwards, which may be l itself.
 	Lose func(t testing.TB, l ledger.Ledger) ledger.Ledger
+	// MinTTL is the shortest lease or session TTL the backend honours
+	// exactly (etcd leases count whole seconds); the suite raises shorter
+	// TTLs to it and waits for expiry accordingly. 0 means 1ms.
+	MinTTL time.Duration
 }
 
 // Run runs the whole suite against b.
