@@ -1,0 +1,23 @@
+-- keepalive.lua: create or extend a holder session (Ledger.KeepAlive).
+--
+-- KEYS: the pool keys listed in lib.lua.
+-- ARGV: 1 sweep batch, 2 holder id, 3 ttl ms.
+-- Returns: {'ok', epoch, expires ms, live holders, recovering_until ms}
+--        | {'unknown_pool', ''} | {'session_expired', epoch}.
+--
+-- A session that was already dead when the call arrived reports
+-- session_expired, even if this call's sweep removed its last lease: the
+-- holder learns its leases were revoked. Once a sweep has removed the dead
+-- session, the holder id may start afresh.
+
+local m = load_meta()
+if not m then return {'unknown_pool', ''} end
+local now = clock()
+local holder = ARGV[2]
+local state = holder_state(holder, now)
+sweep(now, SWEEP_BATCH)
+if state == 'dead' then return {'session_expired', m.epoch} end
+local expires = now + tonumber(ARGV[3])
+redis.call('ZADD', K_HOLDERS, int(expires), holder)
+local live = redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf')
+return {'ok', m.epoch, int(expires), live, int(m.ru)}

@@ -1,0 +1,33 @@
+-- release.lua: end a lease, idempotently (Ledger.Release).
+--
+-- KEYS: the pool keys listed in lib.lua.
+-- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 actual prompt tokens,
+--       5 actual completion tokens.
+-- Returns: {'ok', epoch, released (1 or 0)} | {'unknown_pool', ''}
+--        | {'not_holder', epoch}.
+--
+-- An unknown lease reports 0. A lease that had already ended (deadline
+-- passed, or its holder's session died) is removed as expired or revoked
+-- and also reports 0.
+
+local m = load_meta()
+if not m then return {'unknown_pool', ''} end
+local now = clock()
+sweep(now, SWEEP_BATCH)
+local id, holder = ARGV[2], ARGV[3]
+local l = get_lease(id)
+if not l then return {'ok', m.epoch, 0} end
+if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
+if num(l[L_DEADLINE]) <= now then
+  drop_lease(l, 'expired')
+  return {'ok', m.epoch, 0}
+end
+if holder_state(holder, now) == 'dead' then
+  drop_lease(l, 'revoked')
+  return {'ok', m.epoch, 0}
+end
+drop_lease(l, 'releases')
+count('released_kv_tokens', l[L_KV])
+count('actual_prompt_tokens', ARGV[4])
+count('actual_completion_tokens', ARGV[5])
+return {'ok', m.epoch, 1}

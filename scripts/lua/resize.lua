@@ -1,0 +1,47 @@
+-- resize.lua: set a lease's KV tokens (Ledger.Resize).
+--
+-- KEYS: the pool keys listed in lib.lua.
+-- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 new kv_tokens.
+-- Returns: {'ok', epoch, lease...}
+--        | {'rejected', epoch, reason, engine or '', retry-after ms}
+--        | {'unknown_pool', ''} | {'lease_not_found' | 'not_holder', epoch}
+--        | {'unknown_engine' | 'unknown_tenant' | 'unknown_priority', epoch, name}.
+--
+-- Shrinking always succeeds. Growth is ledger.AdmitGrowth: recovery window,
+-- too large for the tenant quota or the engine's floor(cap*max_fill), tenant
+-- KV quota, then the engine rule for the difference (slots unchanged).
+
+local m = load_meta()
+if not m then return {'unknown_pool', ''} end
+local now = clock()
+sweep(now, SWEEP_BATCH)
+local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local l = get_lease(id)
+if not l then return {'lease_not_found', m.epoch} end
+if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
+if num(l[L_DEADLINE]) <= now or holder_state(holder, now) ~= 'live' then
+  return {'lease_not_found', m.epoch}
+end
+local oldkv = num(l[L_KV])
+local delta = newkv - oldkv
+if delta > 0 then
+  local e = load_engine(l[L_ENGINE])
+  if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
+  local t = load_tenant(l[L_TENANT])
+  if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
+  local maxfill = load_maxfill(l[L_PRIO])
+  if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
+  if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
+  local qkv = quota(t, m)
+  if newkv > qkv or newkv > fill(e.kv, maxfill) then return reject(m, 'too_large', '', 0) end
+  if t.rkv + delta > qkv then return reject(m, 'tenant_kv_quota', '', m.retry) end
+  local r = engine_reason(e, now, maxfill, delta, 0)
+  if r then return reject(m, r, e.id, m.retry) end
+end
+if delta ~= 0 then
+  redis.call('HINCRBY', P_ENGINE .. l[L_ENGINE], 'rkv', int(delta))
+  redis.call('HINCRBY', P_TENANT .. l[L_TENANT], 'rkv', int(delta))
+  redis.call('HSET', P_LEASE .. id, 'kv', ARGV[4])
+  l[L_KV] = ARGV[4]
+end
+return {'ok', m.epoch, unpack(l)}
