@@ -1,0 +1,204 @@
+package redisserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// Binary is the redis-server executable Start runs; REDIS_SERVER overrides it.
+var Binary = "redis-server"
+
+const startTimeout = 10 * time.Second
+
+// Server is one running redis-server.
+type Server struct {
+	tb   testing.TB
+	bin  string
+	dir  string
+	port int
+
+	mu      sync.Mutex // guards cmd, waitC, clients
+	cmd     *exec.Cmd
+	waitC   chan error // receives cmd.Wait's result
+	clients []*goredis.Client
+}
+
+// Start launches redis-server on a free loopback port, waits until it
+// answers PING and registers cleanup that kills it and closes the clients
+// Client returned.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	bin := Binary
+	if env := os.Getenv("REDIS_SERVER"); env != "" {
+		bin = env
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		tb.Fatalf("redisserver: %s not found (%v): install redis-server >= 7 (e.g. apt-get install redis-server) or set REDIS_SERVER", bin, err)
+	}
+	s := &Server{tb: tb, bin: path, dir: tb.TempDir()}
+	tb.Cleanup(s.stop)
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redisserver: find a free port: %v", err)
+		}
+		s.port = port
+		if lastErr = s.start(); lastErr == nil {
+			return s
+		}
+	}
+	tb.Fatalf("redisserver: start: %v", lastErr)
+	return nil
+}
+
+// freePort returns a loopback port nothing listens on now, never 6379.
+func freePort() (int, error) {
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		if err := ln.Close(); err != nil {
+			return 0, err
+		}
+		if port != 6379 {
+			return port, nil
+		}
+	}
+}
+
+// start runs redis-server on s.port and waits for PING.
+func (s *Server) start() error {
+	logPath := filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log")
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--logfile", logPath,
+	)
+	cmd.Dir = s.dir
+	// Its own process group, so a Ctrl-C to go test reaches us, not it, and
+	// cleanup decides when it dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", s.bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.cmd, s.waitC = cmd, exited
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			log, _ := os.ReadFile(logPath)
+			return fmt.Errorf("redis-server on port %d exited (%v): %s", s.port, werr, log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on port %d did not answer PING within %s: %v", s.port, startTimeout, err)
+		}
+	}
+}
+
+// kill stops the running server and waits for it to exit.
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.waitC
+	s.cmd, s.waitC = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// stop is the cleanup: close clients, kill the server.
+func (s *Server) stop() {
+	s.mu.Lock()
+	clients := s.clients
+	s.clients = nil
+	s.mu.Unlock()
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	s.kill()
+}
+
+// Addr returns host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL returns redis://host:port/0 for the server.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a new client of the server, closed at cleanup.
+func (s *Server) Client() *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	s.mu.Lock()
+	s.clients = append(s.clients, c)
+	s.mu.Unlock()
+	return c
+}
+
+// Restart kills the server and starts it again on the same port with empty
+// state (no persistence), as a crashed Redis without AOF/RDB comes back.
+// Clients reconnect on their next command.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.kill()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.tb.Fatalf("redisserver: restart on port %d: %v", s.port, err)
+}
+
+// FlushAll empties every database of the server (and its script cache is
+// kept, as FLUSHALL does).
+func (s *Server) FlushAll() {
+	s.tb.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		s.tb.Fatalf("redisserver: FLUSHALL: %v", err)
+	}
+}
+
+// Kill stops the server without restarting it, to test an unreachable
+// ledger; Restart brings it back, empty.
+func (s *Server) Kill() { s.kill() }
