@@ -1,0 +1,126 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Configure applies a pool's spec idempotently and returns its epoch. The
+// first Configure of a pool in this ledger creates its state: a new epoch
+// (the ledger clock in microseconds) and, unless disabled, a recovery
+// window. Later calls replace engines, tenants and priorities and keep drain
+// flags, telemetry, leases and counters; an engine or tenant dropped from
+// the spec while it has leases stays, marked removed, until they end.
+func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	if err := ledger.ValidatePoolSpec(spec); err != nil {
+		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+	}
+	if err := l.usable(ctx); err != nil {
+		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+	}
+	txn := l.db.Txn(true)
+	defer txn.Abort()
+	clock := l.clock.Now()
+	o := &op{txn: txn, now: toMillis(clock)}
+	if row := o.first(tablePools, indexID, spec.Name); row != nil {
+		o.pool = row.(*poolRow).clone()
+		o.sweep(l.opts.SweepBatch)
+	} else {
+		o.pool = &poolRow{
+			Name:     spec.Name,
+			Epoch:    ledger.Epoch(max(1, clock.UnixMicro())),
+			Counters: newCounters(),
+		}
+		if l.opts.RecoveryWindow > 0 {
+			o.pool.RecoveringUntil = plus(o.now, l.opts.RecoveryWindow)
+		}
+	}
+	p := o.pool
+	p.Priorities = slices.Clone(spec.Priorities)
+	p.RetryAfter = spec.RetryAfter
+	p.CapacityKV, p.CapacitySlots = 0, 0
+
+	inSpec := map[ledger.EngineID]bool{}
+	for _, es := range spec.Engines {
+		inSpec[es.ID] = true
+		p.CapacityKV += es.KVTokens
+		p.CapacitySlots += es.Slots
+		row := &engineRow{Pool: p.Name}
+		if old := o.engine(es.ID); old != nil {
+			c := *old
+			row = &c
+		}
+		row.Spec, row.Removed = es, false
+		o.insert(tableEngines, row)
+	}
+	for _, raw := range o.scan(0, tableEngines, indexID, p.Name) {
+		e := raw.(*engineRow)
+		switch {
+		case inSpec[e.Spec.ID] || e.Removed:
+		case e.Leases > 0:
+			c := *e
+			c.Removed = true
+			o.insert(tableEngines, &c)
+		default:
+			o.delete(tableEngines, e)
+		}
+	}
+
+	tenantInSpec := map[ledger.TenantID]bool{}
+	for _, ts := range spec.Tenants {
+		tenantInSpec[ts.Name] = true
+		row := &tenantRow{Pool: p.Name}
+		if old := o.tenant(ts.Name); old != nil {
+			c := *old
+			row = &c
+		}
+		row.Spec, row.Removed = ts, false
+		o.insert(tableTenants, row)
+	}
+	for _, raw := range o.scan(0, tableTenants, indexID, p.Name) {
+		t := raw.(*tenantRow)
+		switch {
+		case tenantInSpec[t.Spec.Name] || t.Removed:
+		case t.Leases > 0:
+			c := *t
+			c.Removed = true
+			o.insert(tableTenants, &c)
+		default:
+			o.delete(tableTenants, t)
+		}
+	}
+
+	o.insert(tablePools, p)
+	if o.err != nil {
+		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, o.err)
+	}
+	txn.Commit()
+	return p.Epoch, nil
+}
+
+// SetDraining drains an engine (no new grants; its leases continue) or
+// undrains it. The flag survives Configure.
+func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	if err := validateSetDraining(pool, engine); err != nil {
+		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
+	}
+	err := l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		e := o.engine(engine)
+		if e == nil || e.Removed {
+			return ledger.ErrUnknownEngine
+		}
+		if e.Draining != draining {
+			c := *e
+			c.Draining = draining
+			o.insert(tableEngines, &c)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+// Package memory is the embedded, in-process ledger backend: one reserver
+// process owns the whole ledger in a hashicorp/go-memdb database, with no
+// external service. It is the default behind `--ledger memory://`.
+//
+// # What it owns
+//
+// Every pool's configuration, counters, epoch and fencing sequence; engine
+// and tenant totals; holder sessions; and the outstanding leases, each in one
+// go-memdb table (schema.go). Time is the injected ledger.Clock, read inside
+// the write transaction and truncated to the millisecond, so the memory,
+// Redis and etcd backends agree on every deadline.
+//
+// # Concurrency
+//
+// Every mutating call is one go-memdb write transaction; go-memdb serialises
+// writers, which makes each call atomic and linearizable without a mutex of
+// our own. Reads (Pools, List, Stats) run on lock-free snapshots.
+//
+// # Costs and sweeping
+//
+// Acquire, Renew, Resize, Release and Reassert are O(log n) in outstanding
+// leases (plus the candidate list). Leases past their deadline and leases of
+// dead holder sessions are removed lazily: every mutating call on a pool first
+// sweeps at most Options.SweepBatch of them, and Sweep removes up to a given
+// number. Until swept they keep counting against capacity, which is safe.
+//
+// # Hazards
+//
+// The state lives only in this process: a restart loses it. The next
+// Configure of a pool then starts a new epoch (the ledger clock in
+// microseconds) and a recovery window, during which holders re-assert what
+// they still use. Counting live holders (KeepAlive, Stats) scans the pool's
+// live sessions: cheap for one session per router, not meant for thousands.
+package memory

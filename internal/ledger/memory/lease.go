@@ -1,0 +1,332 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// The lease operations. Each is one write transaction: classify the
+// caller's session, sweep a bounded batch, check, then change. Admission is
+// ledger.Admit / ledger.AdmitGrowth over the rows read in the transaction.
+// A lease found ended (deadline passed or holder session dead) but not yet
+// swept is removed on the spot and treated as gone.
+
+// Acquire grants capacity on the first candidate that fits, or replays the
+// holder's outstanding lease for the same request id. Rejections are
+// returned as *ledger.Rejection, unwrapped.
+func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
+	if err := ledger.ValidateAcquire(req); err != nil {
+		return ledger.Grant{}, fmt.Errorf("acquire %s for holder %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+	}
+	var g ledger.Grant
+	err := l.update(ctx, req.Pool, req.Holder, l.opts.SweepBatch, func(o *op) error {
+		if err := requireSession(o.session, req.Holder); err != nil {
+			return err
+		}
+		for _, raw := range o.scan(0, tableLeases, indexRequest, req.Pool, req.Holder, req.RequestID) {
+			ls := raw.(*leaseRow)
+			if end := o.ended(ls); end != "" {
+				o.removeLease(ls, end)
+				continue
+			}
+			o.count(ledger.CounterReplays, 1)
+			g = ledger.Grant{Lease: ls.Lease, Replayed: true, Epoch: o.pool.Epoch}
+			return nil
+		}
+		t, prio, err := o.tenantAndPriority(req.Tenant, req.Priority)
+		if err != nil {
+			return err
+		}
+		rows := make([]*engineRow, len(req.Candidates))
+		states := make([]ledger.EngineState, len(req.Candidates))
+		for i, id := range req.Candidates {
+			e := o.engine(id)
+			if e == nil || e.Removed {
+				return fmt.Errorf("candidate %s: %w", id, ledger.ErrUnknownEngine)
+			}
+			rows[i], states[i] = e, e.state()
+		}
+		a := o.admission(t, prio)
+		a.Candidates, a.KVTokens, a.Slots = states, req.KVTokens, req.Slots
+		i, rej := ledger.Admit(a)
+		if rej != nil {
+			o.reject(rej)
+			return rej
+		}
+		o.pool.Seq++
+		fence := ledger.Fence{Epoch: o.pool.Epoch, Seq: o.pool.Seq}
+		ls := &leaseRow{ledger.Lease{
+			ID:        ledger.MakeLeaseID(fence),
+			Pool:      req.Pool,
+			Engine:    rows[i].Spec.ID,
+			Tenant:    req.Tenant,
+			Priority:  req.Priority,
+			KVTokens:  req.KVTokens,
+			Slots:     req.Slots,
+			Holder:    req.Holder,
+			RequestID: req.RequestID,
+			Created:   o.now,
+			Deadline:  plus(o.now, req.TTL),
+			Fence:     fence,
+		}}
+		o.addLease(ls, rows[i], t)
+		o.count(ledger.CounterGrants, 1)
+		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}
+		return nil
+	})
+	if rej := ledger.AsRejection(err); rej != nil {
+		return ledger.Grant{}, rej
+	}
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("acquire %s for holder %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+	}
+	return g, nil
+}
+
+// Renew sets a live lease's deadline to now+ttl.
+func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	if err := ledger.ValidateRenew(ref, ttl); err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	var r ledger.Renewal
+	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		ls, err := o.liveLease(ref)
+		if err != nil {
+			return err
+		}
+		c := *ls
+		c.Deadline = plus(o.now, ttl)
+		o.insert(tableLeases, &c)
+		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
+		return nil
+	})
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	return r, nil
+}
+
+// Resize sets a live lease's KV tokens. Shrinking always succeeds; growth is
+// admitted by ledger.AdmitGrowth on the lease's engine, tenant and priority,
+// which must all still be configured.
+func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
+		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d KV tokens: %w", ref.ID, ref.Pool, kvTokens, err)
+	}
+	var r ledger.Renewal
+	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		ls, err := o.liveLease(ref)
+		if err != nil {
+			return err
+		}
+		delta := kvTokens - ls.KVTokens
+		if delta > 0 {
+			e := o.engine(ls.Engine)
+			if e == nil || e.Removed {
+				return fmt.Errorf("engine %s: %w", ls.Engine, ledger.ErrUnknownEngine)
+			}
+			t, prio, err := o.tenantAndPriority(ls.Tenant, ls.Priority)
+			if err != nil {
+				return err
+			}
+			if rej := ledger.AdmitGrowth(o.admission(t, prio), e.state(), kvTokens, delta); rej != nil {
+				o.reject(rej)
+				return rej
+			}
+		}
+		c := *ls
+		if delta != 0 {
+			c.KVTokens = kvTokens
+			o.insert(tableLeases, &c)
+			o.chargeKV(ls, delta)
+		}
+		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
+		return nil
+	})
+	if rej := ledger.AsRejection(err); rej != nil {
+		return ledger.Renewal{}, rej
+	}
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d KV tokens: %w", ref.ID, ref.Pool, kvTokens, err)
+	}
+	return r, nil
+}
+
+// Release ends a lease and counts the usage reported with it. Releasing a
+// lease that is gone, or that had already ended (it is then removed and
+// counted as expired or revoked), reports Released=false.
+func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
+	if err := ledger.ValidateRef(ref); err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	if err := ledger.ValidateUsage(usage); err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	var r ledger.Released
+	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		r.Epoch = o.pool.Epoch
+		ls := o.lease(ref.ID)
+		if ls == nil {
+			return nil
+		}
+		if ls.Holder != ref.Holder {
+			return fmt.Errorf("lease held by %s: %w", ls.Holder, ledger.ErrNotHolder)
+		}
+		if end := o.ended(ls); end != "" {
+			o.removeLease(ls, end)
+			return nil
+		}
+		o.removeLease(ls, ledger.CounterReleases)
+		o.count(ledger.CounterReleasedKV, ls.KVTokens)
+		o.count(ledger.CounterActualPrompt, usage.PromptTokens)
+		o.count(ledger.CounterActualComplete, usage.CompletionTokens)
+		r.Released = true
+		return nil
+	})
+	if err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	return r, nil
+}
+
+// Reassert re-inserts a lease its live holder still uses after the ledger
+// lost it, with deadline now+ttl, even above capacity and during the
+// recovery window. The lease keeps its id; its fencing token is the one the
+// id encodes (lease.Fence is not consulted). A lease id that still exists
+// is returned as is (Replayed).
+func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
+	if err := ledger.ValidateReassert(lease, ttl); err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	fence, err := ledger.ParseLeaseID(lease.ID)
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	var g ledger.Grant
+	err = l.update(ctx, lease.Pool, lease.Holder, l.opts.SweepBatch, func(o *op) error {
+		if err := requireSession(o.session, lease.Holder); err != nil {
+			return err
+		}
+		if ls := o.lease(lease.ID); ls != nil {
+			if ls.Holder != lease.Holder {
+				return fmt.Errorf("lease held by %s: %w", ls.Holder, ledger.ErrNotHolder)
+			}
+			end := o.ended(ls)
+			if end == "" {
+				o.count(ledger.CounterReplays, 1)
+				g = ledger.Grant{Lease: ls.Lease, Replayed: true, Epoch: o.pool.Epoch}
+				return nil
+			}
+			o.removeLease(ls, end)
+		}
+		e := o.engine(lease.Engine)
+		if e == nil || e.Removed {
+			return fmt.Errorf("engine %s: %w", lease.Engine, ledger.ErrUnknownEngine)
+		}
+		t, _, err := o.tenantAndPriority(lease.Tenant, lease.Priority)
+		if err != nil {
+			return err
+		}
+		if fence.Epoch == o.pool.Epoch && fence.Seq > o.pool.Seq {
+			o.pool.Seq = fence.Seq
+		}
+		created := o.now
+		if !lease.Created.IsZero() {
+			created = toMillis(lease.Created)
+		}
+		ls := &leaseRow{ledger.Lease{
+			ID:         lease.ID,
+			Pool:       lease.Pool,
+			Engine:     lease.Engine,
+			Tenant:     lease.Tenant,
+			Priority:   lease.Priority,
+			KVTokens:   lease.KVTokens,
+			Slots:      lease.Slots,
+			Holder:     lease.Holder,
+			RequestID:  lease.RequestID,
+			Created:    created,
+			Deadline:   plus(o.now, ttl),
+			Fence:      fence,
+			Reasserted: true,
+		}}
+		o.addLease(ls, e, t)
+		o.count(ledger.CounterReasserts, 1)
+		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}
+		return nil
+	})
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	return g, nil
+}
+
+// liveLease returns the lease ref names if ref's holder holds it and it has
+// not ended; an ended lease is removed.
+func (o *op) liveLease(ref ledger.LeaseRef) (*leaseRow, error) {
+	ls := o.lease(ref.ID)
+	if ls == nil {
+		return nil, ledger.ErrLeaseNotFound
+	}
+	if ls.Holder != ref.Holder {
+		return nil, fmt.Errorf("lease held by %s: %w", ls.Holder, ledger.ErrNotHolder)
+	}
+	if end := o.ended(ls); end != "" {
+		o.removeLease(ls, end)
+		return nil, fmt.Errorf("lease %s: %w", end, ledger.ErrLeaseNotFound)
+	}
+	return ls, nil
+}
+
+// tenantAndPriority returns a configured tenant's row and a priority class.
+func (o *op) tenantAndPriority(tenant ledger.TenantID, priority ledger.PriorityName) (*tenantRow, ledger.PrioritySpec, error) {
+	t := o.tenant(tenant)
+	if t == nil || t.Removed {
+		return nil, ledger.PrioritySpec{}, fmt.Errorf("tenant %s: %w", tenant, ledger.ErrUnknownTenant)
+	}
+	prio, ok := o.pool.priority(priority)
+	if !ok {
+		return nil, ledger.PrioritySpec{}, fmt.Errorf("priority %s: %w", priority, ledger.ErrUnknownPriority)
+	}
+	return t, prio, nil
+}
+
+// admission returns the pool-wide part of an admission for tenant t at
+// priority prio.
+func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission {
+	return ledger.Admission{
+		Now:             o.now,
+		RecoveringUntil: o.pool.RecoveringUntil,
+		CapacityKV:      o.pool.CapacityKV,
+		CapacitySlots:   o.pool.CapacitySlots,
+		Tenant:          t.Spec,
+		TenantKV:        t.ReservedKV,
+		TenantSlots:     t.ReservedSlots,
+		MaxFill:         prio.MaxFill,
+		RetryAfter:      o.pool.RetryAfter,
+		Epoch:           o.pool.Epoch,
+	}
+}
+
+// reject counts a rejection under its reason.
+func (o *op) reject(r *ledger.Rejection) {
+	o.count(ledger.CounterRejections, 1)
+	o.count(rejectionCounter(r.Reason), 1)
+}
+
+// chargeKV adds delta KV tokens (negative: returns them) to the engine and
+// tenant of lease ls.
+func (o *op) chargeKV(ls *leaseRow, delta int64) {
+	if e := o.engine(ls.Engine); e != nil {
+		c := *e
+		c.ReservedKV += delta
+		o.insert(tableEngines, &c)
+	}
+	if t := o.tenant(ls.Tenant); t != nil {
+		c := *t
+		c.ReservedKV += delta
+		o.insert(tableTenants, &c)
+	}
+}

@@ -1,0 +1,237 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Ledger is the in-process ledger. The zero value is not usable; call New.
+// It starts no goroutines: sweeping happens inside the calls.
+type Ledger struct {
+	db    *memdb.MemDB
+	opts  ledger.Options
+	clock ledger.Clock
+	// closed is set by Close; every later call fails with ErrClosed.
+	closed atomic.Bool
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// New returns an empty ledger. A nil clock means the system clock. Options'
+// zero fields take their defaults.
+func New(opts ledger.Options, clock ledger.Clock) *Ledger {
+	if clock == nil {
+		clock = ledger.SystemClock{}
+	}
+	db, err := memdb.NewMemDB(newSchema())
+	if err != nil {
+		// The schema is a constant; TestSchema keeps this unreachable.
+		panic("memory: invalid go-memdb schema: " + err.Error())
+	}
+	return &Ledger{db: db, opts: opts.WithDefaults(), clock: clock}
+}
+
+// Close makes every later call fail with ErrClosed. The state is dropped
+// with the Ledger. Close is idempotent.
+func (l *Ledger) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+// usable reports why a call may not start: the ledger is closed or the
+// caller gave up.
+func (l *Ledger) usable(ctx context.Context) error {
+	if l.closed.Load() {
+		return ledger.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// now is the ledger clock, truncated to the millisecond so that every
+// backend computes the same deadlines.
+func (l *Ledger) now() time.Time { return toMillis(l.clock.Now()) }
+
+// toMillis truncates t to the millisecond (in UTC, without a monotonic
+// reading).
+func toMillis(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
+
+// plus returns now+d with d truncated to the millisecond.
+func plus(now time.Time, d time.Duration) time.Time { return now.Add(d.Truncate(time.Millisecond)) }
+
+// sessionState is a holder session's state as a call found it.
+type sessionState int
+
+const (
+	sessionNone sessionState = iota // no session row: never started or swept
+	sessionLive
+	sessionDead // expired, its leases not all swept yet
+)
+
+// op is one write transaction on one pool.
+type op struct {
+	txn *memdb.Txn
+	now time.Time
+	// pool is a private copy of the pool's row, written back on commit.
+	pool *poolRow
+	// session is the state of the calling holder's session before this
+	// call's sweep.
+	session sessionState
+	// err is the first store failure; the transaction is then aborted.
+	err error
+}
+
+// update runs fn in one write transaction on an existing pool: it
+// classifies holder's session (if holder is set), sweeps up to sweep expired
+// items, then calls fn. The transaction commits unless the store failed, so
+// the sweep persists when fn refuses the call; fn therefore checks
+// everything before it changes anything. fn's error is returned as is.
+func (l *Ledger) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	txn := l.db.Txn(true)
+	defer txn.Abort()
+	o := &op{txn: txn, now: l.now()}
+	p, err := txn.First(tablePools, indexID, pool)
+	if err != nil {
+		return fmt.Errorf("memory: read pool: %w", err)
+	}
+	if p == nil {
+		return ledger.ErrUnknownPool
+	}
+	o.pool = p.(*poolRow).clone()
+	if holder != ledger.NoHolder {
+		o.session = o.sessionOf(holder)
+	}
+	o.sweep(sweep)
+	ferr := fn(o)
+	if o.err != nil {
+		return o.err
+	}
+	o.insert(tablePools, o.pool)
+	if o.err != nil {
+		return o.err
+	}
+	txn.Commit()
+	return ferr
+}
+
+// view runs fn on a read-only snapshot.
+func (l *Ledger) view(ctx context.Context, fn func(txn *memdb.Txn, now time.Time) error) error {
+	if err := l.usable(ctx); err != nil {
+		return err
+	}
+	txn := l.db.Txn(false)
+	defer txn.Abort()
+	return fn(txn, l.now())
+}
+
+// insert writes a row, recording a store failure.
+func (o *op) insert(table string, row any) {
+	if o.err != nil {
+		return
+	}
+	if err := o.txn.Insert(table, row); err != nil {
+		o.err = fmt.Errorf("memory: insert into %s: %w", table, err)
+	}
+}
+
+// delete removes a row, recording a store failure.
+func (o *op) delete(table string, row any) {
+	if o.err != nil {
+		return
+	}
+	if err := o.txn.Delete(table, row); err != nil {
+		o.err = fmt.Errorf("memory: delete from %s: %w", table, err)
+	}
+}
+
+// first returns the first row under the index tuple prefix args, or nil.
+func (o *op) first(table, index string, args ...any) any {
+	if o.err != nil {
+		return nil
+	}
+	row, err := o.txn.First(table, index, args...)
+	if err != nil {
+		o.err = fmt.Errorf("memory: read %s by %s: %w", table, index, err)
+		return nil
+	}
+	return row
+}
+
+// scan returns up to max rows (max <= 0: all) under the index tuple prefix
+// args, in index order.
+func (o *op) scan(max int, table, index string, args ...any) []any {
+	if o.err != nil {
+		return nil
+	}
+	it, err := o.txn.Get(table, index, args...)
+	if err != nil {
+		o.err = fmt.Errorf("memory: scan %s by %s: %w", table, index, err)
+		return nil
+	}
+	var rows []any
+	for row := it.Next(); row != nil && (max <= 0 || len(rows) < max); row = it.Next() {
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// count adds n to a pool counter.
+func (o *op) count(name string, n int64) { o.pool.Counters[name] += n }
+
+// engine returns the engine's row (configured or removed), or nil.
+func (o *op) engine(id ledger.EngineID) *engineRow {
+	row, _ := o.first(tableEngines, indexID, o.pool.Name, id).(*engineRow)
+	return row
+}
+
+// tenant returns the tenant's row (configured or removed), or nil.
+func (o *op) tenant(name ledger.TenantID) *tenantRow {
+	row, _ := o.first(tableTenants, indexID, o.pool.Name, name).(*tenantRow)
+	return row
+}
+
+// holder returns the holder's session row, or nil.
+func (o *op) holder(id ledger.HolderID) *holderRow {
+	row, _ := o.first(tableHolders, indexID, o.pool.Name, id).(*holderRow)
+	return row
+}
+
+// lease returns the lease's row, or nil.
+func (o *op) lease(id ledger.LeaseID) *leaseRow {
+	row, _ := o.first(tableLeases, indexID, o.pool.Name, id).(*leaseRow)
+	return row
+}
+
+// sessionOf classifies a holder's session at o.now.
+func (o *op) sessionOf(id ledger.HolderID) sessionState {
+	h := o.holder(id)
+	switch {
+	case h == nil:
+		return sessionNone
+	case h.live(o.now):
+		return sessionLive
+	default:
+		return sessionDead
+	}
+}
+
+// requireSession turns a session state into the error a call needing a live
+// session returns.
+func requireSession(s sessionState, holder ledger.HolderID) error {
+	switch s {
+	case sessionLive:
+		return nil
+	case sessionDead:
+		return fmt.Errorf("holder %s: %w", holder, ledger.ErrSessionExpired)
+	default:
+		return fmt.Errorf("holder %s: %w", holder, ledger.ErrNoSession)
+	}
+}

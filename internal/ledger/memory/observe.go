@@ -1,0 +1,42 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Observe records engine telemetry. An observation not newer (at millisecond
+// precision) than the last applied one is ignored. An applied one sets the
+// engine's correction to what the engine reports beyond what the ledger has
+// reserved on it, and stamps its arrival with the ledger clock.
+func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
+	if err := ledger.ValidateObservation(obs); err != nil {
+		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+	}
+	obs.ObservedAt = toMillis(obs.ObservedAt)
+	var r ledger.Observed
+	err := l.update(ctx, obs.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		r.Epoch = o.pool.Epoch
+		e := o.engine(obs.Engine)
+		if e == nil || e.Removed {
+			return ledger.ErrUnknownEngine
+		}
+		if !e.ObservedAt.IsZero() && !obs.ObservedAt.After(e.LastObservation.ObservedAt) {
+			return nil
+		}
+		c := *e
+		c.LastObservation = obs
+		c.ObservedAt = o.now
+		c.CorrectionKV = max(0, obs.KVTokensUsed-e.ReservedKV)
+		c.CorrectionSlots = max(0, obs.Running-e.ReservedSlots)
+		o.insert(tableEngines, &c)
+		r.Applied = true
+		return nil
+	})
+	if err != nil {
+		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+	}
+	return r, nil
+}

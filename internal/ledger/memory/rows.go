@@ -1,0 +1,149 @@
+package memory
+
+import (
+	"maps"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Rows stored in the go-memdb tables. A row is immutable once inserted:
+// change a copy and insert that.
+
+// poolRow is a pool's configuration and bookkeeping.
+type poolRow struct {
+	Name  ledger.PoolID
+	Epoch ledger.Epoch
+	// Seq is the last fencing sequence issued in Epoch.
+	Seq uint64
+	// RecoveringUntil ends the recovery window; zero if there was none.
+	RecoveringUntil time.Time
+	Priorities      []ledger.PrioritySpec
+	RetryAfter      time.Duration
+	// CapacityKV and CapacitySlots sum the configured (not removed) engines.
+	CapacityKV    int64
+	CapacitySlots int64
+	// Counters are the ledger.Counter* totals and "rejections:<reason>".
+	Counters map[string]int64
+}
+
+// clone returns a copy that may be changed.
+func (p *poolRow) clone() *poolRow {
+	c := *p
+	c.Counters = maps.Clone(p.Counters)
+	return &c
+}
+
+// priority returns the named priority class.
+func (p *poolRow) priority(name ledger.PriorityName) (ledger.PrioritySpec, bool) {
+	for _, s := range p.Priorities {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ledger.PrioritySpec{}, false
+}
+
+// recovering returns the end of the recovery window if it is still open at
+// now, else the zero time.
+func (p *poolRow) recovering(now time.Time) time.Time {
+	if now.Before(p.RecoveringUntil) {
+		return p.RecoveringUntil
+	}
+	return time.Time{}
+}
+
+// newCounters returns every counter name at zero.
+func newCounters() map[string]int64 {
+	c := map[string]int64{}
+	for _, n := range []string{
+		ledger.CounterGrants, ledger.CounterReplays, ledger.CounterRejections,
+		ledger.CounterReleases, ledger.CounterExpired, ledger.CounterRevoked,
+		ledger.CounterReasserts, ledger.CounterReleasedKV,
+		ledger.CounterActualPrompt, ledger.CounterActualComplete,
+	} {
+		c[n] = 0
+	}
+	for _, r := range ledger.Reasons {
+		c[rejectionCounter(r)] = 0
+	}
+	return c
+}
+
+// rejectionCounter names the per-reason rejection counter.
+func rejectionCounter(r ledger.Reason) string {
+	return ledger.CounterRejections + ":" + string(r)
+}
+
+// engineRow is an engine's configuration, reservations and telemetry.
+type engineRow struct {
+	Pool ledger.PoolID
+	Spec ledger.EngineSpec
+	// Removed marks an engine dropped from the spec that still has leases;
+	// the row is deleted when the last one ends.
+	Removed         bool
+	Draining        bool
+	ReservedKV      int64
+	ReservedSlots   int64
+	Leases          int64
+	CorrectionKV    int64
+	CorrectionSlots int64
+	LastObservation ledger.Observation
+	// ObservedAt is the ledger time the last applied observation arrived.
+	ObservedAt time.Time
+}
+
+func (e *engineRow) state() ledger.EngineState {
+	return ledger.EngineState{
+		Spec:            e.Spec,
+		Draining:        e.Draining,
+		ReservedKV:      e.ReservedKV,
+		ReservedSlots:   e.ReservedSlots,
+		CorrectionKV:    e.CorrectionKV,
+		CorrectionSlots: e.CorrectionSlots,
+		ObservedAt:      e.ObservedAt,
+	}
+}
+
+func (e *engineRow) stats(now time.Time) ledger.EngineStats {
+	return ledger.EngineStats{
+		Spec:            e.Spec,
+		Draining:        e.Draining,
+		ReservedKV:      e.ReservedKV,
+		ReservedSlots:   e.ReservedSlots,
+		Leases:          e.Leases,
+		CorrectionKV:    e.CorrectionKV,
+		CorrectionSlots: e.CorrectionSlots,
+		LastObservation: e.LastObservation,
+		ObservedAt:      e.ObservedAt,
+		Stale:           e.state().Stale(now),
+		Removed:         e.Removed,
+	}
+}
+
+// tenantRow is a tenant's quota spec and reservations in a pool.
+type tenantRow struct {
+	Pool ledger.PoolID
+	Spec ledger.TenantSpec
+	// Removed: as for engineRow.
+	Removed       bool
+	ReservedKV    int64
+	ReservedSlots int64
+	Leases        int64
+}
+
+// holderRow is a holder session. It outlives its expiry until every lease
+// of the holder has been swept.
+type holderRow struct {
+	Pool    ledger.PoolID
+	Holder  ledger.HolderID
+	Expires time.Time
+}
+
+// live reports whether the session is live at now.
+func (h *holderRow) live(now time.Time) bool { return now.Before(h.Expires) }
+
+// leaseRow is an outstanding lease.
+type leaseRow struct {
+	ledger.Lease
+}

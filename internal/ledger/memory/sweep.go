@@ -1,0 +1,158 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Sweeping: a lease ends at its deadline or when its holder's session dies.
+// Ended leases are removed lazily, oldest deadline first and then dead
+// sessions in expiry order, each call handling at most a fixed number of
+// items (a lease removed or a dead session removed). Both scans start at the
+// pool's earliest entry of an ordered index, so a sweep costs
+// O(k log n) for k items, never a scan of all leases. A dead session's row
+// stays until all its leases are gone, so KeepAlive can tell the holder its
+// session died.
+
+// Sweep removes up to max ended leases and dead sessions in pool; max 0
+// means Options.SweepBatch.
+func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
+	if err := validateSweep(pool, max); err != nil {
+		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+	}
+	if max == 0 {
+		max = l.opts.SweepBatch
+	}
+	var s ledger.Swept
+	err := l.update(ctx, pool, ledger.NoHolder, 0, func(o *op) error {
+		s = o.sweep(max)
+		return nil
+	})
+	if err != nil {
+		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+	}
+	return s, nil
+}
+
+// sweep removes up to max ended leases and dead sessions.
+func (o *op) sweep(max int) ledger.Swept {
+	var s ledger.Swept
+	name := o.pool.Name
+	budget := max
+
+	// Leases past their deadline, earliest first.
+	var due []*leaseRow
+	if budget > 0 {
+		it, err := o.txn.LowerBound(tableLeases, indexDeadline, name)
+		if err != nil {
+			o.err = fmt.Errorf("memory: scan leases by deadline: %w", err)
+			return s
+		}
+		for row := it.Next(); row != nil && len(due) < budget; row = it.Next() {
+			ls := row.(*leaseRow)
+			if ls.Pool != name || ls.Deadline.After(o.now) {
+				break
+			}
+			due = append(due, ls)
+		}
+	}
+	for _, ls := range due {
+		o.removeLease(ls, ledger.CounterExpired)
+		s.Expired++
+		budget--
+	}
+
+	// Dead sessions, earliest expiry first: revoke their leases, then drop
+	// the session.
+	var dead []*holderRow
+	if budget > 0 {
+		it, err := o.txn.LowerBound(tableHolders, indexExpiry, name)
+		if err != nil {
+			o.err = fmt.Errorf("memory: scan holders by expiry: %w", err)
+			return s
+		}
+		for row := it.Next(); row != nil && len(dead) < budget; row = it.Next() {
+			h := row.(*holderRow)
+			if h.Pool != name || h.live(o.now) {
+				break
+			}
+			dead = append(dead, h)
+		}
+	}
+	for _, h := range dead {
+		if budget <= 0 {
+			break
+		}
+		for _, row := range o.scan(budget, tableLeases, indexHolder, name, h.Holder) {
+			o.removeLease(row.(*leaseRow), ledger.CounterRevoked)
+			s.Revoked++
+			budget--
+		}
+		if budget <= 0 || o.first(tableLeases, indexHolder, name, h.Holder) != nil {
+			break
+		}
+		o.delete(tableHolders, h)
+		s.Holders++
+		budget--
+	}
+	return s
+}
+
+// ended returns the counter a lease's end is counted under
+// (ledger.CounterExpired or ledger.CounterRevoked), or "" while it is live.
+func (o *op) ended(ls *leaseRow) string {
+	if !o.now.Before(ls.Deadline) {
+		return ledger.CounterExpired
+	}
+	if h := o.holder(ls.Holder); h == nil || !h.live(o.now) {
+		return ledger.CounterRevoked
+	}
+	return ""
+}
+
+// removeLease deletes a lease, returns its capacity to its engine and tenant
+// (dropping a removed engine or tenant with its last lease) and counts the
+// end under counter.
+func (o *op) removeLease(ls *leaseRow, counter string) {
+	o.delete(tableLeases, ls)
+	if e := o.engine(ls.Engine); e != nil {
+		c := *e
+		c.ReservedKV -= ls.KVTokens
+		c.ReservedSlots -= ls.Slots
+		c.Leases--
+		if c.Removed && c.Leases <= 0 {
+			o.delete(tableEngines, e)
+		} else {
+			o.insert(tableEngines, &c)
+		}
+	}
+	if t := o.tenant(ls.Tenant); t != nil {
+		c := *t
+		c.ReservedKV -= ls.KVTokens
+		c.ReservedSlots -= ls.Slots
+		c.Leases--
+		if c.Removed && c.Leases <= 0 {
+			o.delete(tableTenants, t)
+		} else {
+			o.insert(tableTenants, &c)
+		}
+	}
+	o.count(counter, 1)
+}
+
+// addLease inserts a lease and charges its engine and tenant.
+func (o *op) addLease(ls *leaseRow, e *engineRow, t *tenantRow) {
+	o.insert(tableLeases, ls)
+	ec := *e
+	ec.ReservedKV += ls.KVTokens
+	ec.ReservedSlots += ls.Slots
+	ec.Leases++
+	o.insert(tableEngines, &ec)
+	tc := *t
+	tc.ReservedKV += ls.KVTokens
+	tc.ReservedSlots += ls.Slots
+	tc.Leases++
+	o.insert(tableTenants, &tc)
+}
