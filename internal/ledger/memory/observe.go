@@ -7,15 +7,16 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// Observe records engine telemetry. An observation not newer (at millisecond
-// precision) than the last applied one is ignored. An applied one sets the
-// engine's correction to what the engine reports beyond what the ledger has
-// reserved on it, and stamps its arrival with the ledger clock.
+// Observe records engine telemetry. An observation whose ObservedAt is not
+// after the last applied one's is ignored (compared at full precision, by
+// wall clock). An applied one sets the engine's correction to what the
+// engine reports beyond what the ledger has reserved on it, and stamps its
+// arrival with the ledger clock.
 func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	if err := ledger.ValidateObservation(obs); err != nil {
 		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
 	}
-	obs.ObservedAt = toMillis(obs.ObservedAt)
+	obs.ObservedAt = obs.ObservedAt.Round(0) // drop the monotonic reading
 	var r ledger.Observed
 	err := l.update(ctx, obs.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		r.Epoch = o.pool.Epoch
