@@ -1,0 +1,327 @@
+package ledgertest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Linearizability: clients acquire, release and read Stats concurrently in
+// two pools; the recorded history (call and return times on one monotonic
+// clock) must be explained by some sequential order of first-fit admission
+// on engine KV tokens and slots. Leases have long TTLs, so nothing expires.
+
+const (
+	linClients = 8
+	linOps     = 100
+)
+
+// linEngines are the engines of both pools, in the model's index order.
+var linEngines = []ledger.EngineSpec{engine("x1", 1000, 3), engine("x2", 700, 2)}
+
+// linInput is one call of the history.
+type linInput struct {
+	pool  ledger.PoolID
+	kind  string // "acquire", "release", "stats"
+	cands []int  // engine indexes, acquire only
+	kv    int64
+	slots int64
+	id    ledger.LeaseID // release only
+}
+
+// linOutput is one return of the history.
+type linOutput struct {
+	engine   int            // acquire: granted engine index, -1 if rejected
+	id       ledger.LeaseID // acquire: the granted lease
+	reason   ledger.Reason  // acquire: the rejection reason
+	released bool           // release
+	kv       [2]int64       // stats: reserved per engine
+	slots    [2]int64
+}
+
+// linLease is a lease in the model.
+type linLease struct {
+	engine    int
+	kv, slots int64
+}
+
+// linState is the model's state of one pool; never mutated once built.
+type linState struct {
+	kv, slots [2]int64
+	leases    map[ledger.LeaseID]linLease
+}
+
+func (s linState) with(id ledger.LeaseID, l linLease, add bool) linState {
+	n := linState{kv: s.kv, slots: s.slots, leases: make(map[ledger.LeaseID]linLease, len(s.leases)+1)}
+	for k, v := range s.leases {
+		n.leases[k] = v
+	}
+	if add {
+		n.leases[id] = l
+		n.kv[l.engine] += l.kv
+		n.slots[l.engine] += l.slots
+	} else {
+		delete(n.leases, id)
+		n.kv[l.engine] -= l.kv
+		n.slots[l.engine] -= l.slots
+	}
+	return n
+}
+
+// linAdmit is the model's admission: the contract's rule, ledger.Admit, on
+// the model state (tenant t1 with kv_share 1, priority std with max_fill 1).
+// It returns the granted engine index or the rejection reason.
+func linAdmit(s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
+	a := ledger.Admission{
+		Tenant:   ledger.TenantSpec{Name: tenantAll, KVShare: 1},
+		MaxFill:  1,
+		KVTokens: kv,
+		Slots:    slots,
+	}
+	for i, e := range linEngines {
+		a.CapacityKV += e.KVTokens
+		a.CapacitySlots += e.Slots
+		a.TenantKV += s.kv[i]
+		a.TenantSlots += s.slots[i]
+	}
+	for _, e := range cands {
+		a.Candidates = append(a.Candidates, ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e]})
+	}
+	i, rej := ledger.Admit(a)
+	if rej != nil {
+		return -1, rej.Reason
+	}
+	return cands[i], ""
+}
+
+var linModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		by := map[ledger.PoolID][]porcupine.Operation{}
+		for _, op := range history {
+			p := op.Input.(linInput).pool
+			by[p] = append(by[p], op)
+		}
+		var out [][]porcupine.Operation
+		for _, p := range sortedPools(by) {
+			out = append(out, by[p])
+		}
+		return out
+	},
+	Init: func() any { return linState{leases: map[ledger.LeaseID]linLease{}} },
+	Step: func(state, input, output any) (bool, any) {
+		s, in, out := state.(linState), input.(linInput), output.(linOutput)
+		switch in.kind {
+		case "acquire":
+			e, reason := linAdmit(s, in.cands, in.kv, in.slots)
+			if e < 0 {
+				return out.engine == -1 && out.reason == reason, s
+			}
+			if _, dup := s.leases[out.id]; dup || out.engine != e {
+				return false, s
+			}
+			return true, s.with(out.id, linLease{e, in.kv, in.slots}, true)
+		case "release":
+			l, ok := s.leases[in.id]
+			if out.released != ok {
+				return false, s
+			}
+			if !ok {
+				return true, s
+			}
+			return true, s.with(in.id, l, false)
+		case "stats":
+			return out.kv == s.kv && out.slots == s.slots, s
+		}
+		return false, s
+	},
+	Equal: func(a, b any) bool {
+		x, y := a.(linState), b.(linState)
+		if x.kv != y.kv || x.slots != y.slots || len(x.leases) != len(y.leases) {
+			return false
+		}
+		for k := range x.leases {
+			if _, ok := y.leases[k]; !ok {
+				return false
+			}
+		}
+		return true
+	},
+	Hash: func(a any) uint64 {
+		x := a.(linState)
+		h := uint64(len(x.leases))
+		for i := range 2 {
+			h = h*1000003 + uint64(x.kv[i])*31 + uint64(x.slots[i])
+		}
+		return h
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(linInput), output.(linOutput)
+		switch in.kind {
+		case "acquire":
+			if out.engine < 0 {
+				return fmt.Sprintf("acquire(%v kv=%d slots=%d) -> %s", in.cands, in.kv, in.slots, out.reason)
+			}
+			return fmt.Sprintf("acquire(%v kv=%d slots=%d) -> %s on x%d", in.cands, in.kv, in.slots, out.id, out.engine+1)
+		case "release":
+			return fmt.Sprintf("release(%s) -> %v", in.id, out.released)
+		}
+		return fmt.Sprintf("stats() -> kv=%v slots=%v", out.kv, out.slots)
+	},
+	DescribeState: func(state any) string {
+		s := state.(linState)
+		ids := make([]string, 0, len(s.leases))
+		for id := range s.leases {
+			ids = append(ids, string(id))
+		}
+		sort.Strings(ids)
+		return fmt.Sprintf("kv=%v slots=%v leases=[%s]", s.kv, s.slots, strings.Join(ids, " "))
+	},
+}
+
+func sortedPools(m map[ledger.PoolID][]porcupine.Operation) []ledger.PoolID {
+	var ps []ledger.PoolID
+	for p := range m {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+	return ps
+}
+
+func (s *suite) testLinearizability(t *testing.T) {
+	l := s.open(t, noWindow)
+	ctx := t.Context()
+	pools := []ledger.PoolID{"la", "lb"}
+	for _, p := range pools {
+		spec := poolSpec(p, linEngines...)
+		if _, err := l.Configure(ctx, spec); err != nil {
+			t.Fatalf("Configure(%s) error = %v", p, err)
+		}
+		for c := range linClients {
+			if _, err := l.KeepAlive(ctx, p, ledger.HolderID(fmt.Sprintf("lc%d", c)), longTTL); err != nil {
+				t.Fatalf("KeepAlive error = %v", err)
+			}
+		}
+	}
+	start := time.Now()
+	stamp := func() int64 { return int64(time.Since(start)) }
+	var (
+		mu      sync.Mutex // guards history and errs
+		history []porcupine.Operation
+		errs    []string
+		wg      sync.WaitGroup
+	)
+	for c := range linClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			holder := ledger.HolderID(fmt.Sprintf("lc%d", c))
+			held := map[ledger.PoolID][]ledger.LeaseID{}
+			record := func(in linInput, call int64, out linOutput) {
+				ret := stamp()
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret})
+				mu.Unlock()
+			}
+			failed := func(format string, args ...any) {
+				mu.Lock()
+				errs = append(errs, fmt.Sprintf(format, args...))
+				mu.Unlock()
+			}
+			for op := range linOps {
+				p := pools[rng.IntN(len(pools))]
+				switch x := rng.IntN(100); {
+				case x < 10:
+					in := linInput{pool: p, kind: "stats"}
+					call := stamp()
+					st, err := l.Stats(ctx, p)
+					if err != nil {
+						failed("Stats(%s) error = %v", p, err)
+						return
+					}
+					var out linOutput
+					for i, e := range linEngines {
+						es, _ := engineStats(st, e.ID)
+						out.kv[i], out.slots[i] = es.ReservedKV, es.ReservedSlots
+					}
+					record(in, call, out)
+				case x < 55 && len(held[p]) > 0:
+					i := rng.IntN(len(held[p]))
+					id := held[p][i]
+					held[p] = append(held[p][:i], held[p][i+1:]...)
+					in := linInput{pool: p, kind: "release", id: id}
+					call := stamp()
+					rel, err := l.Release(ctx, ledger.LeaseRef{Pool: p, ID: id, Holder: holder}, ledger.Usage{})
+					if err != nil {
+						failed("Release(%s) error = %v", id, err)
+						return
+					}
+					record(in, call, linOutput{released: rel.Released})
+				default:
+					in := linInput{pool: p, kind: "acquire", kv: 100 + rng.Int64N(401), slots: 1}
+					cands := rng.Perm(len(linEngines))[:1+rng.IntN(len(linEngines))]
+					in.cands = cands
+					names := make([]ledger.EngineID, len(cands))
+					for i, e := range cands {
+						names[i] = linEngines[e].ID
+					}
+					r := ledger.AcquireRequest{
+						Pool: p, Candidates: names, Tenant: tenantAll, Priority: prioStd, KVTokens: in.kv, Slots: in.slots,
+						Holder: holder, RequestID: ledger.RequestID(fmt.Sprintf("lin-%d-%d", c, op)), TTL: longTTL,
+					}
+					call := stamp()
+					g, err := l.Acquire(ctx, r)
+					out := linOutput{engine: -1}
+					switch rej := ledger.AsRejection(err); {
+					case err == nil:
+						out.id = g.Lease.ID
+						for i, e := range linEngines {
+							if e.ID == g.Lease.Engine {
+								out.engine = i
+							}
+						}
+						held[p] = append(held[p], g.Lease.ID)
+					case rej != nil:
+						out.reason = rej.Reason
+					default:
+						failed("Acquire(%s) error = %v", describe(r), err)
+						return
+					}
+					record(in, call, out)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if t.Failed() {
+		return
+	}
+	res, info := porcupine.CheckOperationsVerbose(linModel, history, 20*time.Second)
+	switch res {
+	case porcupine.Ok:
+		t.Logf("history of %d operations is linearizable", len(history))
+	case porcupine.Illegal:
+		msg := "see the porcupine visualization"
+		if fh, err := os.CreateTemp("", "ledgertest-lin-*.html"); err == nil {
+			if err := porcupine.Visualize(linModel, info, fh); err == nil {
+				msg = "visualization written to " + fh.Name()
+			}
+			_ = fh.Close()
+		}
+		t.Errorf("history of %d operations is not linearizable against first-fit admission (%s)", len(history), msg)
+	default:
+		t.Errorf("linearizability check of %d operations inconclusive after 20s (result %s), want Ok", len(history), res)
+	}
+}

@@ -1,0 +1,171 @@
+package ledgertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// staleAfter is the telemetry staleness of the stale-policy subtests: long
+// enough for the checks right after an observation to run while it is fresh.
+const staleAfter = 500 * time.Millisecond
+
+func (s *suite) testTelemetry(t *testing.T) {
+	t.Run("ChargesUnaccounted", s.testObserveCharges)
+	t.Run("NoCreditBelowReserved", s.testObserveNoCredit)
+	t.Run("NotNewerIgnored", s.testObserveNotNewer)
+	t.Run("StalePolicies", s.testStalePolicies)
+}
+
+// observe applies an observation of e1 and wants it applied or not.
+func (f *fixture) observe(eng ledger.EngineID, kvUsed, running int64, at time.Time, wantApplied bool) {
+	f.t.Helper()
+	obs := ledger.Observation{Pool: f.spec.Name, Engine: eng, KVTokensUsed: kvUsed, KVTokensTotal: 1000, Running: running, ObservedAt: at}
+	got, err := f.l.Observe(f.ctx, obs)
+	if err != nil {
+		f.t.Fatalf("Observe(%s kv=%d running=%d at %s) error = %v, want nil", eng, kvUsed, running, at.Format(time.StampMicro), err)
+	}
+	if got.Applied != wantApplied {
+		f.t.Errorf("Observe(%s kv=%d running=%d at %s) Applied = %v, want %v", eng, kvUsed, running, at.Format(time.StampMicro), got.Applied, wantApplied)
+	}
+	if got.Epoch != f.epoch {
+		f.t.Errorf("Observe epoch = %d, want %d", got.Epoch, f.epoch)
+	}
+}
+
+// wantCorrection checks an engine's telemetry correction.
+func (f *fixture) wantCorrection(eng ledger.EngineID, kv, slots int64) {
+	f.t.Helper()
+	e, _ := engineStats(f.stats(), eng)
+	if e.CorrectionKV != kv || e.CorrectionSlots != slots {
+		f.t.Errorf("Stats engine %s correction kv=%d slots=%d, want kv=%d slots=%d", eng, e.CorrectionKV, e.CorrectionSlots, kv, slots)
+	}
+}
+
+func (s *suite) testObserveCharges(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 10)), noWindow)
+	f.acquire(f.req(h1, 200, 1, e1), e1)
+	at := time.Now()
+	f.observe(e1, 500, 3, at, true)
+	// Correction = max(0, observed - reserved): 300 KV tokens, 2 slots.
+	f.wantCorrection(e1, 300, 2)
+	e, _ := engineStats(f.stats(), e1)
+	if e.LastObservation.KVTokensUsed != 500 || e.LastObservation.Running != 3 {
+		t.Errorf("Stats LastObservation kv=%d running=%d, want kv=500 running=3", e.LastObservation.KVTokensUsed, e.LastObservation.Running)
+	}
+	if e.ObservedAt.IsZero() {
+		t.Errorf("Stats ObservedAt is zero after an applied observation, want the ledger time it arrived")
+	}
+	// Used: 200+300 KV tokens, 1+2 slots, of 1000 and 10.
+	f.reject(f.req(h1, 1, 8, e1), ledger.ReasonEngineSlots, e1)
+	f.reject(f.req(h1, 501, 1, e1), ledger.ReasonEngineKV, e1)
+	f.acquire(f.req(h1, 500, 7, e1), e1)
+}
+
+func (s *suite) testObserveNoCredit(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 10), engine(e2, 1000, 10)), noWindow)
+	f.acquire(f.req(h1, 600, 2, e1), e1)
+	// The engine reports less than is reserved (requests not yet started):
+	// the correction is zero, never a credit.
+	f.observe(e1, 100, 0, time.Now(), true)
+	f.wantCorrection(e1, 0, 0)
+	f.reject(f.req(h1, 401, 1, e1), ledger.ReasonEngineKV, e1)
+	f.acquire(f.req(h1, 400, 8, e1), e1)
+}
+
+func (s *suite) testObserveNotNewer(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 10)), noWindow)
+	at := time.Now()
+	f.observe(e1, 500, 1, at, true)
+	f.observe(e1, 900, 5, at, false)                   // the same scrape again
+	f.observe(e1, 900, 5, at.Add(-time.Second), false) // an older one
+	f.wantCorrection(e1, 500, 1)
+	e, _ := engineStats(f.stats(), e1)
+	if e.LastObservation.KVTokensUsed != 500 || !e.LastObservation.ObservedAt.Equal(at) {
+		t.Errorf("Stats LastObservation kv=%d at %s, want kv=500 at %s (the applied one)",
+			e.LastObservation.KVTokensUsed, e.LastObservation.ObservedAt.Format(time.StampMicro), at.Format(time.StampMicro))
+	}
+	f.reject(f.req(h1, 501, 1, e1), ledger.ReasonEngineKV, e1)
+	f.observe(e1, 200, 0, at.Add(time.Millisecond), true)
+	f.wantCorrection(e1, 200, 0)
+	f.acquire(f.req(h1, 800, 1, e1), e1)
+}
+
+// testStalePolicies observes e1 (or not), checks admission while the
+// observation is fresh, waits until the ledger reports it stale and checks
+// admission again under each policy.
+func (s *suite) testStalePolicies(t *testing.T) {
+	cases := []struct {
+		name    string
+		policy  ledger.StalePolicy
+		observe bool // observe 300 KV tokens in use at the start
+		// fresh runs while the observation is fresh, stale after.
+		fresh, stale func(f *fixture)
+	}{
+		{name: "hold keeps the correction", policy: ledger.StaleHold, observe: true,
+			fresh: func(f *fixture) { f.reject(f.req(h1, 701, 1, e1), ledger.ReasonEngineKV, e1) },
+			stale: func(f *fixture) {
+				f.reject(f.req(h1, 701, 1, e1), ledger.ReasonEngineKV, e1)
+				f.acquire(f.req(h1, 700, 1, e1), e1)
+			}},
+		{name: "default policy is hold", policy: "", observe: true,
+			fresh: func(f *fixture) {},
+			stale: func(f *fixture) { f.reject(f.req(h1, 701, 1, e1), ledger.ReasonEngineKV, e1) }},
+		{name: "ignore drops the correction", policy: ledger.StaleIgnore, observe: true,
+			fresh: func(f *fixture) { f.reject(f.req(h1, 701, 1, e1), ledger.ReasonEngineKV, e1) },
+			stale: func(f *fixture) { f.acquire(f.req(h1, 1000, 1, e1), e1) }},
+		{name: "block refuses grants", policy: ledger.StaleBlock, observe: true,
+			fresh: func(f *fixture) { f.acquire(f.req(h1, 700, 1, e1), e1) },
+			stale: func(f *fixture) {
+				f.reject(f.req(h1, 1, 1, e1), ledger.ReasonTelemetryStale, e1)
+				f.acquire(f.req(h1, 1, 1, e1, e2), e2)
+				f.observe(e1, 0, 0, time.Now().Add(time.Second), true)
+				f.acquire(f.req(h1, 1, 1, e1), e1)
+			}},
+		{name: "block never observed", policy: ledger.StaleBlock,
+			fresh: func(f *fixture) {},
+			stale: func(f *fixture) {
+				f.reject(f.req(h1, 1, 1, e1), ledger.ReasonTelemetryStale, e1)
+				f.acquire(f.req(h1, 1, 1, e1, e2), e2)
+				f.observe(e1, 0, 0, time.Now(), true)
+				f.acquire(f.req(h1, 1, 1, e1), e1)
+			}},
+		{name: "hold never observed", policy: ledger.StaleHold,
+			fresh: func(f *fixture) {},
+			stale: func(f *fixture) { f.acquire(f.req(h1, 1000, 1, e1), e1) }},
+		{name: "ignore never observed", policy: ledger.StaleIgnore,
+			fresh: func(f *fixture) {},
+			stale: func(f *fixture) { f.acquire(f.req(h1, 1000, 1, e1), e1) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := engine(e1, 1000, 10)
+			eng.StaleAfter, eng.StalePolicy = staleAfter, tc.policy
+			f := s.setup(t, poolSpec(pool, eng, engine(e2, 1000, 10)), noWindow)
+			if tc.observe {
+				f.observe(e1, 300, 0, time.Now(), true)
+				st := f.stats()
+				e, _ := engineStats(st, e1)
+				if e.Stale {
+					t.Fatalf("Stats engine e1 Stale = true right after an observation (now %s, observed at %s), want false",
+						st.Now.Format(time.StampMilli), e.ObservedAt.Format(time.StampMilli))
+				}
+				tc.fresh(f)
+			}
+			var e ledger.EngineStats
+			var now time.Time
+			eventually(t, staleAfter+waitSlack, "engine e1 reported stale", func() bool {
+				st := f.stats()
+				e, _ = engineStats(st, e1)
+				now = st.Now
+				return e.Stale
+			})
+			if tc.observe && now.Sub(e.ObservedAt) <= staleAfter {
+				t.Errorf("Stats engine e1 Stale = true at %s, observed at %s: want stale only after %s",
+					now.Format(time.StampMilli), e.ObservedAt.Format(time.StampMilli), staleAfter)
+			}
+			tc.stale(f)
+		})
+	}
+}
