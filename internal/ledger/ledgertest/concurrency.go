@@ -117,10 +117,11 @@ func (s *suite) testConcurrency(t *testing.T) {
 		errs     []string
 	)
 	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
 		errMu.Lock()
 		defer errMu.Unlock()
-		if len(errs) < 10 {
-			errs = append(errs, fmt.Sprintf(format, args...))
+		if len(errs) < 10 && !contains(errs, msg) {
+			errs = append(errs, msg)
 		}
 		stop.Store(true)
 	}
@@ -168,7 +169,7 @@ func (s *suite) testConcurrency(t *testing.T) {
 					r := ledger.AcquireRequest{
 						Pool: pool, Candidates: cands[:1+rng.IntN(len(cands))],
 						Tenant: tenants[rng.IntN(len(tenants))], Priority: prios[rng.IntN(len(prios))],
-						KVTokens: 200 + rng.Int64N(2800), Slots: 1 + rng.Int64N(2), Holder: holder,
+						KVTokens: 200 + rng.Int64N(1800), Slots: 1 + rng.Int64N(2), Holder: holder,
 						RequestID: ledger.RequestID(fmt.Sprintf("w%d-%d", w, op)), TTL: longTTL,
 					}
 					g, err := f.l.Acquire(f.ctx, r)
@@ -196,7 +197,7 @@ func (s *suite) testConcurrency(t *testing.T) {
 				case p < 80:
 					i := rng.IntN(len(*mine))
 					l := (*mine)[i]
-					kv := 100 + rng.Int64N(3000)
+					kv := 100 + rng.Int64N(2000)
 					if kv < l.KVTokens {
 						tr.add(l, kv-l.KVTokens, 0, "shrink") // before: tracked stays a subset
 					}

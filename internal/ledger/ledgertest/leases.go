@@ -204,13 +204,14 @@ func (s *suite) testCounters(t *testing.T) {
 func (s *suite) testRenew(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
 	r := f.req(h1, 500, 1, e1)
-	r.TTL = 300 * time.Millisecond
+	r.TTL = f.ttl(300 * time.Millisecond)
 	a := f.acquire(r, e1)
+	ext := r.TTL + 2*time.Second
 	before := f.ledgerNow()
-	rn, err := f.l.Renew(f.ctx, a.Ref(), 2*time.Second)
+	rn, err := f.l.Renew(f.ctx, a.Ref(), ext)
 	after := f.ledgerNow()
 	if err != nil {
-		t.Fatalf("Renew(%s, 2s) error = %v, want nil", a.ID, err)
+		t.Fatalf("Renew(%s, %s) error = %v, want nil", a.ID, ext, err)
 	}
 	if rn.Epoch != f.epoch {
 		t.Errorf("Renew epoch = %d, want %d", rn.Epoch, f.epoch)
@@ -218,9 +219,9 @@ func (s *suite) testRenew(t *testing.T) {
 	if rn.Lease.ID != a.ID || rn.Lease.KVTokens != a.KVTokens {
 		t.Errorf("Renew lease = %s kv=%d, want %s kv=%d", rn.Lease.ID, rn.Lease.KVTokens, a.ID, a.KVTokens)
 	}
-	lo, hi := before.Add(2*time.Second-time.Millisecond), after.Add(2*time.Second+time.Millisecond)
+	lo, hi := before.Add(ext-time.Millisecond), after.Add(ext+time.Millisecond)
 	if d := rn.Lease.Deadline; d.Before(lo) || d.After(hi) {
-		t.Errorf("Renew deadline = %s, want now+2s in [%s, %s]", d.Format(time.StampMilli), lo.Format(time.StampMilli), hi.Format(time.StampMilli))
+		t.Errorf("Renew deadline = %s, want now+%s in [%s, %s]", d.Format(time.StampMilli), ext, lo.Format(time.StampMilli), hi.Format(time.StampMilli))
 	}
 	// Past the original deadline the renewed lease survives a sweep.
 	f.waitPast(a.Deadline)
@@ -234,7 +235,7 @@ func (s *suite) testRenew(t *testing.T) {
 	}
 	f.wantReserved(e1, 500, 1, 1)
 	// Renew may also shorten.
-	rn2, err := f.l.Renew(f.ctx, a.Ref(), time.Second)
+	rn2, err := f.l.Renew(f.ctx, a.Ref(), r.TTL+time.Second)
 	if err != nil || !rn2.Lease.Deadline.Before(rn.Lease.Deadline) {
 		t.Errorf("Renew(1s) = deadline %s, error %v; want an earlier deadline than %s", rn2.Lease.Deadline.Format(time.StampMilli), err, rn.Lease.Deadline.Format(time.StampMilli))
 	}
@@ -276,7 +277,7 @@ func (s *suite) testRenewResizeUnknown(t *testing.T) {
 func (s *suite) testRenewResizeExpired(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
 	r := f.req(h1, 500, 1, e1)
-	r.TTL = 150 * time.Millisecond
+	r.TTL = f.ttl(150 * time.Millisecond)
 	a := f.acquire(r, e1)
 	b := f.acquire(f.req(h1, 100, 1, e1), e1)
 	f.waitPast(a.Deadline)
@@ -296,7 +297,7 @@ func (s *suite) testRenewResizeExpired(t *testing.T) {
 func (s *suite) testExpiryOnSweep(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
 	r := f.req(h1, 1000, 4, e1)
-	r.TTL = 200 * time.Millisecond
+	r.TTL = f.ttl(200 * time.Millisecond)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// Until swept an expired lease may still count; after it must not.
@@ -322,7 +323,7 @@ func (s *suite) testExpiryOnSweep(t *testing.T) {
 func (s *suite) testExpiryOnAcquire(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
 	r := f.req(h1, 1000, 4, e1)
-	r.TTL = 200 * time.Millisecond
+	r.TTL = f.ttl(200 * time.Millisecond)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// The sweep at the start of the next mutating call frees the capacity.

@@ -33,6 +33,10 @@ type Backend struct {
 	// returns the ledger to use afterwards, which may be l itself. A nil Lose
 	// skips the subtests that need it.
 	Lose func(t testing.TB, l ledger.Ledger) ledger.Ledger
+	// MinTTL is the shortest lease or session TTL the backend honours
+	// exactly (etcd leases count whole seconds); the suite raises shorter
+	// TTLs to it and waits for expiry accordingly. 0 means 1ms.
+	MinTTL time.Duration
 }
 
 // Run runs the whole suite against b. Subtests run one after another: most
@@ -121,7 +125,15 @@ type fixture struct {
 	l     ledger.Ledger
 	spec  ledger.PoolSpec
 	epoch ledger.Epoch
-	seq   int // request-id counter
+	seq   int           // request-id counter
+	min   time.Duration // Backend.MinTTL
+}
+
+// ttl returns d raised to the backend's MinTTL: every short lease or session
+// TTL goes through it, and every wait reads the resulting deadline from the
+// ledger.
+func (f *fixture) ttl(d time.Duration) time.Duration {
+	return max(d, f.min)
 }
 
 // open returns a new ledger that the test closes at cleanup.
@@ -139,7 +151,7 @@ func (s *suite) open(t *testing.T, opts ledger.Options) ledger.Ledger {
 // and h2.
 func (s *suite) setup(t *testing.T, spec ledger.PoolSpec, opts ledger.Options) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: t.Context(), l: s.open(t, opts), spec: spec}
+	f := &fixture{t: t, ctx: t.Context(), l: s.open(t, opts), spec: spec, min: s.b.MinTTL}
 	f.configure(spec)
 	f.keepAlive(h1, longTTL)
 	f.keepAlive(h2, longTTL)

@@ -31,14 +31,15 @@ func (s *suite) testNoSession(t *testing.T) {
 func (s *suite) testKeepAliveExtends(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
 	before := f.ledgerNow()
-	s1 := f.keepAlive("hx", 300*time.Millisecond)
+	short := f.ttl(300 * time.Millisecond)
+	s1 := f.keepAlive("hx", short)
 	if s1.Pool != pool || s1.Holder != "hx" {
 		t.Errorf("KeepAlive session = %s/%s, want %s/hx", s1.Pool, s1.Holder, pool)
 	}
-	if s1.Expires.Before(before.Add(300*time.Millisecond - time.Millisecond)) {
-		t.Errorf("KeepAlive(300ms) Expires = %s, want at least %s", s1.Expires.Format(time.StampMilli), before.Add(300*time.Millisecond).Format(time.StampMilli))
+	if s1.Expires.Before(before.Add(short - time.Millisecond)) {
+		t.Errorf("KeepAlive(%s) Expires = %s, want at least %s", short, s1.Expires.Format(time.StampMilli), before.Add(short).Format(time.StampMilli))
 	}
-	s2 := f.keepAlive("hx", 3*time.Second)
+	s2 := f.keepAlive("hx", short+3*time.Second)
 	if !s2.Expires.After(s1.Expires) {
 		t.Errorf("second KeepAlive(3s) Expires = %s, want after the first %s", s2.Expires.Format(time.StampMilli), s1.Expires.Format(time.StampMilli))
 	}
@@ -49,7 +50,7 @@ func (s *suite) testKeepAliveExtends(t *testing.T) {
 
 func (s *suite) testSessionExpiry(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
-	sess := f.keepAlive("hx", 300*time.Millisecond)
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
 	f.acquire(f.req("hx", 600, 2, e1), e1)
 	f.acquire(f.req("hx", 600, 2, e2), e2)
 	kept := f.acquire(f.req(h1, 400, 1, e1), e1)
@@ -78,7 +79,7 @@ func (s *suite) testKeepAliveDead(t *testing.T) {
 	// SweepBatch 2 and six leases: no single call can finish the dead
 	// session, so it stays dead-but-unswept across the next calls.
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 10)), ledger.Options{RecoveryWindow: -1, SweepBatch: 2})
-	sess := f.keepAlive("hx", 300*time.Millisecond)
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
 	for range 6 {
 		f.acquire(f.req("hx", 10, 1, e1), e1)
 	}
@@ -101,7 +102,7 @@ func (s *suite) testLiveHolders(t *testing.T) {
 	if got := f.keepAlive(h1, longTTL).LiveHolders; got != 2 {
 		t.Errorf("KeepAlive LiveHolders = %d, want 2", got)
 	}
-	sess := f.keepAlive("hx", 300*time.Millisecond)
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
 	if sess.LiveHolders != 3 {
 		t.Errorf("KeepAlive(hx) LiveHolders = %d, want 3", sess.LiveHolders)
 	}
@@ -123,7 +124,7 @@ func (s *suite) testBoundedSweep(t *testing.T) {
 	var last time.Time
 	for i := range 10 {
 		r := f.req(h1, 10, 1, e1)
-		r.TTL = 500 * time.Millisecond
+		r.TTL = f.ttl(500 * time.Millisecond)
 		r.RequestID = ledger.RequestID(fmt.Sprintf("exp-%d", i))
 		last = f.acquire(r, e1).Deadline
 	}
