@@ -1,0 +1,51 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// BenchmarkAcquireRelease measures one grant and one release with n other
+// leases outstanding: the cost must grow with log n, not n.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprint("outstanding=", n), func(b *testing.B) {
+			ctx := context.Background()
+			l := New(ledger.Options{RecoveryWindow: -1}, nil)
+			defer l.Close()
+			spec := testSpec()
+			spec.Engines[0].KVTokens, spec.Engines[0].Slots = ledger.MaxAmount, ledger.MaxAmount
+			if _, err := l.Configure(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.KeepAlive(ctx, testPool, "r1", time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			req := ledger.AcquireRequest{
+				Pool: testPool, Candidates: []ledger.EngineID{"e0"}, Tenant: testTenant, Priority: testPrio,
+				KVTokens: 1, Slots: 1, Holder: "r1", TTL: time.Hour,
+			}
+			for i := range n {
+				req.RequestID = ledger.RequestID(fmt.Sprint("fill-", i))
+				if _, err := l.Acquire(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				req.RequestID = ledger.RequestID(fmt.Sprint("b-", i))
+				g, err := l.Acquire(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
