@@ -5,6 +5,7 @@ package benchkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -31,6 +32,10 @@ func (r Result) Throughput() float64 {
 	return float64(r.Ops) / r.Elapsed.Seconds()
 }
 
+// ErrStop, returned by an Op, ends that caller's loop without counting the
+// call: a caller that has run out of work (leases to release) stops.
+var ErrStop = errors.New("benchkit: caller done")
+
 // Op is one operation; caller is the index of the calling goroutine and seq
 // counts that caller's operations from 0.
 type Op func(ctx context.Context, caller, seq int) error
@@ -56,6 +61,9 @@ func Run(ctx context.Context, name string, callers int, d time.Duration, op Op) 
 			for seq := 0; ctx.Err() == nil; seq++ {
 				t0 := time.Now()
 				err := op(ctx, c, seq)
+				if errors.Is(err, ErrStop) {
+					break
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						break // cut off by the end of the run

@@ -42,3 +42,18 @@ func TestRunCountsOpsAndErrors(t *testing.T) {
 		t.Errorf("Run: errors=%d of %d ops, want about half", r.Errors, r.Ops)
 	}
 }
+
+func TestRunStopsCallerOnErrStop(t *testing.T) {
+	r := Run(context.Background(), "x", 3, 5*time.Second, func(ctx context.Context, c, seq int) error {
+		if seq == 10 {
+			return ErrStop
+		}
+		return nil
+	})
+	if r.Ops != 30 || r.Errors != 0 {
+		t.Errorf("Run with ErrStop at seq 10: ops=%d errors=%d, want 30 and 0", r.Ops, r.Errors)
+	}
+	if r.Elapsed > 4*time.Second {
+		t.Errorf("Run with ErrStop took %s, want it to end when every caller stopped", r.Elapsed)
+	}
+}
