@@ -1,0 +1,176 @@
+package redis_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/redisserver"
+)
+
+// TestAdmitMatchesGo holds acquire.lua and resize.lua to ledger.Admit and
+// ledger.AdmitGrowth: random pools and requests, the Go rule evaluated on a
+// Stats snapshot before each call, and the script's decision compared.
+func TestAdmitMatchesGo(t *testing.T) {
+	srv := redisserver.Start(t)
+	for round := range 8 {
+		seed := uint64(time.Now().UnixNano()) + uint64(round)
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			admitRound(t, srv, rand.New(rand.NewPCG(seed, 7)))
+		})
+	}
+}
+
+func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
+	l := newLedger(t, srv, noWindow)
+	ctx := ctxT(t)
+	frac := func() float64 {
+		switch rng.IntN(4) {
+		case 0:
+			return 1
+		case 1:
+			return []float64{0.7, 0.95, 0.5, 0.1, 0.3}[rng.IntN(5)]
+		}
+		return 0.05 + 0.95*rng.Float64()
+	}
+	spec := ledger.PoolSpec{Name: "p", RetryAfter: time.Duration(rng.IntN(3000)) * time.Millisecond}
+	for i := range 1 + rng.IntN(4) {
+		e := ledger.EngineSpec{ID: ledger.EngineID(fmt.Sprintf("e%d", i)), KVTokens: 1 + rng.Int64N(2000), Slots: 1 + rng.Int64N(8)}
+		switch rng.IntN(4) {
+		case 1: // never observed: stale from the start
+			e.StaleAfter = time.Hour
+			e.StalePolicy = []ledger.StalePolicy{"", ledger.StaleHold, ledger.StaleBlock, ledger.StaleIgnore}[rng.IntN(4)]
+		case 2: // observed below: fresh for the whole round
+			e.StaleAfter = time.Hour
+			e.StalePolicy = []ledger.StalePolicy{ledger.StaleHold, ledger.StaleBlock, ledger.StaleIgnore}[rng.IntN(3)]
+		}
+		spec.Engines = append(spec.Engines, e)
+	}
+	for i := range 2 {
+		ts := ledger.TenantSpec{Name: ledger.TenantID(fmt.Sprintf("t%d", i)), KVShare: frac()}
+		if rng.IntN(2) == 0 {
+			ts.SlotShare = frac()
+		}
+		spec.Tenants = append(spec.Tenants, ts)
+	}
+	for i := range 2 {
+		spec.Priorities = append(spec.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(fmt.Sprintf("q%d", i)), MaxFill: frac()})
+	}
+	epoch := mustConfigure(t, l, spec)
+	mustKeepAlive(t, l, "p", "h", time.Hour)
+	for _, e := range spec.Engines {
+		if e.StaleAfter > 0 && rng.IntN(3) > 0 {
+			obs := ledger.Observation{Pool: "p", Engine: e.ID, KVTokensUsed: rng.Int64N(e.KVTokens), Running: rng.Int64N(e.Slots), ObservedAt: time.Now()}
+			if _, err := l.Observe(ctx, obs); err != nil {
+				t.Fatalf("Observe: %v", err)
+			}
+		}
+		if rng.IntN(6) == 0 {
+			if err := l.SetDraining(ctx, "p", e.ID, true); err != nil {
+				t.Fatalf("SetDraining: %v", err)
+			}
+		}
+	}
+	var held []ledger.Lease
+	outcomes := map[string]int{}
+	defer func() { t.Logf("outcomes: %v", outcomes) }()
+	for step := range 80 {
+		st, err := l.Stats(ctx, "p")
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		engines := map[ledger.EngineID]ledger.EngineState{}
+		for _, e := range st.Engines {
+			engines[e.Spec.ID] = ledger.EngineState{Spec: e.Spec, Draining: e.Draining, ReservedKV: e.ReservedKV, ReservedSlots: e.ReservedSlots,
+				CorrectionKV: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots, ObservedAt: e.ObservedAt}
+		}
+		tenants := map[ledger.TenantID]ledger.TenantStats{}
+		for _, x := range st.Tenants {
+			tenants[x.Spec.Name] = x
+		}
+		fills := map[ledger.PriorityName]float64{}
+		for _, p := range st.Priorities {
+			fills[p.Name] = p.MaxFill
+		}
+		admission := func(tenant ledger.TenantID, prio ledger.PriorityName) ledger.Admission {
+			ts := tenants[tenant]
+			return ledger.Admission{Now: st.Now, CapacityKV: st.CapacityKV, CapacitySlots: st.CapacitySlots, Tenant: ts.Spec,
+				TenantKV: ts.ReservedKV, TenantSlots: ts.ReservedSlots, MaxFill: fills[prio], RetryAfter: spec.RetryAfter, Epoch: epoch}
+		}
+
+		if len(held) > 0 && rng.IntN(4) == 0 { // resize or release a held lease
+			i := rng.IntN(len(held))
+			x := held[i]
+			if rng.IntN(2) == 0 {
+				if _, err := l.Release(ctx, x.Ref(), ledger.Usage{}); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				held = append(held[:i], held[i+1:]...)
+				continue
+			}
+			newKV := 1 + rng.Int64N(2*x.KVTokens+50)
+			var want *ledger.Rejection
+			if delta := newKV - x.KVTokens; delta > 0 {
+				want = ledger.AdmitGrowth(admission(x.Tenant, x.Priority), engines[x.Engine], newKV, delta)
+			}
+			rn, err := l.Resize(ctx, x.Ref(), newKV)
+			compare(t, fmt.Sprintf("step %d Resize(%s kv %d -> %d on %s)", step, x.ID, x.KVTokens, newKV, x.Engine), err, want, "", rn.Lease.Engine)
+			if err == nil {
+				held[i] = rn.Lease
+			}
+			continue
+		}
+
+		r := ledger.AcquireRequest{
+			Pool: "p", Tenant: spec.Tenants[rng.IntN(2)].Name, Priority: spec.Priorities[rng.IntN(2)].Name,
+			KVTokens: 1 + rng.Int64N(700), Slots: 1 + rng.Int64N(3), Holder: "h",
+			RequestID: ledger.RequestID(fmt.Sprintf("r%d", step)), TTL: time.Hour,
+		}
+		for _, i := range rng.Perm(len(spec.Engines))[:1+rng.IntN(len(spec.Engines))] {
+			r.Candidates = append(r.Candidates, spec.Engines[i].ID)
+		}
+		a := admission(r.Tenant, r.Priority)
+		for _, c := range r.Candidates {
+			a.Candidates = append(a.Candidates, engines[c])
+		}
+		a.KVTokens, a.Slots = r.KVTokens, r.Slots
+		idx, want := ledger.Admit(a)
+		wantEngine := ledger.EngineID("")
+		if idx >= 0 {
+			wantEngine = r.Candidates[idx]
+		}
+		g, err := l.Acquire(ctx, r)
+		if rej := ledger.AsRejection(err); rej != nil {
+			outcomes[string(rej.Reason)]++
+		} else if err == nil {
+			outcomes["granted"]++
+		}
+		compare(t, fmt.Sprintf("step %d Acquire(kv=%d slots=%d %s/%s on %v)", step, r.KVTokens, r.Slots, r.Tenant, r.Priority, r.Candidates),
+			err, want, wantEngine, g.Lease.Engine)
+		if err == nil {
+			if got, perr := ledger.ParseLeaseID(g.Lease.ID); perr != nil || got != g.Lease.Fence || g.Lease.ID != ledger.MakeLeaseID(g.Lease.Fence) {
+				t.Errorf("lease id %q does not encode fence %s", g.Lease.ID, g.Lease.Fence)
+			}
+			held = append(held, g.Lease)
+		}
+	}
+}
+
+func compare(t *testing.T, what string, err error, want *ledger.Rejection, wantEngine, gotEngine ledger.EngineID) {
+	t.Helper()
+	got := ledger.AsRejection(err)
+	switch {
+	case err != nil && got == nil:
+		t.Fatalf("%s error = %v, want a decision", what, err)
+	case want == nil && got != nil:
+		t.Errorf("%s = rejected %s on %q, Go rule grants on %q", what, got.Reason, got.Engine, wantEngine)
+	case want != nil && got == nil:
+		t.Errorf("%s = granted on %s, Go rule rejects %s on %q", what, gotEngine, want.Reason, want.Engine)
+	case want != nil && *got != *want:
+		t.Errorf("%s = %+v, Go rule %+v", what, *got, *want)
+	case want == nil && wantEngine != "" && gotEngine != wantEngine:
+		t.Errorf("%s granted on %s, Go rule on %s", what, gotEngine, wantEngine)
+	}
+}

@@ -1,0 +1,436 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Options configures a redis Ledger. The zero value is the defaults.
+type Options struct {
+	ledger.Options
+	// Prefix starts every key; "" means DefaultPrefix. It must not contain
+	// braces, glob characters or spaces.
+	Prefix string
+}
+
+// Ledger is the Redis backend of ledger.Ledger: every operation is one Lua
+// script call on the pool's keys, so it is atomic on Redis and on one Redis
+// Cluster slot per pool. It keeps no state besides its options; any number
+// of Ledgers (routers, reservers) may share one Redis.
+type Ledger struct {
+	client  goredis.UniversalClient
+	ownsC   bool // Close closes client (Open made it)
+	opts    Options
+	scripts *scripts
+	err     error       // a bad option, returned by every call
+	closed  atomic.Bool // set by Close
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// New returns a Ledger on client. The caller keeps ownership of client:
+// Close does not close it. Invalid options make every call fail with an
+// error wrapping ledger.ErrInvalidArgument.
+func New(client goredis.UniversalClient, opts Options) *Ledger {
+	l := &Ledger{client: client}
+	l.opts, l.err = opts.withDefaults()
+	if l.err == nil {
+		l.scripts, l.err = loadScripts()
+	}
+	return l
+}
+
+// Open parses a --ledger URL, redis://[user:password@]host:port/db (or
+// rediss:// for TLS), and returns a Ledger on a new client that Close closes.
+func Open(rawURL string, opts Options) (*Ledger, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("open redis ledger: %w", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("open redis ledger: scheme %q, want redis or rediss", u.Scheme)
+	}
+	copts, err := goredis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
+	}
+	l := New(goredis.NewClient(copts), opts)
+	l.ownsC = true
+	if l.err != nil {
+		_ = l.client.Close()
+		return nil, fmt.Errorf("open redis ledger: %w", l.err)
+	}
+	return l, nil
+}
+
+func (o Options) withDefaults() (Options, error) {
+	o.Options = o.Options.WithDefaults()
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	return o, checkPrefix(o.Prefix)
+}
+
+// Close makes every later call fail with ledger.ErrClosed, and closes the
+// client if Open made it. Leases are not released.
+func (l *Ledger) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	if l.ownsC {
+		return l.client.Close()
+	}
+	return nil
+}
+
+// run calls the script op on pool's keys with the sweep batch first in ARGV,
+// and decodes the reply. what names the operation for error messages.
+func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, batch int, args ...any) (reply, error) {
+	if l.closed.Load() {
+		return reply{}, ledger.ErrClosed
+	}
+	if l.err != nil {
+		return reply{}, l.err
+	}
+	keys, _ := keySchema(l.opts.Prefix, pool)
+	argv := append([]any{batch}, args...)
+	v, err := s(l.scripts).Run(ctx, l.client, keys.scriptKeys(), argv...).Result()
+	if err != nil {
+		return reply{}, err
+	}
+	return decodeReply(v)
+}
+
+func (l *Ledger) mutate(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
+	return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
+}
+
+// Configure applies spec and returns the pool's epoch: a new one, with its
+// recovery window, when the pool's state was missing.
+func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	if err := ledger.ValidatePoolSpec(spec); err != nil {
+		return 0, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+	}
+	retry := spec.RetryAfter
+	if retry == 0 {
+		retry = ledger.DefaultRetryAfter
+	}
+	order := make([]string, 0, len(spec.Priorities))
+	for _, p := range spec.Priorities {
+		order = append(order, string(p.Name))
+	}
+	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), len(spec.Engines)}
+	for _, e := range spec.Engines {
+		args = append(args, string(e.ID), e.URL, itoa(e.KVTokens), itoa(e.Slots), itoa(int64(e.StaleAfter)), string(e.StalePolicy))
+	}
+	args = append(args, len(spec.Tenants))
+	for _, t := range spec.Tenants {
+		args = append(args, string(t.Name), ftoa(t.KVShare), ftoa(t.SlotShare))
+	}
+	args = append(args, len(spec.Priorities))
+	for _, p := range spec.Priorities {
+		args = append(args, string(p.Name), ftoa(p.MaxFill))
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.configure }, spec.Name, args...)
+	if err != nil {
+		return 0, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+	}
+	// The pools index lives outside the pool's hash slot, so it is not part
+	// of the script; Pools filters out entries whose pool state is gone.
+	_, index := keySchema(l.opts.Prefix, spec.Name)
+	if err := l.client.SAdd(ctx, index, string(spec.Name)).Err(); err != nil {
+		return r.epoch, fmt.Errorf("configure pool %s: index pool: %w", spec.Name, err)
+	}
+	return r.epoch, nil
+}
+
+// SetDraining drains or undrains a configured engine.
+func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	flag := "0"
+	if draining {
+		flag = "1"
+	}
+	if _, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.drain }, pool, string(engine), flag); err != nil {
+		return fmt.Errorf("set draining=%t on engine %s in pool %s: %w", draining, engine, pool, err)
+	}
+	return nil
+}
+
+// KeepAlive creates or extends holder's session in pool to now+ttl.
+func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
+	if err := ledger.ValidateKeepAlive(pool, holder, ttl); err != nil {
+		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: %w", holder, pool, err)
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.keepalive }, pool, string(holder), ms(ttl))
+	if err != nil {
+		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: %w", holder, pool, err)
+	}
+	if len(r.rest) < 3 {
+		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: malformed reply", holder, pool)
+	}
+	return ledger.Session{
+		Pool:            pool,
+		Holder:          holder,
+		Expires:         time.UnixMilli(integer(r.rest[0])),
+		LiveHolders:     int(integer(r.rest[1])),
+		Epoch:           r.epoch,
+		RecoveringUntil: millisOrZero(integer(r.rest[2])),
+	}, nil
+}
+
+// Acquire grants capacity on the first fitting candidate, or replays the
+// holder's outstanding lease for the same request id.
+func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
+	if err := ledger.ValidateAcquire(req); err != nil {
+		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+	}
+	args := make([]any, 0, 8+len(req.Candidates))
+	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
+		string(req.Holder), string(req.RequestID), ms(req.TTL), len(req.Candidates))
+	for _, c := range req.Candidates {
+		args = append(args, string(c))
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, args...)
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+	}
+	lease, err := decodeLease(req.Pool, r.rest)
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+	}
+	return ledger.Grant{Lease: lease, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
+}
+
+// Renew extends a live lease's deadline to now+ttl.
+func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	if err := ledger.ValidateRenew(ref, ttl); err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref.Pool, string(ref.ID), string(ref.Holder), ms(ttl))
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	lease, err := decodeLease(ref.Pool, r.rest)
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
+}
+
+// Resize sets a live lease's KV tokens; growth is admitted like an
+// acquisition of the difference.
+func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
+		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref.Pool, string(ref.ID), string(ref.Holder), itoa(kvTokens))
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d: %w", ref.ID, ref.Pool, kvTokens, err)
+	}
+	lease, err := decodeLease(ref.Pool, r.rest)
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
+}
+
+// Release ends a lease; releasing an unknown lease is not an error.
+func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
+	if err := ledger.ValidateRef(ref); err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	if err := ledger.ValidateUsage(usage); err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
+		itoa(usage.PromptTokens), itoa(usage.CompletionTokens))
+	if err != nil {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+	}
+	if len(r.rest) < 1 {
+		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: malformed reply", ref.ID, ref.Pool)
+	}
+	return ledger.Released{Released: integer(r.rest[0]) == 1, Epoch: r.epoch}, nil
+}
+
+// Reassert re-inserts a lease its live holder still uses, above capacity if
+// need be, with deadline now+ttl.
+func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
+	if err := ledger.ValidateReassert(lease, ttl); err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	// The id is the lease's identity; its fence is the one it was made from.
+	fence, err := ledger.ParseLeaseID(lease.ID)
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	created := int64(0)
+	if !lease.Created.IsZero() {
+		created = lease.Created.UnixMilli()
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.reassert }, lease.Pool,
+		string(lease.ID), string(lease.Holder), string(lease.Engine), string(lease.Tenant), string(lease.Priority),
+		itoa(lease.KVTokens), itoa(lease.Slots), string(lease.RequestID), itoa(created),
+		strconvU(uint64(fence.Epoch)), strconvU(fence.Seq), ms(ttl))
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	got, err := decodeLease(lease.Pool, r.rest)
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+	}
+	return ledger.Grant{Lease: got, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
+}
+
+// Observe records engine telemetry; older or equal observations are ignored.
+func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
+	if err := ledger.ValidateObservation(obs); err != nil {
+		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+	}
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.observe }, obs.Pool,
+		string(obs.Engine), itoa(obs.KVTokensUsed), itoa(obs.KVTokensTotal), itoa(obs.Running), itoa(obs.Waiting),
+		itoa(obs.ObservedAt.Unix()), itoa(int64(obs.ObservedAt.Nanosecond())))
+	if err != nil {
+		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+	}
+	if len(r.rest) < 1 {
+		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: malformed reply", obs.Engine, obs.Pool)
+	}
+	return ledger.Observed{Applied: integer(r.rest[0]) == 1, Epoch: r.epoch}, nil
+}
+
+// Sweep removes up to max expired leases and dead sessions' leases; max <= 0
+// means the configured sweep batch.
+func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
+	if max <= 0 {
+		max = l.opts.SweepBatch
+	}
+	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.sweep }, pool, max)
+	if err != nil {
+		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+	}
+	if len(r.rest) < 3 {
+		return ledger.Swept{}, fmt.Errorf("sweep pool %s: malformed reply", pool)
+	}
+	return ledger.Swept{
+		Expired: int(integer(r.rest[0])),
+		Revoked: int(integer(r.rest[1])),
+		Holders: int(integer(r.rest[2])),
+	}, nil
+}
+
+// Pools lists the pools whose state exists, sorted.
+func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
+	if l.closed.Load() {
+		return nil, ledger.ErrClosed
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	_, index := keySchema(l.opts.Prefix, "")
+	names, err := l.client.SMembers(ctx, index).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	// The index is written after Configure's script and never pruned by
+	// scripts: keep only pools whose meta still exists.
+	cmds := make([]*goredis.IntCmd, len(names))
+	_, err = l.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, n := range names {
+			k, _ := keySchema(l.opts.Prefix, ledger.PoolID(n))
+			cmds[i] = p.Exists(ctx, k.Meta)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	out := make([]ledger.PoolID, 0, len(names))
+	for i, n := range names {
+		if cmds[i].Val() == 1 {
+			out = append(out, ledger.PoolID(n))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// List returns outstanding leases matching f, expired ones not yet swept
+// included, ordered by pool then fence. A pool that does not exist has no
+// leases.
+func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	pools := []ledger.PoolID{f.Pool}
+	if f.Pool == "" {
+		var err error
+		if pools, err = l.Pools(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out []ledger.Lease
+	for _, pool := range pools {
+		leases, err := l.listPool(ctx, pool, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, leases...)
+		if f.Limit > 0 && len(out) >= f.Limit {
+			break
+		}
+	}
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+func (l *Ledger) listPool(ctx context.Context, pool ledger.PoolID, f ledger.Filter) ([]ledger.Lease, error) {
+	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.list }, pool, 0,
+		string(f.Engine), string(f.Holder), string(f.Tenant))
+	if errors.Is(err, ledger.ErrUnknownPool) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list leases in pool %s: %w", pool, err)
+	}
+	out := make([]ledger.Lease, 0, len(r.rest))
+	for _, v := range r.rest {
+		fields, _ := v.([]any)
+		lease, err := decodeLease(pool, fields)
+		if err != nil {
+			return nil, fmt.Errorf("list leases in pool %s: %w", pool, err)
+		}
+		out = append(out, lease)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Fence.Less(out[j].Fence) })
+	return out, nil
+}
+
+// Stats returns a pool's totals.
+func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
+	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.stats }, pool, 0)
+	if err != nil {
+		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
+	}
+	st, err := decodeStats(pool, r)
+	if err != nil {
+		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
+	}
+	return st, nil
+}
+
+func millisOrZero(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}

@@ -1,0 +1,84 @@
+package redis
+
+import (
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/scripts/lua"
+)
+
+func TestDecodeReply(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reply  any
+		want   error
+		reject *ledger.Rejection
+	}{
+		{name: "ok", reply: []any{"ok", "17"}},
+		{name: "replayed", reply: []any{"replayed", "17"}},
+		{name: "unknown pool", reply: []any{"unknown_pool", ""}, want: ledger.ErrUnknownPool},
+		{name: "unknown engine", reply: []any{"unknown_engine", "17", "gpu-9"}, want: ledger.ErrUnknownEngine},
+		{name: "unknown tenant", reply: []any{"unknown_tenant", "17", "x"}, want: ledger.ErrUnknownTenant},
+		{name: "unknown priority", reply: []any{"unknown_priority", "17", "x"}, want: ledger.ErrUnknownPriority},
+		{name: "no session", reply: []any{"no_session", "17"}, want: ledger.ErrNoSession},
+		{name: "session expired", reply: []any{"session_expired", "17"}, want: ledger.ErrSessionExpired},
+		{name: "lease not found", reply: []any{"lease_not_found", "17"}, want: ledger.ErrLeaseNotFound},
+		{name: "not holder", reply: []any{"not_holder", "17"}, want: ledger.ErrNotHolder},
+		{name: "rejected", reply: []any{"rejected", "17", "engine_kv", "gpu-0", "1500"}, want: ledger.ErrRejected,
+			reject: &ledger.Rejection{Reason: ledger.ReasonEngineKV, Engine: "gpu-0", RetryAfter: 1500 * time.Millisecond, Epoch: 17}},
+		{name: "rejected pool-wide", reply: []any{"rejected", "17", "too_large", "", int64(0)}, want: ledger.ErrRejected,
+			reject: &ledger.Rejection{Reason: ledger.ReasonTooLarge, Epoch: 17}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := decodeReply(tc.reply)
+			if tc.want == nil {
+				if err != nil || r.epoch != 17 {
+					t.Fatalf("decodeReply(%v) = epoch %d, error %v; want epoch 17, nil", tc.reply, r.epoch, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("decodeReply(%v) error = %v, want errors.Is %v", tc.reply, err, tc.want)
+			}
+			if tc.reject != nil {
+				got := ledger.AsRejection(err)
+				if got == nil || *got != *tc.reject {
+					t.Errorf("decodeReply(%v) rejection = %+v, want %+v", tc.reply, got, tc.reject)
+				}
+			}
+		})
+	}
+	for _, bad := range []any{nil, "ok", []any{"ok"}, []any{"what", "1"}, []any{"ok", "x"}, []any{"rejected", "1", "bogus", "", "0"}} {
+		if _, err := decodeReply(bad); err == nil {
+			t.Errorf("decodeReply(%v) error = nil, want a malformed-reply error", bad)
+		}
+	}
+}
+
+// TestStatusTableCoversScripts checks every status word a script replies
+// with is decoded: ok, replayed, rejected or a sentinel in statusErrors.
+func TestStatusTableCoversScripts(t *testing.T) {
+	status := regexp.MustCompile(`return \{'([a-z_]+)'`)
+	for _, op := range lua.Operations {
+		src, err := lua.Source(op)
+		if err != nil {
+			t.Fatalf("lua.Source(%s): %v", op, err)
+		}
+		found := status.FindAllStringSubmatch(src, -1)
+		if len(found) == 0 {
+			t.Errorf("script %s returns no status word", op)
+		}
+		for _, m := range found {
+			switch w := m[1]; w {
+			case statusOK, statusReplayed, statusRejected:
+			default:
+				if statusErrors[w] == nil {
+					t.Errorf("script %s returns status %q, which statusErrors does not map", op, w)
+				}
+			}
+		}
+	}
+}
