@@ -23,6 +23,18 @@
 // dead holder sessions are removed lazily: every mutating call on a pool first
 // sweeps at most Options.SweepBatch of them, and Sweep removes up to a given
 // number. Until swept they keep counting against capacity, which is safe.
+// A call that finds an ended lease it was asked about (Renew, Resize,
+// Release, a replayed Acquire or Reassert) removes it on the spot.
+//
+// # Choices where the contract leaves room
+//
+// A lease or session has ended when the ledger clock reaches its deadline or
+// expiry (now >= deadline, in milliseconds). A caller's session is judged
+// before the call's own sweep, so KeepAlive on a dead session returns
+// ErrSessionExpired at least once even if that call then sweeps it away.
+// Release of a lease that had already ended (not yet swept) reports
+// Released=false and counts it as expired or revoked, not released.
+// Reassert takes the fencing token from the lease id, not from Lease.Fence.
 //
 // # Hazards
 //
