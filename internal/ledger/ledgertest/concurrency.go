@@ -1,6 +1,7 @@
 package ledgertest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -22,7 +23,7 @@ import (
 
 const (
 	concWorkers = 64
-	concOps     = 40
+	concOps     = 60
 	concHolders = 8
 )
 
@@ -87,7 +88,7 @@ func (tr *tracker) violation() string {
 }
 
 func concSpec() ledger.PoolSpec {
-	s := poolSpec(pool, engine(e1, 8000, 6), engine(e2, 6000, 5), engine(e3, 4000, 4))
+	s := poolSpec(pool, engine(e1, 24000, 24), engine(e2, 16000, 16), engine(e3, 10000, 10))
 	s.Tenants = []ledger.TenantSpec{
 		{Name: "ta", KVShare: 0.5},
 		{Name: "tb", KVShare: 0.3, SlotShare: 0.4},
@@ -98,6 +99,13 @@ func concSpec() ledger.PoolSpec {
 }
 
 func (s *suite) testConcurrency(t *testing.T) {
+	t.Run("SafetyUnderLoad", s.testSafetyUnderLoad)
+	t.Run("ExpiryUnderLoad", s.testExpiryUnderLoad)
+	t.Run("ConcurrentReplay", s.testConcurrentReplay)
+	t.Run("ConcurrentRelease", s.testConcurrentRelease)
+}
+
+func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	spec := concSpec()
 	f := s.setup(t, spec, noWindow)
 	for i := range concHolders {
@@ -275,5 +283,226 @@ func (s *suite) testConcurrency(t *testing.T) {
 	}
 	if g, r := st.Counters[ledger.CounterGrants], st.Counters[ledger.CounterReleases]; g != r || g != grants.Load() {
 		t.Errorf("Counters grants = %d, releases = %d, want both %d", g, r, grants.Load())
+	}
+}
+
+// testExpiryUnderLoad churns leases with short TTLs and short-lived sessions
+// while a sweeper runs. Expired leases count until swept, so the ledger's own
+// totals never exceed capacity; every grant ends exactly once, as a release,
+// an expiry or a revocation.
+func (s *suite) testExpiryUnderLoad(t *testing.T) {
+	spec := concSpec()
+	f := s.setup(t, spec, ledger.Options{RecoveryWindow: -1, SweepBatch: 4})
+	engines := []ledger.EngineID{e1, e2, e3}
+	var (
+		stop  atomic.Bool
+		errMu sync.Mutex // guards errs
+		errs  []string
+	)
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		errMu.Lock()
+		defer errMu.Unlock()
+		if len(errs) < 10 && !contains(errs, msg) {
+			errs = append(errs, msg)
+		}
+		stop.Store(true)
+	}
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { // the poller and sweeper
+		defer bg.Done()
+		for !stop.Load() {
+			if _, err := f.l.Sweep(f.ctx, pool, 3); err != nil {
+				fail("Sweep error = %v", err)
+				return
+			}
+			st, err := f.l.Stats(f.ctx, pool)
+			if err != nil {
+				fail("Stats error = %v", err)
+				return
+			}
+			for _, e := range st.Engines {
+				if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
+					fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d slots=%d", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, e.Spec.Slots)
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	var last atomic.Int64 // the latest deadline or session expiry, unix ns
+	note := func(t time.Time) {
+		for {
+			old := last.Load()
+			if t.UnixNano() <= old || last.CompareAndSwap(old, t.UnixNano()) {
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 99))
+			// Every fourth worker's session is short and dies mid-run,
+			// holding leases with long TTLs: those end by revocation.
+			holder := ledger.HolderID(fmt.Sprintf("xh%d", w))
+			sttl := longTTL
+			if w%4 == 0 {
+				sttl = f.ttl(150 * time.Millisecond)
+			}
+			sess, err := f.l.KeepAlive(f.ctx, pool, holder, sttl)
+			if err != nil {
+				fail("KeepAlive(%s) error = %v", holder, err)
+				return
+			}
+			if sttl != longTTL {
+				note(sess.Expires)
+			}
+			var mine []ledger.Lease
+			for op := 0; op < 30 && !stop.Load(); op++ {
+				if len(mine) > 0 && rng.IntN(3) == 0 {
+					i := rng.IntN(len(mine))
+					l := mine[i]
+					mine = append(mine[:i], mine[i+1:]...)
+					if _, err := f.l.Release(f.ctx, l.Ref(), ledger.Usage{}); err != nil {
+						fail("Release(%s) error = %v, want nil (Released may be false if it expired)", l.ID, err)
+						return
+					}
+					continue
+				}
+				cands := append([]ledger.EngineID(nil), engines...)
+				rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+				r := ledger.AcquireRequest{
+					Pool: pool, Candidates: cands, Tenant: "tc", Priority: prioStd,
+					KVTokens: 500 + rng.Int64N(3000), Slots: 1 + rng.Int64N(3), Holder: holder,
+					RequestID: ledger.RequestID(fmt.Sprintf("x%d-%d", w, op)), TTL: f.ttl(time.Duration(20+rng.IntN(200)) * time.Millisecond),
+				}
+				if sttl != longTTL {
+					r.TTL = longTTL
+				}
+				g, err := f.l.Acquire(f.ctx, r)
+				switch {
+				case err == nil:
+					if sttl == longTTL {
+						note(g.Lease.Deadline)
+					}
+					mine = append(mine, g.Lease)
+				case ledger.AsRejection(err) != nil:
+				case errors.Is(err, ledger.ErrSessionExpired), errors.Is(err, ledger.ErrNoSession):
+					if sttl == longTTL {
+						fail("Acquire by live holder %s error = %v", holder, err)
+					}
+					return
+				default:
+					fail("Acquire(%s) error = %v", describe(r), err)
+					return
+				}
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	stop.Store(true)
+	bg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if t.Failed() {
+		return
+	}
+	f.waitPast(time.Unix(0, last.Load()))
+	f.sweepAll()
+	st := f.stats()
+	for _, e := range st.Engines {
+		if e.ReservedKV != 0 || e.ReservedSlots != 0 || e.Leases != 0 {
+			t.Errorf("after every deadline and a sweep engine %s reserved kv=%d slots=%d leases=%d, want 0", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Leases)
+		}
+	}
+	c := st.Counters
+	ended := c[ledger.CounterReleases] + c[ledger.CounterExpired] + c[ledger.CounterRevoked]
+	if c[ledger.CounterGrants] == 0 || ended != c[ledger.CounterGrants] {
+		t.Errorf("Counters grants = %d, releases+expired+revoked = %d+%d+%d = %d, want every grant ended exactly once",
+			c[ledger.CounterGrants], c[ledger.CounterReleases], c[ledger.CounterExpired], c[ledger.CounterRevoked], ended)
+	}
+	t.Logf("grants %d: released %d, expired %d, revoked %d", c[ledger.CounterGrants], c[ledger.CounterReleases], c[ledger.CounterExpired], c[ledger.CounterRevoked])
+}
+
+// testConcurrentReplay retries one request from many goroutines at once:
+// exactly one lease is created and every caller gets it.
+func (s *suite) testConcurrentReplay(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
+	r := f.req(h1, 600, 1, e1, e2)
+	const n = 16
+	grants := make([]ledger.Grant, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			grants[i], errs[i] = f.l.Acquire(f.ctx, r)
+		}()
+	}
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("concurrent retry %d error = %v, want the one lease", i, errs[i])
+		}
+		if !grants[i].Replayed {
+			fresh++
+		}
+		if grants[i].Lease.ID != grants[0].Lease.ID {
+			t.Errorf("concurrent retry %d got lease %s, want %s like retry 0", i, grants[i].Lease.ID, grants[0].Lease.ID)
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d of %d concurrent retries were not Replayed, want exactly 1", fresh, n)
+	}
+	st := f.stats()
+	if st.Leases != 1 {
+		t.Errorf("Stats Leases after %d concurrent retries = %d, want 1", n, st.Leases)
+	}
+	checkStatsMatchList(t, st, f.list(ledger.Filter{Pool: pool}))
+}
+
+// testConcurrentRelease releases one lease from many goroutines at once:
+// exactly one release frees it, and no other reservation is touched.
+func (s *suite) testConcurrentRelease(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
+	a := f.acquire(f.req(h1, 600, 1, e1), e1)
+	b := f.acquire(f.req(h2, 400, 1, e1), e1)
+	const n = 16
+	released := make([]bool, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rel ledger.Released
+			rel, errs[i] = f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
+			released[i] = rel.Released
+		}()
+	}
+	wg.Wait()
+	count := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("concurrent release %d error = %v, want nil", i, errs[i])
+		}
+		if released[i] {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d of %d concurrent releases reported Released, want exactly 1", count, n)
+	}
+	f.wantReserved(e1, b.KVTokens, b.Slots, 1)
+	c := f.stats().Counters
+	if c[ledger.CounterReleases] != 1 || c[ledger.CounterActualPrompt] != 10 {
+		t.Errorf("Counters releases = %d, actual prompt = %d, want 1 and 10", c[ledger.CounterReleases], c[ledger.CounterActualPrompt])
 	}
 }

@@ -46,6 +46,7 @@ func Run(t *testing.T, b Backend) {
 	if b.New == nil {
 		t.Fatal("ledgertest: Backend.New is nil")
 	}
+	t.Logf("ledgertest: running the conformance suite against backend %q", b.Name)
 	s := &suite{b: b}
 	groups := []struct {
 		name string
