@@ -208,7 +208,7 @@ func TestLeaseExpiresAtDeadline(t *testing.T) {
 func TestReleaseOfEndedLeaseBeforeSweep(t *testing.T) {
 	f := newFixture(t, ledger.Options{SweepBatch: 1})
 	f.keepAlive("r1", time.Hour)
-	a := f.acquire("r1", "a", 10, time.Second)
+	f.acquire("r1", "a", 10, time.Second)
 	b := f.acquire("r1", "b", 10, time.Second)
 	f.clock.Advance(time.Second)
 	// The release's sweep takes a; b has ended but is still there.
@@ -221,7 +221,6 @@ func TestReleaseOfEndedLeaseBeforeSweep(t *testing.T) {
 		s.Counters[ledger.CounterActualPrompt] != 0 {
 		t.Fatalf("after releasing an ended lease: leases %d, counters %v", s.Leases, s.Counters)
 	}
-	_ = a
 }
 
 func TestSessionDeathRevokesLeases(t *testing.T) {
