@@ -7,6 +7,7 @@
 --       11 fence epoch, 12 fence seq, 13 ttl ms.
 -- Returns: {'ok' | 'replayed', epoch, lease...} | {'unknown_pool', ''}
 --        | {'no_session' | 'session_expired' | 'not_holder', epoch}
+--        | {'invalid_argument', epoch, why}
 --        | {'unknown_engine' | 'unknown_tenant' | 'unknown_priority', epoch, name}.
 --
 -- No capacity check: the load is real, so it counts even above capacity and
@@ -37,6 +38,11 @@ if not load_engine(engine) then return {'unknown_engine', m.epoch, engine} end
 if not load_tenant(tenant) then return {'unknown_tenant', m.epoch, tenant} end
 if not load_maxfill(prio) then return {'unknown_priority', m.epoch, prio} end
 
+-- A current-epoch sequence the pool's counter (HINCRBY, exact in Lua below
+-- 2^53) could not carry would make later grants fail or collide.
+if ARGV[11] == m.epoch and tonumber(ARGV[12]) >= 2 ^ 53 then
+  return {'invalid_argument', m.epoch, 'fence sequence ' .. ARGV[12] .. ' of the current epoch is too large'}
+end
 if ARGV[11] == m.epoch and tonumber(ARGV[12]) > num(redis.call('HGET', K_META, 'seq')) then
   redis.call('HSET', K_META, 'seq', ARGV[12])
 end

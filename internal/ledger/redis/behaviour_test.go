@@ -103,6 +103,12 @@ func TestScriptErrors(t *testing.T) {
 			_, err := l.Reassert(ctx, reassert(func(x *ledger.Lease) { x.Priority = "nope" }), time.Second)
 			return err
 		}, ledger.ErrUnknownPriority},
+		{"reassert huge sequence", func() error {
+			_, err := l.Reassert(ctx, reassert(func(x *ledger.Lease) {
+				x.ID = ledger.MakeLeaseID(ledger.Fence{Epoch: g.Epoch, Seq: 1 << 60})
+			}), time.Second)
+			return err
+		}, ledger.ErrInvalidArgument},
 		{"observe unknown engine", func() error {
 			_, err := l.Observe(ctx, ledger.Observation{Pool: "llama", Engine: "nope", ObservedAt: time.Now()})
 			return err

@@ -59,5 +59,8 @@
 //   - Acquire fails with ledger.ErrUnknownEngine if any candidate is not
 //     configured.
 //   - List of a pool that does not exist returns no leases and no error.
+//   - Reassert takes the fence from the lease id (the id is the lease's
+//     identity) and refuses, with ledger.ErrInvalidArgument, a current-epoch
+//     sequence of 2^53 or more, which the pool's counter could not carry.
 //   - Durations are sent in whole milliseconds, rounded up.
 package redis

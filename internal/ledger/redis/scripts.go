@@ -59,6 +59,7 @@ var statusErrors = map[string]error{
 	"session_expired":  ledger.ErrSessionExpired,
 	"lease_not_found":  ledger.ErrLeaseNotFound,
 	"not_holder":       ledger.ErrNotHolder,
+	"invalid_argument": ledger.ErrInvalidArgument,
 }
 
 // reply is a decoded script reply.
