@@ -1,0 +1,338 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// A lease is live while its record, its deadline marker (on an etcd lease
+// that outlives the deadline) and its holder's live marker all exist. Renew,
+// Resize and Release read the record and both markers in one transaction
+// and commit guarded by them.
+
+// leaseView reads a lease with its markers and, once the record names them,
+// its engine, tenant and request key.
+type leaseView struct {
+	v     *view
+	m     *metaRec
+	rec   leaseRec
+	found bool
+	alive bool // deadline marker and holder's live marker exist
+}
+
+func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, withState bool) (*leaseView, error) {
+	k := l.keys
+	lk := k.lease(pool, id)
+	ks := []string{k.meta(pool), k.recovering(pool), lk, k.deadline(pool, id)}
+	if holder != ledger.NoHolder {
+		ks = append(ks, k.holder(pool, holder), k.live(pool, holder))
+	}
+	v, err := l.read(ctx, ks)
+	if err != nil {
+		return nil, err
+	}
+	lv := &leaseView{v: v}
+	if lv.m, err = l.meta(v, pool); err != nil {
+		return nil, err
+	}
+	if !v.has(lk) {
+		return lv, nil
+	}
+	lv.found = true
+	if err := decode(lk, v.value(lk), &lv.rec); err != nil {
+		return nil, err
+	}
+	more := []string{k.live(pool, lv.rec.Holder)}
+	if withState {
+		more = append(more, k.engine(pool, lv.rec.Engine), k.tenant(pool, lv.rec.Tenant),
+			k.request(pool, lv.rec.Holder, lv.rec.RequestID))
+	}
+	if err := l.readMore(ctx, v, more); err != nil {
+		return nil, err
+	}
+	lv.alive = v.has(k.deadline(pool, id)) && v.has(k.live(pool, lv.rec.Holder))
+	return lv, nil
+}
+
+// Renew extends a live lease's deadline to now+ttl by moving its deadline
+// marker to an etcd lease that outlives the new deadline.
+func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	if err := ledger.ValidateRenew(ref, ttl); err != nil {
+		return ledger.Renewal{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.Renewal{}, err
+	}
+	id, _, err := canonical(ref.ID)
+	if err != nil {
+		return ledger.Renewal{}, err
+	}
+	if err := l.sweepDue(ctx, ref.Pool); err != nil {
+		return ledger.Renewal{}, err
+	}
+	pool := ref.Pool
+	var out ledger.Renewal
+	err = l.retry(ctx, "renew", func() (bool, error) {
+		lv, err := l.readLease(ctx, pool, id, ref.Holder, false)
+		if err != nil {
+			return false, err
+		}
+		if err := lv.usable(ref, id); err != nil {
+			return false, err
+		}
+		base := l.opts.Clock.Now()
+		now := time.UnixMilli(base.UnixMilli())
+		r := lv.rec
+		oldDeadline := r.DeadlineMs
+		r.DeadlineMs = now.Add(ledger.CeilMillis(ttl)).UnixMilli()
+		etcdLease, err := l.leaseUntil(ctx, base, base.Add(ttl))
+		if err != nil {
+			return false, err
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(l.keys.lease(pool, id), encode(r)),
+			clientv3.OpPut(l.keys.deadline(pool, id), "", clientv3.WithLease(etcdLease)),
+		}
+		if oldDeadline != r.DeadlineMs {
+			ops = append(ops, clientv3.OpDelete(l.keys.byDeadline(pool, oldDeadline, id)),
+				clientv3.OpPut(l.keys.byDeadline(pool, r.DeadlineMs, id), ""))
+		}
+		ok, err := l.commit(ctx, lv.v, ops...)
+		out = ledger.Renewal{Lease: r.lease(pool), Epoch: ledger.Epoch(lv.m.Epoch)}
+		return ok, err
+	})
+	if err != nil {
+		return ledger.Renewal{}, fmt.Errorf("renew %s in %s: %w", id, pool, err)
+	}
+	return out, nil
+}
+
+// usable checks that ref may act on the lease in lv.
+func (lv *leaseView) usable(ref ledger.LeaseRef, id ledger.LeaseID) error {
+	switch {
+	case !lv.found:
+		return fmt.Errorf("%w: %s in pool %s", ledger.ErrLeaseNotFound, id, ref.Pool)
+	case lv.rec.Holder != ref.Holder:
+		return fmt.Errorf("%w: lease %s in pool %s", ledger.ErrNotHolder, id, ref.Pool)
+	case !lv.alive:
+		return fmt.Errorf("%w: %s in pool %s has ended", ledger.ErrLeaseNotFound, id, ref.Pool)
+	}
+	return nil
+}
+
+// Resize sets a live lease's KV tokens. Shrinking always succeeds; growth
+// is decided by ledger.AdmitGrowth under the same guards as Acquire.
+func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
+		return ledger.Renewal{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.Renewal{}, err
+	}
+	id, _, err := canonical(ref.ID)
+	if err != nil {
+		return ledger.Renewal{}, err
+	}
+	if err := l.sweepDue(ctx, ref.Pool); err != nil {
+		return ledger.Renewal{}, err
+	}
+	pool := ref.Pool
+	var out ledger.Renewal
+	var rejection *ledger.Rejection
+	err = l.retryPool(ctx, pool, "resize", func() (bool, error) {
+		lv, err := l.readLease(ctx, pool, id, ref.Holder, true)
+		if err != nil {
+			return false, err
+		}
+		if err := lv.usable(ref, id); err != nil {
+			return false, err
+		}
+		v, m, r := lv.v, lv.m, lv.rec
+		epoch := ledger.Epoch(m.Epoch)
+		delta := kvTokens - r.KVTokens
+		out = ledger.Renewal{Lease: r.lease(pool), Epoch: epoch}
+		if delta == 0 {
+			return true, nil
+		}
+		er, err := l.engineRec(v, pool, r.Engine)
+		if err != nil {
+			return false, err
+		}
+		tk := l.keys.tenant(pool, r.Tenant)
+		tr, err := l.tenantRec(v, pool, r.Tenant)
+		if err != nil {
+			return false, err
+		}
+		if delta > 0 {
+			rej, err := l.admitGrowth(ctx, v, m, r, er, tr, kvTokens, delta)
+			if err != nil {
+				return false, err
+			}
+			if rej != nil {
+				count(&tr.Counters, ledger.CounterRejections, 1)
+				count(&tr.Counters, ledger.CounterRejections+":"+string(rej.Reason), 1)
+				ok, err := l.commit(ctx, v, clientv3.OpPut(tk, encode(tr)))
+				if ok {
+					rejection = rej
+				}
+				return ok, err
+			}
+		}
+		r.KVTokens = kvTokens
+		er.ReservedKV += delta
+		tr.ReservedKV += delta
+		ok, err := l.commit(ctx, v,
+			clientv3.OpPut(l.keys.lease(pool, id), encode(r)),
+			clientv3.OpPut(l.keys.engine(pool, r.Engine), encode(er)),
+			clientv3.OpPut(tk, encode(tr)))
+		out = ledger.Renewal{Lease: r.lease(pool), Epoch: epoch}
+		return ok, err
+	})
+	switch {
+	case rejection != nil:
+		return ledger.Renewal{}, rejection
+	case err != nil:
+		return ledger.Renewal{}, fmt.Errorf("resize %s in %s: %w", id, pool, err)
+	}
+	return out, nil
+}
+
+// admitGrowth builds the admission for growing r by delta and decides it.
+func (l *Ledger) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRec, er engineRec, tr tenantRec, newKV, delta int64) (*ledger.Rejection, error) {
+	pool := m.Spec.Name
+	spec, ok := m.engine(r.Engine)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, r.Engine, pool)
+	}
+	tspec, ok := m.tenant(r.Tenant)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownTenant, r.Tenant, pool)
+	}
+	prio, ok := m.priority(r.Priority)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownPriority, r.Priority, pool)
+	}
+	fk := l.keys.fresh(pool, r.Engine)
+	if err := l.readMore(ctx, v, []string{fk}); err != nil {
+		return nil, err
+	}
+	now := l.now()
+	capKV, capSlots := m.capacity()
+	a := ledger.Admission{
+		Now: now, RecoveringUntil: l.recoveringUntil(v, pool, now),
+		CapacityKV: capKV, CapacitySlots: capSlots,
+		Tenant: tspec, TenantKV: tr.ReservedKV, TenantSlots: tr.ReservedSlots,
+		MaxFill: prio.MaxFill, KVTokens: delta, Slots: 0,
+		RetryAfter: m.Spec.RetryAfter, Epoch: ledger.Epoch(m.Epoch),
+	}
+	return ledger.AdmitGrowth(a, admissionState(spec, er, v.has(fk), now), newKV, delta), nil
+}
+
+// Release ends a live lease and reports Released=true; releasing a lease
+// that is gone, or has ended but is not yet swept (it is swept now), reports
+// Released=false. Idempotent.
+func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
+	if err := ledger.ValidateRef(ref); err != nil {
+		return ledger.Released{}, err
+	}
+	if err := ledger.ValidateUsage(usage); err != nil {
+		return ledger.Released{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.Released{}, err
+	}
+	id, _, err := canonical(ref.ID)
+	if err != nil {
+		return ledger.Released{}, err
+	}
+	if err := l.sweepDue(ctx, ref.Pool); err != nil {
+		return ledger.Released{}, err
+	}
+	res, err := l.endLease(ctx, ref.Pool, id, ref.Holder, usage)
+	if err != nil {
+		return ledger.Released{}, fmt.Errorf("release %s in %s: %w", id, ref.Pool, err)
+	}
+	return ledger.Released{Released: res.cause == ledger.CounterReleases, Epoch: res.epoch}, nil
+}
+
+// ended is what endLease did: cause is the counter it bumped
+// (CounterReleases, CounterExpired, CounterRevoked) or "" if nothing.
+type ended struct {
+	cause string
+	epoch ledger.Epoch
+}
+
+// endLease removes a lease and its reservation. With a holder (Release) it
+// releases a live lease of that holder and sweeps an ended one; without
+// (sweepers) it removes the lease only if it has ended: its deadline
+// marker is gone (expired) or its holder's live marker is (revoked).
+// Concurrent callers are idempotent: only one commit can match the guards.
+func (l *Ledger) endLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage) (ended, error) {
+	var out ended
+	err := l.retryPool(ctx, pool, "end lease", func() (bool, error) {
+		out = ended{}
+		lv, err := l.readLease(ctx, pool, id, holder, true)
+		if err != nil {
+			return false, err
+		}
+		out.epoch = ledger.Epoch(lv.m.Epoch)
+		if !lv.found {
+			return true, nil
+		}
+		r, v, k := lv.rec, lv.v, l.keys
+		if holder != ledger.NoHolder && r.Holder != holder {
+			return false, fmt.Errorf("%w: lease %s in pool %s", ledger.ErrNotHolder, id, pool)
+		}
+		switch {
+		case lv.alive && holder == ledger.NoHolder:
+			return true, nil
+		case lv.alive:
+			out.cause = ledger.CounterReleases
+		case !v.has(k.deadline(pool, id)):
+			out.cause = ledger.CounterExpired
+		default:
+			out.cause = ledger.CounterRevoked
+		}
+		er, err := l.engineRec(v, pool, r.Engine)
+		if err != nil {
+			return false, err
+		}
+		tr, err := l.tenantRec(v, pool, r.Tenant)
+		if err != nil {
+			return false, err
+		}
+		er.ReservedKV -= r.KVTokens
+		er.ReservedSlots -= r.Slots
+		er.Leases--
+		count(&er.Counters, out.cause, 1)
+		if out.cause == ledger.CounterReleases {
+			count(&er.Counters, ledger.CounterReleasedKV, r.KVTokens)
+			count(&er.Counters, ledger.CounterActualPrompt, usage.PromptTokens)
+			count(&er.Counters, ledger.CounterActualComplete, usage.CompletionTokens)
+		}
+		tr.ReservedKV -= r.KVTokens
+		tr.ReservedSlots -= r.Slots
+		tr.Leases--
+		ops := []clientv3.Op{
+			clientv3.OpDelete(k.lease(pool, id)),
+			clientv3.OpDelete(k.deadline(pool, id)),
+			clientv3.OpDelete(k.byDeadline(pool, r.DeadlineMs, id)),
+			clientv3.OpDelete(k.holderIdx(pool, r.Holder, id)),
+			clientv3.OpPut(k.engine(pool, r.Engine), encode(er)),
+			clientv3.OpPut(k.tenant(pool, r.Tenant), encode(tr)),
+		}
+		if rk := k.request(pool, r.Holder, r.RequestID); string(v.value(rk)) == string(id) {
+			ops = append(ops, clientv3.OpDelete(rk))
+		}
+		return l.commit(ctx, v, ops...)
+	})
+	if err != nil {
+		return ended{}, err
+	}
+	return out, nil
+}

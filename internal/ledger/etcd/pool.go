@@ -1,0 +1,404 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Configure applies spec. When the pool's meta record is missing (first
+// use, or the store lost it) it mints a new epoch, clears whatever is left
+// under the pool's prefix and starts the recovery window; otherwise it
+// replaces the spec and keeps epoch, engine state and leases.
+func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	if err := ledger.ValidatePoolSpec(spec); err != nil {
+		return ledger.NoEpoch, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.NoEpoch, err
+	}
+	pool := spec.Name
+	mk := l.keys.meta(pool)
+	var epoch ledger.Epoch
+	err := l.retryPool(ctx, pool, "configure "+string(pool), func() (bool, error) {
+		v, err := l.read(ctx, []string{mk})
+		if err != nil {
+			return false, err
+		}
+		if v.has(mk) {
+			m, err := l.meta(v, pool)
+			if err != nil {
+				return false, err
+			}
+			epoch = ledger.Epoch(m.Epoch)
+			next := *m
+			next.Spec = spec
+			if encode(next) == encode(*m) {
+				return true, nil
+			}
+			return l.commit(ctx, v, clientv3.OpPut(mk, encode(next)))
+		}
+		return l.createPool(ctx, v, spec, &epoch)
+	})
+	if err != nil {
+		return ledger.NoEpoch, fmt.Errorf("configure %s: %w", pool, err)
+	}
+	return epoch, nil
+}
+
+// createPool writes a new pool incarnation: meta with a fresh epoch, the
+// sequence, and the recovery marker on an etcd lease of the window's TTL.
+func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, epoch *ledger.Epoch) (bool, error) {
+	pool := spec.Name
+	now := l.opts.Clock.Now()
+	e := l.mintEpoch(pool, now)
+	m := metaRec{Epoch: uint64(e), CreatedMs: now.UnixMilli(), Spec: spec}
+	// Clear what a lost meta record left behind (etcd refuses a delete
+	// range and puts inside it in one transaction); nothing writes below
+	// the pool while its meta record is missing.
+	clear, err := l.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.keys.meta(pool)), "=", 0)).
+		Then(clientv3.OpDelete(l.keys.pool(pool), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcd ledger: clear pool: %w", err)
+	}
+	if !clear.Succeeded {
+		return false, nil
+	}
+	ops := []clientv3.Op{
+		clientv3.OpPut(l.keys.meta(pool), encode(m)),
+		clientv3.OpPut(l.keys.seq(pool), "0"),
+	}
+	var window clientv3.LeaseID
+	if w := l.opts.RecoveryWindow; w > 0 {
+		resp, err := l.cli.Grant(ctx, ceilSeconds(w))
+		if err != nil {
+			return false, fmt.Errorf("etcd ledger: grant recovery window: %w", err)
+		}
+		window = resp.ID
+		until := time.UnixMilli(now.UnixMilli()).Add(ledger.CeilMillis(w))
+		ops = append(ops, clientv3.OpPut(l.keys.recovering(pool), strconv.FormatInt(until.UnixMilli(), 10), clientv3.WithLease(window)))
+	}
+	ok, err := l.commit(ctx, v, ops...)
+	if !ok && window != 0 {
+		l.revokeQuietly(window)
+	}
+	if ok {
+		*epoch = e
+		l.seeEpoch(pool, e)
+	}
+	return ok, err
+}
+
+// mintEpoch returns max(now in µs, last epoch seen for pool + 1). The number
+// only has to be new and greater; nothing compares it with a clock.
+func (l *Ledger) mintEpoch(pool ledger.PoolID, now time.Time) ledger.Epoch {
+	l.epochMu.Lock()
+	defer l.epochMu.Unlock()
+	e := ledger.Epoch(now.UnixMicro())
+	if last := l.lastEpoch[pool]; e <= last {
+		e = last + 1
+	}
+	return e
+}
+
+func (l *Ledger) revokeQuietly(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	_, _ = l.cli.Revoke(ctx, id)
+}
+
+// SetDraining drains or undrains a configured engine.
+func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	if err := validatePoolEngine(pool, engine); err != nil {
+		return err
+	}
+	if err := l.checkOpen(); err != nil {
+		return err
+	}
+	ek := l.keys.engine(pool, engine)
+	err := l.retryPool(ctx, pool, "set draining", func() (bool, error) {
+		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
+		if err != nil {
+			return false, err
+		}
+		m, err := l.meta(v, pool)
+		if err != nil {
+			return false, err
+		}
+		if _, ok := m.engine(engine); !ok {
+			return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, engine, pool)
+		}
+		r, err := l.engineRec(v, pool, engine)
+		if err != nil {
+			return false, err
+		}
+		if r.Draining == draining && v.has(ek) {
+			return true, nil
+		}
+		r.Draining = draining
+		return l.commit(ctx, v, clientv3.OpPut(ek, encode(r)))
+	})
+	if err != nil {
+		return fmt.Errorf("set draining of %s/%s: %w", pool, engine, err)
+	}
+	return nil
+}
+
+// validatePoolEngine checks a (pool, engine) pair with the shared id rules
+// (ledger has no validator for this pair alone).
+func validatePoolEngine(pool ledger.PoolID, engine ledger.EngineID) error {
+	return ledger.ValidateObservation(ledger.Observation{Pool: pool, Engine: engine, ObservedAt: time.Unix(1, 0)})
+}
+
+// validatePool checks a pool id with the shared id rules.
+func validatePool(pool ledger.PoolID) error {
+	return ledger.ValidateKeepAlive(pool, "-", time.Second)
+}
+
+// Observe applies telemetry: it sets the correction and refreshes the
+// engine's fresh marker, attached to an etcd lease of StaleAfter.
+func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
+	if err := ledger.ValidateObservation(obs); err != nil {
+		return ledger.Observed{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.Observed{}, err
+	}
+	if err := l.sweepDue(ctx, obs.Pool); err != nil {
+		return ledger.Observed{}, err
+	}
+	pool := obs.Pool
+	ek := l.keys.engine(pool, obs.Engine)
+	var out ledger.Observed
+	err := l.retryPool(ctx, pool, "observe", func() (bool, error) {
+		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
+		if err != nil {
+			return false, err
+		}
+		m, err := l.meta(v, pool)
+		if err != nil {
+			return false, err
+		}
+		out.Epoch = ledger.Epoch(m.Epoch)
+		spec, ok := m.engine(obs.Engine)
+		if !ok {
+			return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, obs.Engine, pool)
+		}
+		r, err := l.engineRec(v, pool, obs.Engine)
+		if err != nil {
+			return false, err
+		}
+		if r.Obs != nil && obs.ObservedAt.UnixNano() <= r.Obs.AtNs {
+			out.Applied = false
+			return true, nil
+		}
+		base := l.opts.Clock.Now()
+		r.Obs = &obsRec{KVUsed: obs.KVTokensUsed, KVTotal: obs.KVTokensTotal, Running: obs.Running, Waiting: obs.Waiting, AtNs: obs.ObservedAt.UnixNano()}
+		r.ObservedAtMs = base.UnixMilli()
+		r.CorrectionKV = max(0, obs.KVTokensUsed-r.ReservedKV)
+		r.CorrectionSlots = max(0, obs.Running-r.ReservedSlots)
+		ops := []clientv3.Op{clientv3.OpPut(ek, encode(r))}
+		if spec.StaleAfter > 0 {
+			id, err := l.leaseUntil(ctx, base, base.Add(spec.StaleAfter))
+			if err != nil {
+				return false, err
+			}
+			ops = append(ops, clientv3.OpPut(l.keys.fresh(pool, obs.Engine), strconv.FormatInt(r.ObservedAtMs, 10), clientv3.WithLease(id)))
+		}
+		ok, err = l.commit(ctx, v, ops...)
+		out.Applied = ok
+		return ok, err
+	})
+	if err != nil {
+		return ledger.Observed{}, fmt.Errorf("observe %s/%s: %w", pool, obs.Engine, err)
+	}
+	return out, nil
+}
+
+// Pools lists configured pools, sorted.
+func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
+	if err := l.checkOpen(); err != nil {
+		return nil, err
+	}
+	resp, err := l.cli.Get(ctx, l.keys.metaPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("etcd ledger: pools: %w", err)
+	}
+	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
+	pools := make([]ledger.PoolID, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if p, ok := l.keys.parseMeta(string(kv.Key)); ok {
+			pools = append(pools, p)
+		}
+	}
+	slices.Sort(pools)
+	return pools, nil
+}
+
+// List returns outstanding leases matching f, ordered by pool then fence.
+// It reads every lease of the selected pools: an audit call, not a hot path.
+func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	if err := l.checkOpen(); err != nil {
+		return nil, err
+	}
+	pools := []ledger.PoolID{f.Pool}
+	if f.Pool == "" {
+		var err error
+		if pools, err = l.Pools(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out []ledger.Lease
+	for _, p := range pools {
+		prefix := l.keys.kind(p, kindLease)
+		resp, err := l.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("etcd ledger: list %s: %w", p, err)
+		}
+		l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
+		var leases []ledger.Lease
+		for _, kv := range resp.Kvs {
+			var r leaseRec
+			if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+				return nil, err
+			}
+			if ls := r.lease(p); f.Match(ls) {
+				leases = append(leases, ls)
+			}
+		}
+		slices.SortFunc(leases, func(a, b ledger.Lease) int {
+			switch {
+			case a.Fence.Less(b.Fence):
+				return -1
+			case b.Fence.Less(a.Fence):
+				return 1
+			}
+			return 0
+		})
+		out = append(out, leases...)
+		if f.Limit > 0 && len(out) >= f.Limit {
+			return out[:f.Limit], nil
+		}
+	}
+	return out, nil
+}
+
+// Stats returns a pool's totals from one consistent read.
+func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
+	if err := validatePool(pool); err != nil {
+		return ledger.PoolStats{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.PoolStats{}, err
+	}
+	engines, tenants, fresh, live := l.keys.kind(pool, kindEngine), l.keys.kind(pool, kindTenant), l.keys.kind(pool, kindFresh), l.keys.kind(pool, kindLive)
+	v, err := l.read(ctx, []string{l.keys.meta(pool), l.keys.recovering(pool)},
+		span{from: engines}, span{from: tenants}, span{from: fresh, keysOnly: true}, span{from: live, countOnly: true})
+	if err != nil {
+		return ledger.PoolStats{}, fmt.Errorf("stats %s: %w", pool, err)
+	}
+	m, err := l.meta(v, pool)
+	if err != nil {
+		return ledger.PoolStats{}, fmt.Errorf("stats: %w", err)
+	}
+	now := l.now()
+	st := ledger.PoolStats{
+		Pool: pool, Epoch: ledger.Epoch(m.Epoch), Now: now,
+		RecoveringUntil: l.recoveringUntil(v, pool, now),
+		Priorities:      slices.Clone(m.Spec.Priorities),
+		LiveHolders:     int(v.counts[live]),
+		Counters:        map[string]int64{},
+	}
+	st.CapacityKV, st.CapacitySlots = m.capacity()
+	isFresh := map[string]bool{}
+	for _, kv := range v.ranges[fresh] {
+		isFresh[string(kv.Key)] = true
+	}
+	recs := map[ledger.EngineID]engineRec{}
+	for _, kv := range v.ranges[engines] {
+		id, ok := lastSegment(string(kv.Key))
+		if !ok {
+			continue
+		}
+		var r engineRec
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+			return ledger.PoolStats{}, err
+		}
+		recs[ledger.EngineID(id)] = r
+		for c, n := range r.Counters {
+			st.Counters[c] += n
+		}
+		st.Leases += r.Leases
+	}
+	for _, spec := range m.Spec.Engines {
+		r := recs[spec.ID]
+		delete(recs, spec.ID)
+		st.Engines = append(st.Engines, engineStats(pool, spec, r, spec.StaleAfter > 0 && !isFresh[l.keys.fresh(pool, spec.ID)], false))
+	}
+	for id, r := range recs {
+		if r.Leases > 0 {
+			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
+		}
+	}
+	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmpStr(string(a.Spec.ID), string(b.Spec.ID)) })
+
+	trecs := map[ledger.TenantID]tenantRec{}
+	for _, kv := range v.ranges[tenants] {
+		id, ok := lastSegment(string(kv.Key))
+		if !ok {
+			continue
+		}
+		var r tenantRec
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+			return ledger.PoolStats{}, err
+		}
+		trecs[ledger.TenantID(id)] = r
+		for c, n := range r.Counters {
+			st.Counters[c] += n
+		}
+	}
+	for _, spec := range m.Spec.Tenants {
+		r := trecs[spec.Name]
+		delete(trecs, spec.Name)
+		qkv, qslots := ledger.TenantQuota(spec, st.CapacityKV, st.CapacitySlots)
+		st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec, QuotaKV: qkv, QuotaSlots: qslots,
+			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
+	}
+	for id, r := range trecs {
+		if r.Leases > 0 {
+			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: ledger.TenantSpec{Name: id},
+				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
+		}
+	}
+	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmpStr(string(a.Spec.Name), string(b.Spec.Name)) })
+	return st, nil
+}
+
+func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale, removed bool) ledger.EngineStats {
+	es := ledger.EngineStats{
+		Spec: spec, Draining: r.Draining, ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
+		Leases: r.Leases, CorrectionKV: r.CorrectionKV, CorrectionSlots: r.CorrectionSlots,
+		ObservedAt: msTime(r.ObservedAtMs), Stale: stale, Removed: removed,
+	}
+	if r.Obs != nil {
+		es.LastObservation = ledger.Observation{Pool: pool, Engine: spec.ID, KVTokensUsed: r.Obs.KVUsed, KVTokensTotal: r.Obs.KVTotal,
+			Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}
+	}
+	return es
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

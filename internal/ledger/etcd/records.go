@@ -1,0 +1,176 @@
+package etcd
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Records are stored as JSON. Times are ledger-clock milliseconds (Unix) so
+// they round-trip exactly; observation times keep the caller's nanoseconds.
+
+// metaRec is a pool's configuration and epoch (key meta/<pool>).
+type metaRec struct {
+	Epoch     uint64          `json:"epoch"`
+	CreatedMs int64           `json:"created_ms"`
+	Spec      ledger.PoolSpec `json:"spec"`
+}
+
+func (m *metaRec) engine(id ledger.EngineID) (ledger.EngineSpec, bool) {
+	for _, e := range m.Spec.Engines {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return ledger.EngineSpec{}, false
+}
+
+func (m *metaRec) tenant(id ledger.TenantID) (ledger.TenantSpec, bool) {
+	for _, t := range m.Spec.Tenants {
+		if t.Name == id {
+			return t, true
+		}
+	}
+	return ledger.TenantSpec{}, false
+}
+
+func (m *metaRec) priority(n ledger.PriorityName) (ledger.PrioritySpec, bool) {
+	for _, p := range m.Spec.Priorities {
+		if p.Name == n {
+			return p, true
+		}
+	}
+	return ledger.PrioritySpec{}, false
+}
+
+func (m *metaRec) capacity() (kv, slots int64) {
+	for _, e := range m.Spec.Engines {
+		kv += e.KVTokens
+		slots += e.Slots
+	}
+	return kv, slots
+}
+
+// obsRec is the last applied observation.
+type obsRec struct {
+	KVUsed  int64 `json:"kv_used"`
+	KVTotal int64 `json:"kv_total"`
+	Running int64 `json:"running"`
+	Waiting int64 `json:"waiting"`
+	AtNs    int64 `json:"at_ns"`
+}
+
+// engineRec is an engine's mutable state (key engine/<id>). It is kept after
+// the engine leaves the spec so its counters survive.
+type engineRec struct {
+	Draining        bool             `json:"draining,omitempty"`
+	ReservedKV      int64            `json:"reserved_kv"`
+	ReservedSlots   int64            `json:"reserved_slots"`
+	Leases          int64            `json:"leases"`
+	CorrectionKV    int64            `json:"correction_kv,omitempty"`
+	CorrectionSlots int64            `json:"correction_slots,omitempty"`
+	Obs             *obsRec          `json:"obs,omitempty"`
+	ObservedAtMs    int64            `json:"observed_at_ms,omitempty"`
+	Counters        map[string]int64 `json:"counters,omitempty"`
+}
+
+// tenantRec is a tenant's reservations in a pool (key tenant/<name>).
+type tenantRec struct {
+	ReservedKV    int64            `json:"reserved_kv"`
+	ReservedSlots int64            `json:"reserved_slots"`
+	Leases        int64            `json:"leases"`
+	Counters      map[string]int64 `json:"counters,omitempty"`
+}
+
+func count(m *map[string]int64, name string, n int64) {
+	if n == 0 {
+		return
+	}
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[name] += n
+}
+
+// holderRec is a holder session (key holder/<id>): the etcd lease its live
+// marker is attached to, that lease's TTL, and the expiry index entry.
+type holderRec struct {
+	EtcdLease int64 `json:"etcd_lease"`
+	TTLSec    int64 `json:"ttl_s"`
+	ExpiresMs int64 `json:"expires_ms"`
+}
+
+// leaseRec is an outstanding lease (key lease/<id>).
+type leaseRec struct {
+	Engine     ledger.EngineID     `json:"engine"`
+	Tenant     ledger.TenantID     `json:"tenant"`
+	Priority   ledger.PriorityName `json:"priority"`
+	KVTokens   int64               `json:"kv"`
+	Slots      int64               `json:"slots"`
+	Holder     ledger.HolderID     `json:"holder"`
+	RequestID  ledger.RequestID    `json:"request"`
+	CreatedMs  int64               `json:"created_ms"`
+	DeadlineMs int64               `json:"deadline_ms"`
+	Epoch      uint64              `json:"epoch"`
+	Seq        uint64              `json:"seq"`
+	Reasserted bool                `json:"reasserted,omitempty"`
+}
+
+func (r *leaseRec) id() ledger.LeaseID {
+	return ledger.MakeLeaseID(r.fence())
+}
+
+func (r *leaseRec) fence() ledger.Fence {
+	return ledger.Fence{Epoch: ledger.Epoch(r.Epoch), Seq: r.Seq}
+}
+
+func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
+	return ledger.Lease{
+		ID: r.id(), Pool: pool, Engine: r.Engine, Tenant: r.Tenant, Priority: r.Priority,
+		KVTokens: r.KVTokens, Slots: r.Slots, Holder: r.Holder, RequestID: r.RequestID,
+		Created: msTime(r.CreatedMs), Deadline: msTime(r.DeadlineMs),
+		Fence: r.fence(), Reasserted: r.Reasserted,
+	}
+}
+
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+func encode(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every record is plain data; Marshal cannot fail on it.
+		return "{}"
+	}
+	return string(b)
+}
+
+func decode(key string, b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("etcd ledger: corrupt record %s: %w", key, err)
+	}
+	return nil
+}
+
+func parseUint(key string, b []byte) (uint64, error) {
+	n, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd ledger: corrupt counter %s: %w", key, err)
+	}
+	return n, nil
+}
+
+func parseInt(key string, b []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd ledger: corrupt value %s: %w", key, err)
+	}
+	return n, nil
+}

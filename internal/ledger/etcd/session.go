@@ -1,0 +1,107 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// A holder session is an etcd lease of ceil(ttl) seconds with the holder's
+// live marker attached. KeepAlive on a live session is one KeepAliveOnce
+// (Grant of a new lease and moving the marker when the TTL changes) plus a
+// guarded update of the holder's expiry index entry. When etcd expires the
+// lease the marker disappears: the session is dead, and the sweeper revokes
+// its leases and then deletes the holder record, after which the id may
+// start a new session.
+
+// KeepAlive creates or extends the holder's session to at least now+ttl.
+func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
+	if err := ledger.ValidateKeepAlive(pool, holder, ttl); err != nil {
+		return ledger.Session{}, err
+	}
+	if err := l.checkOpen(); err != nil {
+		return ledger.Session{}, err
+	}
+	if err := l.sweepDue(ctx, pool); err != nil {
+		return ledger.Session{}, err
+	}
+	hk, lk, livePrefix := l.keys.holder(pool, holder), l.keys.live(pool, holder), l.keys.kind(pool, kindLive)
+	ttlSec := ceilSeconds(ttl)
+	var out ledger.Session
+	err := l.retry(ctx, "keepalive", func() (bool, error) {
+		v, err := l.read(ctx, []string{l.keys.meta(pool), l.keys.recovering(pool), hk, lk}, span{from: livePrefix, countOnly: true})
+		if err != nil {
+			return false, err
+		}
+		m, err := l.meta(v, pool)
+		if err != nil {
+			return false, err
+		}
+		base := l.opts.Clock.Now()
+		now := time.UnixMilli(base.UnixMilli())
+		expires := now.Add(ledger.CeilMillis(ttl))
+		out = ledger.Session{Pool: pool, Holder: holder, Expires: expires, Epoch: ledger.Epoch(m.Epoch),
+			RecoveringUntil: l.recoveringUntil(v, pool, now), LiveHolders: int(v.counts[livePrefix])}
+		next := holderRec{TTLSec: ttlSec, ExpiresMs: expires.UnixMilli()}
+		var old holderRec
+		if v.has(hk) {
+			if err := decode(hk, v.value(hk), &old); err != nil {
+				return false, err
+			}
+			if !v.has(lk) {
+				return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrSessionExpired, holder, pool)
+			}
+		}
+		var granted clientv3.LeaseID
+		switch {
+		case v.has(hk) && old.TTLSec == ttlSec:
+			// Same TTL: extend the session's own etcd lease.
+			if _, err := l.cli.KeepAliveOnce(ctx, clientv3.LeaseID(old.EtcdLease)); err != nil {
+				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+					return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrSessionExpired, holder, pool)
+				}
+				return false, fmt.Errorf("etcd ledger: keepalive: %w", err)
+			}
+			next.EtcdLease = old.EtcdLease
+		default:
+			// New session, or a new TTL: a new etcd lease carries the marker.
+			resp, err := l.cli.Grant(ctx, ttlSec)
+			if err != nil {
+				return false, fmt.Errorf("etcd ledger: grant session lease: %w", err)
+			}
+			granted = resp.ID
+			next.EtcdLease = int64(resp.ID)
+			if !v.has(hk) {
+				out.LiveHolders++
+			}
+		}
+		ops := []clientv3.Op{
+			clientv3.OpPut(hk, encode(next)),
+			clientv3.OpPut(l.keys.holderExp(pool, next.ExpiresMs, holder), ""),
+		}
+		if v.has(hk) && old.ExpiresMs != next.ExpiresMs {
+			ops = append(ops, clientv3.OpDelete(l.keys.holderExp(pool, old.ExpiresMs, holder)))
+		}
+		if granted != 0 {
+			ops = append(ops, clientv3.OpPut(lk, "", clientv3.WithLease(granted)))
+		}
+		ok, err := l.commit(ctx, v, ops...)
+		switch {
+		case granted != 0 && !ok:
+			l.revokeQuietly(granted)
+		case granted != 0 && ok && v.has(hk):
+			l.revokeQuietly(clientv3.LeaseID(old.EtcdLease)) // nothing is attached to it any more
+		}
+		return ok, err
+	})
+	if err != nil {
+		return ledger.Session{}, fmt.Errorf("keepalive %s in %s: %w", holder, pool, err)
+	}
+	return out, nil
+}
