@@ -194,13 +194,7 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 	if err := ledger.ValidateAcquire(req); err != nil {
 		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
 	}
-	args := make([]any, 0, 8+len(req.Candidates))
-	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
-		string(req.Holder), string(req.RequestID), ms(req.TTL), len(req.Candidates))
-	for _, c := range req.Candidates {
-		args = append(args, string(c))
-	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, args...)
+	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, acquireArgv(req)...)
 	if err != nil {
 		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
 	}
@@ -209,6 +203,17 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
 	}
 	return ledger.Grant{Lease: lease, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
+}
+
+// acquireArgv is acquire.lua's ARGV after the sweep batch.
+func acquireArgv(req ledger.AcquireRequest) []any {
+	args := make([]any, 0, 8+len(req.Candidates))
+	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
+		string(req.Holder), string(req.RequestID), ms(req.TTL), len(req.Candidates))
+	for _, c := range req.Candidates {
+		args = append(args, string(c))
+	}
+	return args
 }
 
 // Renew extends a live lease's deadline to now+ttl.

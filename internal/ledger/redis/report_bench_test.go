@@ -1,0 +1,351 @@
+package redis
+
+// BenchmarkReport measures the Redis ledger against a baseline taken in the
+// same run: the raw EVALSHA of the same acquire script from a bare go-redis
+// client, with the arguments built once outside the timed loop. It prints
+// the tables recorded in docs/benchmarks.md. Run it through `make bench`;
+// it ignores b.N and runs each phase for a fixed duration.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/redisserver"
+)
+
+const benchPool = ledger.PoolID("bench")
+
+// benchDuration is each phase's length; LEASEHOLD_BENCH_PHASE overrides it.
+func benchDuration() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("LEASEHOLD_BENCH_PHASE")); err == nil && d > 0 {
+		return d
+	}
+	return 2 * time.Second
+}
+
+// benchSpec is a pool so large that no acquisition is ever refused: the
+// benchmark measures the ledger's cost, not its rejections.
+func benchSpec() ledger.PoolSpec {
+	return ledger.PoolSpec{
+		Name: benchPool,
+		Engines: []ledger.EngineSpec{
+			{ID: "gpu-0", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
+			{ID: "gpu-1", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
+			{ID: "gpu-2", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
+			{ID: "gpu-3", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
+		},
+		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
+		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
+	}
+}
+
+type benchEnv struct {
+	b      *testing.B
+	ctx    context.Context
+	srv    *redisserver.Server
+	client *goredis.Client
+	led    *Ledger
+	prefix int
+}
+
+// fresh flushes Redis and returns a configured ledger with one live holder
+// per caller ("h0".."h<n-1>").
+func (e *benchEnv) fresh(callers int) {
+	e.b.Helper()
+	if err := e.client.FlushAll(e.ctx).Err(); err != nil {
+		e.b.Fatalf("flushall: %v", err)
+	}
+	e.led = New(e.client, Options{Options: ledger.Options{RecoveryWindow: -1}})
+	if _, err := e.led.Configure(e.ctx, benchSpec()); err != nil {
+		e.b.Fatalf("configure: %v", err)
+	}
+	for h := 0; h < callers; h++ {
+		if _, err := e.led.KeepAlive(e.ctx, benchPool, holder(h), time.Hour); err != nil {
+			e.b.Fatalf("keepalive: %v", err)
+		}
+	}
+}
+
+func holder(c int) ledger.HolderID { return ledger.HolderID("h" + strconv.Itoa(c)) }
+
+func benchReq(c, seq int, tag string) ledger.AcquireRequest {
+	return ledger.AcquireRequest{
+		Pool: benchPool, Candidates: []ledger.EngineID{"gpu-0", "gpu-1", "gpu-2", "gpu-3"},
+		Tenant: "acme", Priority: "standard", KVTokens: 1000 + int64(seq%3000), Slots: 1,
+		Holder: holder(c), RequestID: ledger.RequestID(tag + strconv.Itoa(seq)), TTL: time.Hour,
+	}
+}
+
+// raw returns an op that calls the acquire script with EVALSHA directly:
+// keys and arguments are built before the timed loop; only the request id
+// changes per call.
+func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
+	keys, _ := keySchema(e.led.opts.Prefix, benchPool)
+	k := keys.scriptKeys()
+	sha := e.led.scripts.acquire.Hash()
+	if err := e.led.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
+		e.b.Fatalf("script load: %v", err)
+	}
+	argv := make([][]any, callers)
+	for c := range argv {
+		argv[c] = append([]any{e.led.opts.SweepBatch}, acquireArgv(benchReq(c, 0, tag))...)
+	}
+	const reqArg = 6 // index of the request id in argv (sweep batch first)
+	return func(ctx context.Context, c, seq int) error {
+		a := argv[c]
+		a[reqArg] = tag + strconv.Itoa(seq)
+		return e.client.EvalSha(ctx, sha, k, a...).Err()
+	}
+}
+
+func (e *benchEnv) acquire(held [][]ledger.LeaseRef, tag string) benchkit.Op {
+	return func(ctx context.Context, c, seq int) error {
+		g, err := e.led.Acquire(ctx, benchReq(c, seq, tag))
+		if err == nil && held != nil {
+			held[c] = append(held[c], g.Lease.Ref())
+		}
+		return err
+	}
+}
+
+func (e *benchEnv) release(held [][]ledger.LeaseRef) benchkit.Op {
+	return func(ctx context.Context, c, seq int) error {
+		if seq >= len(held[c]) {
+			return benchkit.ErrStop
+		}
+		_, err := e.led.Release(ctx, held[c][seq], ledger.Usage{PromptTokens: 500, CompletionTokens: 200})
+		return err
+	}
+}
+
+func (e *benchEnv) acquireRelease(tag string) benchkit.Op {
+	return func(ctx context.Context, c, seq int) error {
+		g, err := e.led.Acquire(ctx, benchReq(c, seq, tag))
+		if err != nil {
+			return err
+		}
+		_, err = e.led.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 500, CompletionTokens: 200})
+		return err
+	}
+}
+
+// preload fills the pool with n outstanding leases through pipelined raw
+// script calls, spread over holders h0..h15.
+func (e *benchEnv) preload(n int) {
+	e.b.Helper()
+	keys, _ := keySchema(e.led.opts.Prefix, benchPool)
+	k := keys.scriptKeys()
+	sha := e.led.scripts.acquire.Hash()
+	const batch = 2000
+	for done := 0; done < n; {
+		p := e.client.Pipeline()
+		for i := 0; i < batch && done < n; i, done = i+1, done+1 {
+			argv := append([]any{e.led.opts.SweepBatch}, acquireArgv(benchReq(done%16, done, "pre"))...)
+			p.EvalSha(e.ctx, sha, k, argv...)
+		}
+		if _, err := p.Exec(e.ctx); err != nil {
+			e.b.Fatalf("preload at %d leases: %v", done, err)
+		}
+	}
+	st, err := e.led.Stats(e.ctx, benchPool)
+	if err != nil || st.Leases != int64(n) {
+		e.b.Fatalf("preload: stats says %d leases (err %v), want %d", st.Leases, err, n)
+	}
+}
+
+// serverTime resets INFO commandstats, runs f, and returns the Redis server
+// time per EVALSHA/EVAL call f made.
+func (e *benchEnv) serverTime(f func()) (time.Duration, int64) {
+	e.b.Helper()
+	if err := e.client.ConfigResetStat(e.ctx).Err(); err != nil {
+		e.b.Fatalf("config resetstat: %v", err)
+	}
+	f()
+	info, err := e.client.Info(e.ctx, "commandstats").Result()
+	if err != nil {
+		e.b.Fatalf("info commandstats: %v", err)
+	}
+	var calls, usec int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		_, fields, _ := strings.Cut(line, ":")
+		for _, kv := range strings.Split(fields, ",") {
+			name, val, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(val, 10, 64)
+			switch name {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	if calls == 0 {
+		return 0, 0
+	}
+	return time.Duration(usec) * time.Microsecond / time.Duration(calls), calls
+}
+
+func row(r benchkit.Result, base float64) string {
+	ratio := ""
+	if base > 0 {
+		ratio = benchkit.Ratio(r.Throughput(), base)
+	}
+	errs := ""
+	if r.Errors > 0 {
+		errs = fmt.Sprintf(" (%d errors)", r.Errors)
+	}
+	return fmt.Sprintf("| %s | %d | %.0f%s | %s | %s | %s |", r.Name, r.Callers, r.Throughput(), errs,
+		benchkit.Micros(r.P50), benchkit.Micros(r.P99), ratio)
+}
+
+func BenchmarkReport(b *testing.B) {
+	if testing.Short() {
+		b.Skip("report benchmark: skipped in -short")
+	}
+	ctx := context.Background()
+	srv := redisserver.Start(b)
+	client := srv.Client()
+	e := &benchEnv{b: b, ctx: ctx, srv: srv, client: client}
+	d := benchDuration()
+	out := &strings.Builder{}
+	fmt.Fprintf(out, "\n### Redis ledger (redis-server %s, %s per phase)\n\n", redisVersion(ctx, client), d)
+	fmt.Fprintln(out, "| operation | callers | ops/s | p50 µs | p99 µs | vs raw EVALSHA acquire |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
+	var acq64, raw64 float64
+	for _, callers := range []int{1, 16, 64} {
+		e.fresh(callers)
+		rawR := benchkit.Run(ctx, "raw EVALSHA acquire (baseline)", callers, d, e.raw(callers, "raw"))
+		e.fresh(callers)
+		held := make([][]ledger.LeaseRef, callers)
+		acqR := benchkit.Run(ctx, "ledger Acquire", callers, d, e.acquire(held, "acq"))
+		relR := benchkit.Run(ctx, "ledger Release", callers, 10*d, e.release(held))
+		e.fresh(callers)
+		arR := benchkit.Run(ctx, "ledger Acquire+Release", callers, d, e.acquireRelease("ar"))
+		base := rawR.Throughput()
+		for _, r := range []benchkit.Result{rawR, acqR, relR, arR} {
+			fmt.Fprintln(out, row(r, base))
+		}
+		if callers == 64 {
+			acq64, raw64 = acqR.Throughput(), base
+		}
+	}
+	fmt.Fprintf(out, "\nLedger Acquire at 64 callers: %s of the raw-script baseline (target ≥ 0.70×).\n", benchkit.Ratio(acq64, raw64))
+
+	fmt.Fprintln(out, "\n| outstanding leases | callers | Acquire+Release ops/s | p50 µs | p99 µs | vs 1,000 |")
+	fmt.Fprintln(out, "|---:|---:|---:|---:|---:|---:|")
+	var base1k float64
+	for _, n := range []int{1000, 1000000} {
+		e.fresh(16)
+		e.preload(n)
+		r := benchkit.Run(ctx, "", 16, d, e.acquireRelease("sz"))
+		if n == 1000 {
+			base1k = r.Throughput()
+		}
+		fmt.Fprintf(out, "| %d | %d | %.0f | %s | %s | %s |\n", n, r.Callers, r.Throughput(),
+			benchkit.Micros(r.P50), benchkit.Micros(r.P99), benchkit.Ratio(r.Throughput(), base1k))
+	}
+	fmt.Fprintln(out, "\nTarget: the 1,000,000-lease figure ≥ 0.80× the 1,000-lease figure (no scans).")
+
+	fmt.Fprintln(out, "\n| script | calls | Redis server time per call µs (INFO commandstats) |")
+	fmt.Fprintln(out, "|---|---:|---:|")
+	for _, s := range e.scriptTimes() {
+		fmt.Fprintf(out, "| %s | %d | %s |\n", s.name, s.calls, benchkit.Micros(s.per))
+	}
+	fmt.Fprintln(out, "\nTarget: ≤ 20 µs of Redis server time per acquire.")
+	fmt.Print(out.String())
+}
+
+func redisVersion(ctx context.Context, c *goredis.Client) string {
+	info, _ := c.Info(ctx, "server").Result()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+type scriptTime struct {
+	name  string
+	calls int64
+	per   time.Duration
+}
+
+// scriptTimes runs each operation alone from one caller, 2,000 times, on a
+// pool holding 10,000 leases, and reads its server time per call.
+func (e *benchEnv) scriptTimes() []scriptTime {
+	const n = 2000
+	e.fresh(16)
+	e.preload(10000)
+	ctx, led := e.ctx, e.led
+	var leases []ledger.Lease
+	var out []scriptTime
+	measure := func(name string, f func(i int) error) {
+		var ferr error
+		per, calls := e.serverTime(func() {
+			for i := 0; i < n && ferr == nil; i++ {
+				ferr = f(i)
+			}
+		})
+		if ferr != nil {
+			e.b.Fatalf("%s: %v", name, ferr)
+		}
+		out = append(out, scriptTime{name, calls, per})
+	}
+	measure("acquire", func(i int) error {
+		g, err := led.Acquire(ctx, benchReq(i%16, i, "st"))
+		leases = append(leases, g.Lease)
+		return err
+	})
+	measure("renew", func(i int) error {
+		_, err := led.Renew(ctx, leases[i].Ref(), time.Hour)
+		return err
+	})
+	measure("resize", func(i int) error {
+		_, err := led.Resize(ctx, leases[i].Ref(), leases[i].KVTokens-1)
+		return err
+	})
+	measure("release", func(i int) error {
+		_, err := led.Release(ctx, leases[i].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10})
+		return err
+	})
+	measure("reassert", func(i int) error {
+		_, err := led.Reassert(ctx, leases[i], time.Hour)
+		return err
+	})
+	measure("keepalive", func(i int) error {
+		_, err := led.KeepAlive(ctx, benchPool, holder(i%16), time.Hour)
+		return err
+	})
+	measure("observe", func(i int) error {
+		_, err := led.Observe(ctx, ledger.Observation{Pool: benchPool, Engine: "gpu-0", KVTokensUsed: int64(i),
+			ObservedAt: time.Unix(1700000000, 0).Add(time.Duration(i+1) * time.Millisecond)})
+		return err
+	})
+	measure("sweep", func(i int) error {
+		_, err := led.Sweep(ctx, benchPool, 64)
+		return err
+	})
+	measure("drain", func(i int) error {
+		return led.SetDraining(ctx, benchPool, "gpu-3", i%2 == 0)
+	})
+	measure("configure", func(i int) error {
+		_, err := led.Configure(ctx, benchSpec())
+		return err
+	})
+	return out
+}
+
