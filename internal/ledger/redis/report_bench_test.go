@@ -348,4 +348,3 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 	})
 	return out
 }
-
