@@ -252,3 +252,44 @@ func ValidateObservation(o Observation) error {
 	}
 	return nil
 }
+
+// ValidatePool checks a pool name (Stats, and the pool of any call).
+func ValidatePool(pool PoolID) error { return checkID("pool", string(pool)) }
+
+// ValidateSetDraining checks SetDraining's arguments.
+func ValidateSetDraining(pool PoolID, engine EngineID) error {
+	if err := ValidatePool(pool); err != nil {
+		return err
+	}
+	return checkID("engine", string(engine))
+}
+
+// ValidateSweep checks Sweep's arguments; max 0 means the backend's batch.
+func ValidateSweep(pool PoolID, max int) error {
+	if err := ValidatePool(pool); err != nil {
+		return err
+	}
+	if max < 0 {
+		return fmt.Errorf("%w: sweep max = %d, want >= 0", ErrInvalidArgument, max)
+	}
+	return nil
+}
+
+// ValidateFilter checks a List filter; empty fields match everything.
+func ValidateFilter(f Filter) error {
+	for _, c := range []struct{ f, v string }{
+		{"pool", string(f.Pool)}, {"engine", string(f.Engine)},
+		{"holder", string(f.Holder)}, {"tenant", string(f.Tenant)},
+	} {
+		if c.v == "" {
+			continue
+		}
+		if err := checkID("filter "+c.f, c.v); err != nil {
+			return err
+		}
+	}
+	if f.Limit < 0 {
+		return fmt.Errorf("%w: filter limit = %d, want >= 0", ErrInvalidArgument, f.Limit)
+	}
+	return nil
+}

@@ -104,7 +104,7 @@ func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Ep
 // SetDraining drains an engine (no new grants; its leases continue) or
 // undrains it. The flag survives Configure.
 func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := validateSetDraining(pool, engine); err != nil {
+	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
 		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
 	}
 	err := l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {

@@ -40,7 +40,7 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 // the most selective index the filter allows: holder, engine or tenant
 // within a pool, else the pool's fence order.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	if err := validateFilter(f); err != nil {
+	if err := ledger.ValidateFilter(f); err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	var out []ledger.Lease
@@ -93,7 +93,7 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 // Engines and tenants dropped from the spec that still have leases are
 // included; engines are marked Removed.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	if err := validatePool(pool); err != nil {
+	if err := ledger.ValidatePool(pool); err != nil {
 		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
 	}
 	var s ledger.PoolStats

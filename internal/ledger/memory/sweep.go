@@ -19,7 +19,7 @@ import (
 // Sweep removes up to max ended leases and dead sessions in pool; max 0
 // means Options.SweepBatch.
 func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if err := validateSweep(pool, max); err != nil {
+	if err := ledger.ValidateSweep(pool, max); err != nil {
 		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
 	}
 	if max == 0 {
