@@ -139,7 +139,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	go func() {
 		defer close(pollDone)
 		for !stop.Load() {
-			st, err := f.l.Stats(f.ctx, pool)
+			st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
 			if err != nil {
 				fail("Stats error = %v", err)
 				return
@@ -180,7 +180,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 						KVTokens: 200 + rng.Int64N(1800), Slots: 1 + rng.Int64N(2), Holder: holder,
 						RequestID: ledger.RequestID(fmt.Sprintf("w%d-%d", w, op)), TTL: longTTL,
 					}
-					g, err := f.l.Acquire(f.ctx, r)
+					g, unknown, err := retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
 					if err != nil {
 						if rej := ledger.AsRejection(err); rej != nil && rej.Reason.Valid() && rej.Reason != ledger.ReasonRecovering {
 							rejected.Add(1)
@@ -189,7 +189,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 						fail("Acquire(%s) error = %v, want a grant or a capacity rejection", describe(r), err)
 						return
 					}
-					if g.Replayed || g.Lease.KVTokens != r.KVTokens || g.Lease.Slots != r.Slots || !contains(r.Candidates, g.Lease.Engine) {
+					if (g.Replayed && !unknown) || g.Lease.KVTokens != r.KVTokens || g.Lease.Slots != r.Slots || !contains(r.Candidates, g.Lease.Engine) {
 						fail("Acquire(%s) = %+v, want a fresh lease of the request's size on a candidate", describe(r), g)
 						return
 					}
@@ -198,7 +198,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 					*mine = append(*mine, g.Lease)
 				case p < 60:
 					l := (*mine)[rng.IntN(len(*mine))]
-					if _, err := f.l.Renew(f.ctx, l.Ref(), longTTL); err != nil {
+					if _, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Renew(f.ctx, l.Ref(), longTTL) }); err != nil {
 						fail("Renew(%s) error = %v, want nil", l.ID, err)
 						return
 					}
@@ -209,7 +209,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 					if kv < l.KVTokens {
 						tr.add(l, kv-l.KVTokens, 0, "shrink") // before: tracked stays a subset
 					}
-					rn, err := f.l.Resize(f.ctx, l.Ref(), kv)
+					rn, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Resize(f.ctx, l.Ref(), kv) })
 					switch {
 					case err == nil:
 						if rn.Lease.KVTokens != kv {
@@ -231,8 +231,10 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 					l := (*mine)[i]
 					*mine = append((*mine)[:i], (*mine)[i+1:]...)
 					tr.add(l, -l.KVTokens, -l.Slots, "release") // before the call
-					rel, err := f.l.Release(f.ctx, l.Ref(), ledger.Usage{PromptTokens: 1})
-					if err != nil || !rel.Released {
+					rel, unknown, err := retry(&s.backendFailures, func() (ledger.Released, error) {
+						return f.l.Release(f.ctx, l.Ref(), ledger.Usage{PromptTokens: 1})
+					})
+					if err != nil || (!rel.Released && !unknown) {
 						fail("Release(%s) = Released %v, error %v; want true, nil", l.ID, rel.Released, err)
 						return
 					}
@@ -256,7 +258,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d grants, %d rejections, %d Stats polls", grants.Load(), rejected.Load(), polls.Load())
+	t.Logf("%d grants, %d rejections, %d Stats polls, %d backend failures retried", grants.Load(), rejected.Load(), polls.Load(), s.backendFailures.Load())
 	if grants.Load() == 0 || rejected.Load() == 0 {
 		t.Errorf("grants = %d, rejections = %d: want both, the workload must contend", grants.Load(), rejected.Load())
 	}
@@ -281,7 +283,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	if st.Leases != 0 || len(f.list(ledger.Filter{Pool: pool})) != 0 {
 		t.Errorf("after releasing everything Stats Leases = %d, want 0 and an empty List", st.Leases)
 	}
-	if g, r := st.Counters[ledger.CounterGrants], st.Counters[ledger.CounterReleases]; g != r || g != grants.Load() {
+	if g, r := st.Counters[ledger.CounterGrants], st.Counters[ledger.CounterReleases]; g != r || g < grants.Load() {
 		t.Errorf("Counters grants = %d, releases = %d, want both %d", g, r, grants.Load())
 	}
 }
@@ -313,11 +315,11 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 	go func() { // the poller and sweeper
 		defer bg.Done()
 		for !stop.Load() {
-			if _, err := f.l.Sweep(f.ctx, pool, 3); err != nil {
+			if _, _, err := retry(&s.backendFailures, func() (ledger.Swept, error) { return f.l.Sweep(f.ctx, pool, 3) }); err != nil {
 				fail("Sweep error = %v", err)
 				return
 			}
-			st, err := f.l.Stats(f.ctx, pool)
+			st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
 			if err != nil {
 				fail("Stats error = %v", err)
 				return
@@ -352,7 +354,7 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 			if w%4 == 0 {
 				sttl = f.ttl(150 * time.Millisecond)
 			}
-			sess, err := f.l.KeepAlive(f.ctx, pool, holder, sttl)
+			sess, _, err := retry(&s.backendFailures, func() (ledger.Session, error) { return f.l.KeepAlive(f.ctx, pool, holder, sttl) })
 			if err != nil {
 				fail("KeepAlive(%s) error = %v", holder, err)
 				return
@@ -366,7 +368,7 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 					i := rng.IntN(len(mine))
 					l := mine[i]
 					mine = append(mine[:i], mine[i+1:]...)
-					if _, err := f.l.Release(f.ctx, l.Ref(), ledger.Usage{}); err != nil {
+					if _, _, err := retry(&s.backendFailures, func() (ledger.Released, error) { return f.l.Release(f.ctx, l.Ref(), ledger.Usage{}) }); err != nil {
 						fail("Release(%s) error = %v, want nil (Released may be false if it expired)", l.ID, err)
 						return
 					}
@@ -382,7 +384,7 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 				if sttl != longTTL {
 					r.TTL = longTTL
 				}
-				g, err := f.l.Acquire(f.ctx, r)
+				g, _, err := retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
 				switch {
 				case err == nil:
 					if sttl == longTTL {
@@ -437,12 +439,17 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 	const n = 16
 	grants := make([]ledger.Grant, n)
 	errs := make([]error, n)
+	var unknown atomic.Bool
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			grants[i], errs[i] = f.l.Acquire(f.ctx, r)
+			var u bool
+			grants[i], u, errs[i] = retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
+			if u {
+				unknown.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
@@ -458,7 +465,7 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 			t.Errorf("concurrent retry %d got lease %s, want %s like retry 0", i, grants[i].Lease.ID, grants[0].Lease.ID)
 		}
 	}
-	if fresh != 1 {
+	if fresh != 1 && !(fresh == 0 && unknown.Load()) {
 		t.Errorf("%d of %d concurrent retries were not Replayed, want exactly 1", fresh, n)
 	}
 	st := f.stats()
@@ -477,14 +484,19 @@ func (s *suite) testConcurrentRelease(t *testing.T) {
 	const n = 16
 	released := make([]bool, n)
 	errs := make([]error, n)
+	var unknown atomic.Bool
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var rel ledger.Released
-			rel, errs[i] = f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
-			released[i] = rel.Released
+			rel, u, err := retry(&s.backendFailures, func() (ledger.Released, error) {
+				return f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
+			})
+			released[i], errs[i] = rel.Released, err
+			if u {
+				unknown.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
@@ -497,7 +509,7 @@ func (s *suite) testConcurrentRelease(t *testing.T) {
 			count++
 		}
 	}
-	if count != 1 {
+	if count != 1 && !(count == 0 && unknown.Load()) {
 		t.Errorf("%d of %d concurrent releases reported Released, want exactly 1", count, n)
 	}
 	f.wantReserved(e1, b.KVTokens, b.Slots, 1)

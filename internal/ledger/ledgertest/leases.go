@@ -206,7 +206,7 @@ func (s *suite) testRenew(t *testing.T) {
 	r := f.req(h1, 500, 1, e1)
 	r.TTL = f.ttl(300 * time.Millisecond)
 	a := f.acquire(r, e1)
-	ext := r.TTL + 2*time.Second
+	ext := r.TTL + 2*time.Second + f.slack()
 	before := f.ledgerNow()
 	rn, err := f.l.Renew(f.ctx, a.Ref(), ext)
 	after := f.ledgerNow()
@@ -235,7 +235,7 @@ func (s *suite) testRenew(t *testing.T) {
 	}
 	f.wantReserved(e1, 500, 1, 1)
 	// Renew may also shorten.
-	rn2, err := f.l.Renew(f.ctx, a.Ref(), r.TTL+time.Second)
+	rn2, err := f.l.Renew(f.ctx, a.Ref(), r.TTL)
 	if err != nil || !rn2.Lease.Deadline.Before(rn.Lease.Deadline) {
 		t.Errorf("Renew(1s) = deadline %s, error %v; want an earlier deadline than %s", rn2.Lease.Deadline.Format(time.StampMilli), err, rn.Lease.Deadline.Format(time.StampMilli))
 	}

@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +37,10 @@ type Backend struct {
 	Lose func(t testing.TB, l ledger.Ledger) ledger.Ledger
 	// MinTTL is the shortest lease or session TTL the backend honours
 	// exactly (etcd leases count whole seconds); the suite raises shorter
-	// TTLs to it and waits for expiry accordingly. 0 means 1ms.
+	// TTLs to it and waits for expiry accordingly: it allows a lease,
+	// session or recovery window to end up to 2*MinTTL after its nominal
+	// time (ending late is safe, ending early never is). 0 means 1ms, and
+	// then everything must end on time to the millisecond.
 	MinTTL time.Duration
 }
 
@@ -71,6 +76,9 @@ func Run(t *testing.T, b Backend) {
 // suite carries the backend through the subtests.
 type suite struct {
 	b Backend
+	// backendFailures counts undefined errors retried in the concurrent
+	// subtests, for the log.
+	backendFailures atomic.Int64
 }
 
 // Names used throughout the suite.
@@ -136,6 +144,9 @@ type fixture struct {
 func (f *fixture) ttl(d time.Duration) time.Duration {
 	return max(d, f.min)
 }
+
+// slack is how late the backend may end a lease, session or window.
+func (f *fixture) slack() time.Duration { return 2 * f.min }
 
 // open returns a new ledger that the test closes at cleanup.
 func (s *suite) open(t *testing.T, opts ledger.Options) ledger.Ledger {
@@ -397,9 +408,13 @@ func (f *fixture) ledgerNow() time.Time {
 	return now
 }
 
-// waitPast polls the ledger clock until it is after when.
+// waitPast polls the ledger clock until a deadline, session expiry or
+// recovery window ending at when must have ended: past when by the
+// backend's slack. The ledger works in milliseconds, so it waits one more
+// millisecond however a backend rounds.
 func (f *fixture) waitPast(when time.Time) {
 	f.t.Helper()
+	when = when.Add(f.slack() + time.Millisecond)
 	limit := time.Now().Add(time.Until(when)).Add(waitSlack)
 	for {
 		now := f.ledgerNow()
@@ -447,4 +462,45 @@ func (f *fixture) sweepAll() ledger.Swept {
 	}
 	f.t.Fatalf("Sweep(%s) still removing after 1000 calls", f.spec.Name)
 	return total
+}
+
+// maxAttempts bounds the attempts of one call in the concurrent subtests.
+const maxAttempts = 10
+
+// definedErrors are the errors the contract gives a meaning; any other error
+// is a transport or backend failure whose outcome is unknown.
+var definedErrors = []error{
+	ledger.ErrRejected, ledger.ErrInvalidArgument, ledger.ErrUnknownPool, ledger.ErrUnknownEngine,
+	ledger.ErrUnknownTenant, ledger.ErrUnknownPriority, ledger.ErrNoSession, ledger.ErrSessionExpired,
+	ledger.ErrLeaseNotFound, ledger.ErrNotHolder, ledger.ErrClosed,
+}
+
+func defined(err error) bool {
+	for _, d := range definedErrors {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// retry calls op until it succeeds or fails with a defined error, at most
+// maxAttempts times, as a router would: after a backend failure the outcome
+// is unknown and the contract makes every call safe to retry (Acquire on its
+// request id, Release on its lease id, Renew and Resize to absolute values).
+// unknown reports whether some attempt failed that way; the count of such
+// attempts is added to *failures.
+func retry[T any](failures *atomic.Int64, op func() (T, error)) (v T, unknown bool, err error) {
+	for i := range maxAttempts {
+		v, err = op()
+		if err == nil || defined(err) {
+			return v, unknown, err
+		}
+		unknown = true
+		failures.Add(1)
+		if i < maxAttempts-1 {
+			time.Sleep(time.Duration(1+rand.IntN(1<<min(i, 5))) * time.Millisecond)
+		}
+	}
+	return v, unknown, err
 }
