@@ -18,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // startTimeout bounds how long a start may take before the test fails.
@@ -154,6 +156,12 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 		Endpoints:   []string{s.Endpoint()},
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
+		// Reconnect quickly after Restart and Wipe (gRPC's default backoff
+		// grows to minutes).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 300 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})},
 	})
 	if err != nil {
 		t.Fatalf("etcdserver: client: %v", err)
