@@ -1,0 +1,94 @@
+// Package etcd is the ledger backend on etcd v3 (go.etcd.io/etcd/client/v3).
+// It owns the key schema below, the guarded transactions that implement
+// every operation, and the sweeper that turns etcd lease expiries into
+// released reservations.
+//
+// # Transactions
+//
+// Every mutating call reads the keys its decision depends on in one
+// transaction (a consistent snapshot at one revision), decides — with
+// ledger.Admit and ledger.AdmitGrowth for admission — and commits one Txn
+// whose If compares the ModRevision of every key read with what was read
+// (0 for a key that was absent) and, for the engine range, that no engine
+// record changed since. If any guard fails nothing is written and the call
+// reads and decides again, at most Options.MaxAttempts times (then
+// ErrContention). This is the pattern of etcd's concurrency.Mutex: two
+// routers can never both take the last capacity, because the pool's
+// sequence, the engines and the tenant are in every grant's guards. Within
+// one process the attempts on a pool are also serialized by a striped mutex,
+// so the guards only arbitrate between processes. Work per call is bounded:
+// a handful of keys plus the pool's engine records; no call scans the
+// leases except List and the full sweep.
+//
+// # Time
+//
+// The ledger's clock is etcd's: nothing ends because a local clock says so.
+// A holder session is an etcd lease (Grant, then one KeepAliveOnce per
+// KeepAlive) carrying the holder's live marker. A lease's deadline is a
+// marker key on an etcd lease that lives at least until the deadline; the
+// recovery window is a marker on an etcd lease of the window's TTL; an
+// engine's telemetry is fresh while its fresh marker, on an etcd lease of
+// StaleAfter, exists. etcd counts whole seconds and checks expiry every
+// 500ms, so every TTL is rounded up and a marker outlives its nominal time by
+// up to about a second (plus Options.LeaseSlack where deadline markers share
+// an etcd lease): capacity is freed a little late, never early. The local
+// clock (Options.Clock) only stamps the times reported (Created, Deadline,
+// Expires, Now, RecoveringUntil), mints epochs and orders the expiry
+// indexes that bound the sweeps.
+//
+// # Expiry and sweeping
+//
+// etcd deletes an expired marker but cannot decrement counters. A lease has
+// ended when its deadline marker or its holder's live marker is gone; it
+// keeps counting until swept. Sweeps happen (1) at the start of every
+// mutating call and in Sweep, bounded by SweepBatch, through the
+// time-ordered indexes byddl and hexp; (2) in a watch-driven worker started
+// by New and stopped by Close, which sees markers deleted without their
+// records (an expiry, not a release); (3) as a full sweep of every pool when
+// that watch starts or restarts (after compaction, or when response headers
+// show the store was wiped). Every sweep ends a lease with the same guarded
+// transaction as Release, so concurrent sweepers in any process are
+// idempotent.
+//
+// # Epochs
+//
+// Configure creates a pool when its meta record is missing (first use, or
+// the data was lost): it clears the pool's keys, writes meta with a new
+// epoch and starts the recovery window. The epoch is max(local clock in µs,
+// the greatest epoch this process saw for the pool + 1): a number minted
+// once, unique and increasing in practice; nothing compares it with a clock.
+//
+// # Key schema
+//
+// All keys live under Options.Prefix (P, default "/leasehold/"). Ids are
+// path-escaped, so a '/' in a pool, engine, tenant, holder or request id
+// never splits a key; lease ids are "<epoch hex>-<seq hex>"; times are
+// 16-digit zero-padded Unix milliseconds so index keys sort by time.
+// keys.go is the one file that builds or parses them.
+//
+//	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
+//	P/pool/<pool>/seq                    last fencing sequence (decimal)
+//	P/pool/<pool>/recovering             recovery window marker; value: until (ms); etcd lease TTL = window
+//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, last observation, counters (JSON)
+//	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
+//	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters (JSON)
+//	P/pool/<pool>/holder/<holder>        holder session: its etcd lease id, TTL, expiry (JSON); kept until its leases are swept
+//	P/pool/<pool>/live/<holder>          holder live marker, on the session's etcd lease
+//	P/pool/<pool>/hexp/<ms>/<holder>     index: session expiry time -> holder (bounded dead-session sweeps)
+//	P/pool/<pool>/lease/<id>             lease record (JSON)
+//	P/pool/<pool>/ddl/<id>               lease deadline marker, on an etcd lease outliving the deadline
+//	P/pool/<pool>/byddl/<ms>/<id>        index: deadline -> lease (bounded expiry sweeps)
+//	P/pool/<pool>/hl/<holder>/<id>       index: holder -> its leases (revocation when the session dies)
+//	P/pool/<pool>/req/<holder>/<request> idempotency: (holder, request id) -> lease id
+//
+// Counters (PoolStats.Counters) are kept in the engine records (grants,
+// replays, releases, expired, revoked, reasserts, released and actual
+// tokens) and tenant records (rejections by reason) that the counted
+// operation writes anyway, and summed by Stats.
+//
+// # What it does not do
+//
+// It does not make expiry exact: a lease, session, window or freshness
+// ends up to about a second after its nominal time. It does not compact
+// etcd or defragment it; run etcd with auto-compaction.
+package etcd
