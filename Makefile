@@ -31,3 +31,17 @@ vet:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+## proto: regenerate internal/gen/leaseholdv1 from proto/ (needs protoc:
+## apt-get install -y protobuf-compiler; the plugins are pinned here)
+PROTOC_GEN_GO_VERSION ?= v1.36.11
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
+PROTO_BIN := $(CURDIR)/bin/proto
+.PHONY: proto
+proto:
+	GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	PATH=$(PROTO_BIN):$$PATH protoc -I proto \
+		--go_out=. --go_opt=module=github.com/leasehold/leasehold \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/leasehold/leasehold \
+		leasehold/v1/ledger.proto
