@@ -115,7 +115,7 @@ func (l *Ledger) revokeQuietly(id clientv3.LeaseID) {
 
 // SetDraining drains or undrains a configured engine.
 func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := validatePoolEngine(pool, engine); err != nil {
+	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
 		return err
 	}
 	if err := l.checkOpen(); err != nil {
@@ -148,17 +148,6 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 		return fmt.Errorf("set draining of %s/%s: %w", pool, engine, err)
 	}
 	return nil
-}
-
-// validatePoolEngine checks a (pool, engine) pair with the shared id rules
-// (ledger has no validator for this pair alone).
-func validatePoolEngine(pool ledger.PoolID, engine ledger.EngineID) error {
-	return ledger.ValidateObservation(ledger.Observation{Pool: pool, Engine: engine, ObservedAt: time.Unix(1, 0)})
-}
-
-// validatePool checks a pool id with the shared id rules.
-func validatePool(pool ledger.PoolID) error {
-	return ledger.ValidateKeepAlive(pool, "-", time.Second)
 }
 
 // Observe applies telemetry: it sets the correction and refreshes the
@@ -291,7 +280,7 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 
 // Stats returns a pool's totals from one consistent read.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	if err := validatePool(pool); err != nil {
+	if err := ledger.ValidatePool(pool); err != nil {
 		return ledger.PoolStats{}, err
 	}
 	if err := l.checkOpen(); err != nil {

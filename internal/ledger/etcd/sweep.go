@@ -28,11 +28,11 @@ import (
 
 // Sweep removes up to max ended leases and dead sessions of pool.
 func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if err := validatePool(pool); err != nil {
+	if err := ledger.ValidateSweep(pool, max); err != nil {
 		return ledger.Swept{}, err
 	}
-	if max < 1 {
-		return ledger.Swept{}, fmt.Errorf("%w: sweep max = %d, want >= 1", ledger.ErrInvalidArgument, max)
+	if max == 0 {
+		max = l.opts.SweepBatch
 	}
 	if err := l.checkOpen(); err != nil {
 		return ledger.Swept{}, err
