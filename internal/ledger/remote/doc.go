@@ -1,0 +1,37 @@
+// Package remote is the ledger backend that is a gRPC client of a reserver
+// (`--ledger grpc://host:port`): every ledger.Ledger call is one unary RPC of
+// the leasehold.v1.Ledger service, served by internal/reserver/rpc in front
+// of whatever backend the reserver uses. It lets routers — or routers not
+// written in Go, from proto/leasehold/v1/ledger.proto — share a reserver
+// instead of talking to Redis or etcd themselves.
+//
+// # Semantics
+//
+// The reserver's ledger decides everything, on its clock; this package only
+// carries calls. Results round-trip exactly: a capacity or quota refusal is
+// the same *ledger.Rejection (reason, engine, retry-after, epoch) and every
+// ledger error matches the same sentinel with errors.Is. Refusals by the
+// reserver's authentication match ErrUnauthenticated or ErrPermissionDenied.
+//
+// # What it does not do
+//
+// It does not retry. An error that matches no sentinel (connection refused,
+// reserver restarting, a deadline, a backend failure on the reserver) leaves
+// the outcome unknown; the ledger contract makes every call safe to retry —
+// Acquire on its (holder, request id), Release on its lease id, Renew and
+// Resize to absolute values — and when and how often to retry is the
+// caller's business (internal/lease). Calls fail fast while the reserver is
+// unreachable (no wait-for-ready); the connection is re-established in the
+// background with capped exponential backoff, and at once on the next call
+// after the reserver went away cleanly.
+//
+// Callers bound each call with their ctx. Close closes the connection, not
+// the reserver's ledger; calls after Close fail with ledger.ErrClosed.
+//
+// # Hazards
+//
+// Without TLS the bearer token crosses the network in the clear; set
+// Options.CAFile (and CertFile/KeyFile for mTLS) wherever the path is not
+// trusted. Identifiers must be valid UTF-8 to cross the wire (protobuf
+// strings); others fail with ledger.ErrInvalidArgument.
+package remote

@@ -1,0 +1,424 @@
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
+)
+
+// Errors of the reserver's authentication, matched with errors.Is.
+var (
+	// ErrUnauthenticated: the reserver did not accept the token (none sent,
+	// or unknown).
+	ErrUnauthenticated = wire.ErrUnauthenticated
+	// ErrPermissionDenied: the token may not make this call, or not for this
+	// holder; or the reserver has no token and serves loopback only.
+	ErrPermissionDenied = wire.ErrPermissionDenied
+)
+
+// Scheme is the --ledger URL scheme of this backend.
+const Scheme = "grpc"
+
+// Options configure Dial. The zero value is a plaintext connection without a
+// token, which a reserver accepts only from loopback when it has no token.
+type Options struct {
+	// Token is the bearer token sent with every call: the shared
+	// LEASEHOLD_TOKEN or this router's own token. Empty sends none.
+	Token string
+	// TLS enables TLS, verifying the reserver against the system roots
+	// unless CAFile is set. Setting CAFile or CertFile implies it.
+	TLS bool
+	// CAFile is a PEM file of CAs that sign the reserver's certificate.
+	CAFile string
+	// CertFile and KeyFile are this client's PEM certificate and key, for
+	// mTLS; both or neither.
+	CertFile, KeyFile string
+	// ServerName overrides the name checked in the reserver's certificate;
+	// empty means the host of the target.
+	ServerName string
+	// MaxReconnectDelay caps the backoff between reconnection attempts;
+	// 0 means 2s.
+	MaxReconnectDelay time.Duration
+	// DialOptions are appended to the ones Dial builds (interceptors,
+	// keepalive parameters, a custom dialer).
+	DialOptions []grpc.DialOption
+}
+
+// Ledger is a ledger.Ledger served by a remote reserver. It is safe for
+// concurrent use; one Ledger multiplexes every call over one connection.
+type Ledger struct {
+	conn   *grpc.ClientConn
+	c      pb.LedgerClient
+	closed atomic.Bool
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// ParseTarget returns host:port from a "grpc://host:port" URL.
+func ParseTarget(target string) (string, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return "", fmt.Errorf("remote: ledger URL %q: %w", target, err)
+	}
+	if u.Scheme != Scheme {
+		return "", fmt.Errorf("remote: ledger URL %q: scheme %q, want %s://host:port", target, u.Scheme, Scheme)
+	}
+	if u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", fmt.Errorf("remote: ledger URL %q: want %s://host:port", target, Scheme)
+	}
+	return u.Host, nil
+}
+
+// Dial returns a Ledger for the reserver at target ("grpc://host:port"). It
+// does not wait for the connection: the first call makes it, and a reserver
+// that is down fails calls, not Dial. Bad options fail here.
+func Dial(target string, opts Options) (*Ledger, error) {
+	addr, err := ParseTarget(target)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := transportCredentials(addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	maxDelay := opts.MaxReconnectDelay
+	if maxDelay <= 0 {
+		maxDelay = 2 * time.Second
+	}
+	bo := backoff.DefaultConfig
+	bo.BaseDelay = 50 * time.Millisecond
+	bo.MaxDelay = maxDelay
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(tc),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+	}
+	if opts.Token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(bearerToken(opts.Token)))
+	}
+	dopts = append(dopts, opts.DialOptions...)
+	conn, err := grpc.NewClient("dns:///"+addr, dopts...)
+	if err != nil {
+		return nil, fmt.Errorf("remote: dial %s: %w", target, err)
+	}
+	return &Ledger{conn: conn, c: pb.NewLedgerClient(conn)}, nil
+}
+
+func transportCredentials(addr string, o Options) (credentials.TransportCredentials, error) {
+	if !o.TLS && o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.ServerName}
+	if cfg.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("remote: target %q: %w", addr, err)
+		}
+		cfg.ServerName = host
+	}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("remote: ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("remote: ca file %s: no PEM certificate", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return nil, errors.New("remote: cert file and key file: set both for mTLS, or neither")
+	}
+	if o.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("remote: client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// bearerToken sends "authorization: Bearer <token>" with every call. It
+// allows plaintext connections, because a reserver on a trusted network may
+// serve without TLS; see the package hazards.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// Close closes the connection. It does not close the reserver's ledger nor
+// release any lease.
+func (l *Ledger) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	return l.conn.Close()
+}
+
+// live returns ErrClosed after Close.
+func (l *Ledger) live(op string) error {
+	if l.closed.Load() {
+		return fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
+	}
+	return nil
+}
+
+// fail maps a call's error back to the ledger's errors.
+func (l *Ledger) fail(ctx context.Context, op string, err error) error {
+	if l.closed.Load() && status.Code(err) == codes.Canceled && ctx.Err() == nil {
+		return fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
+	}
+	return fmt.Errorf("remote %s: %w", op, wire.Error(ctx, err))
+}
+
+// malformed reports a response this client cannot decode: the outcome is
+// unknown, like any transport failure.
+func malformed(op string, err error) error {
+	return fmt.Errorf("remote %s: malformed response from the reserver: %v", op, err)
+}
+
+// Configure implements ledger.Ledger.
+func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	const op = "configure"
+	if err := l.live(op); err != nil {
+		return ledger.NoEpoch, err
+	}
+	resp, err := l.c.Configure(ctx, &pb.ConfigureRequest{Spec: wire.PoolSpecToPB(spec)})
+	if err != nil {
+		return ledger.NoEpoch, l.fail(ctx, op, err)
+	}
+	return ledger.Epoch(resp.GetEpoch()), nil
+}
+
+// SetDraining implements ledger.Ledger.
+func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	const op = "set draining"
+	if err := l.live(op); err != nil {
+		return err
+	}
+	_, err := l.c.SetDraining(ctx, &pb.SetDrainingRequest{Pool: string(pool), Engine: string(engine), Draining: draining})
+	if err != nil {
+		return l.fail(ctx, op, err)
+	}
+	return nil
+}
+
+// KeepAlive implements ledger.Ledger.
+func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
+	const op = "keepalive"
+	if err := l.live(op); err != nil {
+		return ledger.Session{}, err
+	}
+	resp, err := l.c.KeepAlive(ctx, &pb.KeepAliveRequest{Pool: string(pool), Holder: string(holder), Ttl: wire.Duration(ttl)})
+	if err != nil {
+		return ledger.Session{}, l.fail(ctx, op, err)
+	}
+	s, err := wire.SessionFromPB(resp.GetSession())
+	if err != nil {
+		return ledger.Session{}, malformed(op, err)
+	}
+	return s, nil
+}
+
+// Acquire implements ledger.Ledger. A refusal is the reserver's
+// *ledger.Rejection, unchanged.
+func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
+	const op = "acquire"
+	if err := l.live(op); err != nil {
+		return ledger.Grant{}, err
+	}
+	resp, err := l.c.Acquire(ctx, wire.AcquireToPB(req))
+	if err != nil {
+		return ledger.Grant{}, l.fail(ctx, op, err)
+	}
+	return grantOrRejection(op, resp.GetGrant(), resp.GetRejection())
+}
+
+func grantOrRejection(op string, g *pb.Grant, r *pb.Rejection) (ledger.Grant, error) {
+	switch {
+	case g != nil:
+		out, err := wire.GrantFromPB(g)
+		if err != nil {
+			return ledger.Grant{}, malformed(op, err)
+		}
+		return out, nil
+	case r != nil:
+		rej, err := wire.RejectionFromPB(r)
+		if err != nil {
+			return ledger.Grant{}, malformed(op, err)
+		}
+		return ledger.Grant{}, rej
+	}
+	return ledger.Grant{}, malformed(op, errors.New("neither grant nor rejection"))
+}
+
+// Renew implements ledger.Ledger.
+func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	const op = "renew"
+	if err := l.live(op); err != nil {
+		return ledger.Renewal{}, err
+	}
+	resp, err := l.c.Renew(ctx, &pb.RenewRequest{Ref: wire.RefToPB(ref), Ttl: wire.Duration(ttl)})
+	if err != nil {
+		return ledger.Renewal{}, l.fail(ctx, op, err)
+	}
+	rn, err := wire.RenewalFromPB(resp.GetRenewal())
+	if err != nil {
+		return ledger.Renewal{}, malformed(op, err)
+	}
+	return rn, nil
+}
+
+// Resize implements ledger.Ledger. A refused growth is the reserver's
+// *ledger.Rejection, unchanged.
+func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	const op = "resize"
+	if err := l.live(op); err != nil {
+		return ledger.Renewal{}, err
+	}
+	resp, err := l.c.Resize(ctx, &pb.ResizeRequest{Ref: wire.RefToPB(ref), KvTokens: kvTokens})
+	if err != nil {
+		return ledger.Renewal{}, l.fail(ctx, op, err)
+	}
+	switch {
+	case resp.GetRenewal() != nil:
+		rn, err := wire.RenewalFromPB(resp.GetRenewal())
+		if err != nil {
+			return ledger.Renewal{}, malformed(op, err)
+		}
+		return rn, nil
+	case resp.GetRejection() != nil:
+		rej, err := wire.RejectionFromPB(resp.GetRejection())
+		if err != nil {
+			return ledger.Renewal{}, malformed(op, err)
+		}
+		return ledger.Renewal{}, rej
+	}
+	return ledger.Renewal{}, malformed(op, errors.New("neither renewal nor rejection"))
+}
+
+// Release implements ledger.Ledger.
+func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
+	const op = "release"
+	if err := l.live(op); err != nil {
+		return ledger.Released{}, err
+	}
+	resp, err := l.c.Release(ctx, &pb.ReleaseRequest{Ref: wire.RefToPB(ref), Usage: wire.UsageToPB(usage)})
+	if err != nil {
+		return ledger.Released{}, l.fail(ctx, op, err)
+	}
+	return ledger.Released{Released: resp.GetReleased(), Epoch: ledger.Epoch(resp.GetEpoch())}, nil
+}
+
+// Reassert implements ledger.Ledger. A refusal is the reserver's
+// *ledger.Rejection, unchanged.
+func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
+	const op = "reassert"
+	if err := l.live(op); err != nil {
+		return ledger.Grant{}, err
+	}
+	resp, err := l.c.Reassert(ctx, &pb.ReassertRequest{Lease: wire.LeaseToPB(lease), Ttl: wire.Duration(ttl)})
+	if err != nil {
+		return ledger.Grant{}, l.fail(ctx, op, err)
+	}
+	return grantOrRejection(op, resp.GetGrant(), resp.GetRejection())
+}
+
+// Observe implements ledger.Ledger.
+func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
+	const op = "observe"
+	if err := l.live(op); err != nil {
+		return ledger.Observed{}, err
+	}
+	resp, err := l.c.Observe(ctx, &pb.ObserveRequest{Observation: wire.ObservationToPB(obs)})
+	if err != nil {
+		return ledger.Observed{}, l.fail(ctx, op, err)
+	}
+	return ledger.Observed{Applied: resp.GetApplied(), Epoch: ledger.Epoch(resp.GetEpoch())}, nil
+}
+
+// Sweep implements ledger.Ledger.
+func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
+	const op = "sweep"
+	if err := l.live(op); err != nil {
+		return ledger.Swept{}, err
+	}
+	resp, err := l.c.Sweep(ctx, &pb.SweepRequest{Pool: string(pool), Max: int64(max)})
+	if err != nil {
+		return ledger.Swept{}, l.fail(ctx, op, err)
+	}
+	return ledger.Swept{Expired: int(resp.GetExpired()), Revoked: int(resp.GetRevoked()), Holders: int(resp.GetHolders())}, nil
+}
+
+// Pools implements ledger.Ledger.
+func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
+	const op = "pools"
+	if err := l.live(op); err != nil {
+		return nil, err
+	}
+	resp, err := l.c.Pools(ctx, &pb.PoolsRequest{})
+	if err != nil {
+		return nil, l.fail(ctx, op, err)
+	}
+	out := make([]ledger.PoolID, len(resp.GetPools()))
+	for i, p := range resp.GetPools() {
+		out[i] = ledger.PoolID(p)
+	}
+	return out, nil
+}
+
+// List implements ledger.Ledger.
+func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	const op = "list"
+	if err := l.live(op); err != nil {
+		return nil, err
+	}
+	resp, err := l.c.List(ctx, wire.FilterToPB(f))
+	if err != nil {
+		return nil, l.fail(ctx, op, err)
+	}
+	ls, err := wire.LeasesFromPB(resp.GetLeases())
+	if err != nil {
+		return nil, malformed(op, err)
+	}
+	return ls, nil
+}
+
+// Stats implements ledger.Ledger.
+func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
+	const op = "stats"
+	if err := l.live(op); err != nil {
+		return ledger.PoolStats{}, err
+	}
+	resp, err := l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)})
+	if err != nil {
+		return ledger.PoolStats{}, l.fail(ctx, op, err)
+	}
+	st, err := wire.PoolStatsFromPB(resp.GetStats())
+	if err != nil {
+		return ledger.PoolStats{}, malformed(op, err)
+	}
+	return st, nil
+}

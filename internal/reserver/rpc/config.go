@@ -1,0 +1,133 @@
+package rpc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Config is the reserver's token configuration. The zero value configures no
+// token: the server then serves loopback peers only.
+type Config struct {
+	// Token is the shared router token (env LEASEHOLD_TOKEN). It may do
+	// everything, including the admin methods. Optional.
+	Token string
+	// AdminTokens may do everything, like Token. Optional.
+	AdminTokens []string
+	// RouterTokens maps a router name to its own token, which may act only on
+	// holder ids equal to the name or starting with name + "/". Load them
+	// with LoadRouterTokens. Optional.
+	RouterTokens map[string]string
+	// AuditTokens may only read (Pools, List, Stats). Optional.
+	AuditTokens []string
+}
+
+// empty reports whether no token is configured.
+func (c Config) empty() bool {
+	return c.Token == "" && len(c.AdminTokens) == 0 && len(c.RouterTokens) == 0 && len(c.AuditTokens) == 0
+}
+
+// Validate rejects empty tokens, a token given to two principals, and router
+// names that are not usable holder-id prefixes. Errors name the field, never
+// the token.
+func (c Config) Validate() error {
+	seen := map[string]string{} // token -> where it was configured
+	add := func(where, tok string) error {
+		if tok == "" {
+			return fmt.Errorf("rpc config: %s is empty", where)
+		}
+		if strings.TrimSpace(tok) != tok || strings.ContainsAny(tok, " \t\r\n") {
+			return fmt.Errorf("rpc config: %s contains whitespace", where)
+		}
+		if prev, ok := seen[tok]; ok {
+			return fmt.Errorf("rpc config: %s is the same token as %s; every principal needs its own", where, prev)
+		}
+		seen[tok] = where
+		return nil
+	}
+	if c.Token != "" {
+		if err := add("token (LEASEHOLD_TOKEN)", c.Token); err != nil {
+			return err
+		}
+	}
+	for i, t := range c.AdminTokens {
+		if err := add(fmt.Sprintf("admin_tokens[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	for name, t := range c.RouterTokens {
+		if err := checkRouterName(name); err != nil {
+			return err
+		}
+		if err := add(fmt.Sprintf("router_tokens[%s]", name), t); err != nil {
+			return err
+		}
+	}
+	for i, t := range c.AuditTokens {
+		if err := add(fmt.Sprintf("audit_tokens[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkRouterName(name string) error {
+	if name == "" {
+		return errors.New("rpc config: router_tokens has an empty router name")
+	}
+	if strings.Contains(name, "/") {
+		return fmt.Errorf("rpc config: router name %q contains '/', which separates a router's holder ids", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x21 || c == 0x7f {
+			return fmt.Errorf("rpc config: router name %q contains a space or control character", name)
+		}
+	}
+	return nil
+}
+
+// LoadRouterTokens reads per-router tokens from a file: one "NAME: TOKEN"
+// line per router (a YAML mapping of plain strings); blank lines and lines
+// starting with '#' are ignored. Errors name the file and line, never the
+// token.
+func LoadRouterTokens(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("router tokens: %w", err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, tok, ok := strings.Cut(line, ":")
+		name, tok = strings.TrimSpace(name), unquote(strings.TrimSpace(tok))
+		if !ok || name == "" || tok == "" {
+			return nil, fmt.Errorf("router tokens %s:%d: want \"NAME: TOKEN\"", path, n)
+		}
+		if err := checkRouterName(name); err != nil {
+			return nil, fmt.Errorf("router tokens %s:%d: %w", path, n, err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("router tokens %s:%d: router %q listed twice", path, n, name)
+		}
+		out[name] = tok
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("router tokens %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// unquote strips one pair of matching YAML quotes.
+func unquote(s string) string {
+	if len(s) >= 2 && (s[0] == '"' || s[0] == '\'') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
