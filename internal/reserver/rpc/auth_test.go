@@ -1,0 +1,287 @@
+package rpc_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/memory"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/reserver/rpc"
+)
+
+const (
+	sharedToken = "shared-secret-token"
+	adminToken  = "admin-secret-token"
+	tokA        = "router-a-secret"
+	tokB        = "router-b-secret"
+	auditToken  = "audit-secret-token"
+)
+
+func authConfig() rpc.Config {
+	return rpc.Config{
+		Token:        sharedToken,
+		AdminTokens:  []string{adminToken},
+		RouterTokens: map[string]string{"router-a": tokA, "router-b": tokB},
+		AuditTokens:  []string{auditToken},
+	}
+}
+
+var spec = ledger.PoolSpec{
+	Name:       "p",
+	Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: 8}},
+	Tenants:    []ledger.TenantSpec{{Name: "t", KVShare: 1}},
+	Priorities: []ledger.PrioritySpec{{Name: "std", MaxFill: 1}},
+}
+
+func acquireReq(holder ledger.HolderID, id string) ledger.AcquireRequest {
+	return ledger.AcquireRequest{
+		Pool: "p", Candidates: []ledger.EngineID{"e1"}, Tenant: "t", Priority: "std",
+		KVTokens: 100, Slots: 1, Holder: holder, RequestID: ledger.RequestID(id), TTL: time.Minute,
+	}
+}
+
+// calls returns one call per Ledger method, each acting for holder on lease.
+func calls(c ledger.Ledger, holder ledger.HolderID, lease ledger.Lease) map[string]func(context.Context) error {
+	ref := lease.Ref()
+	ref.Holder = holder
+	mine := lease
+	mine.Holder = holder
+	return map[string]func(context.Context) error{
+		"Configure":   func(ctx context.Context) error { _, err := c.Configure(ctx, spec); return err },
+		"SetDraining": func(ctx context.Context) error { return c.SetDraining(ctx, "p", "e1", true) },
+		"KeepAlive":   func(ctx context.Context) error { _, err := c.KeepAlive(ctx, "p", holder, time.Minute); return err },
+		"Acquire":     func(ctx context.Context) error { _, err := c.Acquire(ctx, acquireReq(holder, "x1")); return err },
+		"Renew":       func(ctx context.Context) error { _, err := c.Renew(ctx, ref, time.Minute); return err },
+		"Resize":      func(ctx context.Context) error { _, err := c.Resize(ctx, ref, 50); return err },
+		"Release":     func(ctx context.Context) error { _, err := c.Release(ctx, ref, ledger.Usage{}); return err },
+		"Reassert":    func(ctx context.Context) error { _, err := c.Reassert(ctx, mine, time.Minute); return err },
+		"Observe": func(ctx context.Context) error {
+			_, err := c.Observe(ctx, ledger.Observation{Pool: "p", Engine: "e1", KVTokensUsed: 999, ObservedAt: time.Now()})
+			return err
+		},
+		"Sweep": func(ctx context.Context) error { _, err := c.Sweep(ctx, "p", 10); return err },
+		"Pools": func(ctx context.Context) error { _, err := c.Pools(ctx); return err },
+		"List":  func(ctx context.Context) error { _, err := c.List(ctx, ledger.Filter{}); return err },
+		"Stats": func(ctx context.Context) error { _, err := c.Stats(ctx, "p"); return err },
+	}
+}
+
+// fixture serves a configured pool where router-b/1 holds one lease.
+func fixture(t *testing.T) (*memory.Ledger, string, ledger.Lease) {
+	t.Helper()
+	l, url := serve(t, authConfig(), "127.0.0.1:0")
+	ctx := t.Context()
+	b := client(t, url, tokB)
+	if _, err := client(t, url, sharedToken).Configure(ctx, spec); err != nil {
+		t.Fatalf("Configure with the shared token: %v", err)
+	}
+	if _, err := b.KeepAlive(ctx, "p", "router-b/1", time.Minute); err != nil {
+		t.Fatalf("KeepAlive with router-b's token: %v", err)
+	}
+	g, err := b.Acquire(ctx, acquireReq("router-b/1", "b-1"))
+	if err != nil {
+		t.Fatalf("Acquire with router-b's token: %v", err)
+	}
+	return l, url, g.Lease
+}
+
+// state describes the ledger for "nothing changed" checks.
+func state(t *testing.T, l ledger.Ledger) string {
+	t.Helper()
+	st, err := l.Stats(t.Context(), "p")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	ls, err := l.List(t.Context(), ledger.Filter{})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var b strings.Builder
+	for _, e := range st.Engines {
+		fmt.Fprintf(&b, "%s draining=%v kv=%d slots=%d leases=%d corr=%d;", e.Spec.ID, e.Draining, e.ReservedKV, e.ReservedSlots, e.Leases, e.CorrectionKV)
+	}
+	fmt.Fprintf(&b, " holders=%d;", st.LiveHolders)
+	for _, x := range ls {
+		fmt.Fprintf(&b, " %s %s kv=%d deadline=%d;", x.ID, x.Holder, x.KVTokens, x.Deadline.UnixMilli())
+	}
+	return b.String()
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code, sentinel error) {
+	t.Helper()
+	if got := status.Code(err); got != code || !errors.Is(err, sentinel) {
+		t.Errorf("%s error = %v (code %s), want code %s matching %v", what, err, got, code, sentinel)
+	}
+}
+
+func TestUnauthenticated(t *testing.T) {
+	l, url, lease := fixture(t)
+	before := state(t, l)
+	for _, tc := range []struct{ name, token string }{
+		{"no token", ""},
+		{"wrong token", "not-a-configured-token"},
+		{"token with a prefix of a real one", sharedToken[:5]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := client(t, url, tc.token)
+			for name, call := range calls(c, "router-b/1", lease) {
+				err := call(t.Context())
+				wantCode(t, name, err, codes.Unauthenticated, remote.ErrUnauthenticated)
+				if tc.token != "" && strings.Contains(fmt.Sprint(err), tc.token) {
+					t.Errorf("%s error %q echoes the token", name, err)
+				}
+			}
+		})
+	}
+	if after := state(t, l); after != before {
+		t.Errorf("unauthenticated calls changed the ledger:\n got %s\nwant %s", after, before)
+	}
+}
+
+func TestRouterTokenOwnHoldersOnly(t *testing.T) {
+	l, url, lease := fixture(t)
+	a := client(t, url, tokA)
+	before := state(t, l)
+	// router-a acting for router-b's holder, or for a holder that merely
+	// starts with "router-a", is refused before the ledger sees the call.
+	for _, holder := range []ledger.HolderID{"router-b/1", "router-b", "router-ab", "router-ab/1", "router", ""} {
+		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
+			err := calls(a, holder, lease)[name](t.Context())
+			wantCode(t, fmt.Sprintf("%s for holder %q with router-a's token", name, holder), err, codes.PermissionDenied, remote.ErrPermissionDenied)
+		}
+	}
+	// Admin methods are refused too.
+	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
+		err := calls(a, "router-a", lease)[name](t.Context())
+		wantCode(t, name+" with a router token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	}
+	if after := state(t, l); after != before {
+		t.Errorf("refused calls changed the ledger:\n got %s\nwant %s", after, before)
+	}
+
+	// router-a naming its own holder on router-b's lease: the ledger refuses.
+	ctx := t.Context()
+	if _, err := a.KeepAlive(ctx, "p", "router-a/1", time.Minute); err != nil {
+		t.Fatalf("KeepAlive for router-a/1: %v", err)
+	}
+	before = state(t, l)
+	ref := lease.Ref()
+	ref.Holder = "router-a/1"
+	_, err := a.Release(ctx, ref, ledger.Usage{})
+	wantCode(t, "Release of router-b's lease as router-a/1", err, codes.PermissionDenied, ledger.ErrNotHolder)
+	if errors.Is(err, remote.ErrPermissionDenied) {
+		t.Errorf("ErrNotHolder also matches ErrPermissionDenied; want the two told apart")
+	}
+	if after := state(t, l); after != before {
+		t.Errorf("a refused release changed the ledger:\n got %s\nwant %s", after, before)
+	}
+
+	// Its own holders work, with or without a suffix, and reads are allowed.
+	for _, h := range []ledger.HolderID{"router-a", "router-a/2"} {
+		if _, err := a.KeepAlive(ctx, "p", h, time.Minute); err != nil {
+			t.Errorf("KeepAlive(%s) with router-a's token: %v", h, err)
+		}
+	}
+	g, err := a.Acquire(ctx, acquireReq("router-a/1", "a-1"))
+	if err != nil {
+		t.Fatalf("Acquire for router-a/1: %v", err)
+	}
+	if _, err := a.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
+		t.Errorf("Release of its own lease: %v", err)
+	}
+	for _, name := range []string{"Pools", "List", "Stats"} {
+		if err := calls(a, "router-a", lease)[name](ctx); err != nil {
+			t.Errorf("%s with a router token: %v", name, err)
+		}
+	}
+}
+
+func TestAuditTokenReadOnly(t *testing.T) {
+	l, url, lease := fixture(t)
+	c := client(t, url, auditToken)
+	before := state(t, l)
+	for name, call := range calls(c, "router-b/1", lease) {
+		err := call(t.Context())
+		switch name {
+		case "Pools", "List", "Stats":
+			if err != nil {
+				t.Errorf("%s with the audit token: %v", name, err)
+			}
+		default:
+			wantCode(t, name+" with the audit token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+		}
+	}
+	if after := state(t, l); after != before {
+		t.Errorf("audit token changed the ledger:\n got %s\nwant %s", after, before)
+	}
+}
+
+func TestAdminTokens(t *testing.T) {
+	_, url, lease := fixture(t)
+	for _, tok := range []string{sharedToken, adminToken} {
+		c := client(t, url, tok)
+		ctx := t.Context()
+		if err := c.SetDraining(ctx, "p", "e1", false); err != nil {
+			t.Errorf("SetDraining: %v", err)
+		}
+		if _, err := c.Sweep(ctx, "p", 10); err != nil {
+			t.Errorf("Sweep: %v", err)
+		}
+		if _, err := c.Observe(ctx, ledger.Observation{Pool: "p", Engine: "e1", ObservedAt: time.Now()}); err != nil {
+			t.Errorf("Observe: %v", err)
+		}
+		// Admin may act for any holder; the ledger still checks the lease.
+		if _, err := c.Renew(ctx, lease.Ref(), time.Minute); err != nil {
+			t.Errorf("Renew of router-b's lease with an admin token: %v", err)
+		}
+	}
+}
+
+func TestLoopbackOnlyWithoutToken(t *testing.T) {
+	_, url := serve(t, rpc.Config{}, "127.0.0.1:0")
+	c := client(t, url, "")
+	if _, err := c.Configure(t.Context(), spec); err != nil {
+		t.Fatalf("Configure from loopback without a token: %v", err)
+	}
+	if _, err := c.Pools(t.Context()); err != nil {
+		t.Errorf("Pools from loopback without a token: %v", err)
+	}
+
+	ip := nonLoopbackIP(t)
+	if ip == nil {
+		t.Skip("no non-loopback interface address to serve on")
+	}
+	_, url = serve(t, rpc.Config{}, net.JoinHostPort(ip.String(), "0"))
+	c = client(t, url, "some-token")
+	_, err := c.Pools(t.Context())
+	wantCode(t, "Pools from "+ip.String()+" without a configured token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	if !strings.Contains(fmt.Sprint(err), "loopback") || !strings.Contains(fmt.Sprint(err), "LEASEHOLD_TOKEN") {
+		t.Errorf("refusal %q does not say the reserver serves loopback only and how to fix it", err)
+	}
+}
+
+// nonLoopbackIP returns an address of this host that is not loopback, or nil.
+func nonLoopbackIP(t *testing.T) net.IP {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !n.IP.IsLinkLocalUnicast() {
+			if lis, err := net.Listen("tcp", net.JoinHostPort(n.IP.String(), "0")); err == nil {
+				_ = lis.Close()
+				return n.IP
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+func ledgerHolder(h string) ledger.HolderID { return ledger.HolderID(h) }
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		cfg        Config
+	}{
+		{"zero is loopback only", "", Config{}},
+		{"all roles", "", Config{Token: "a", AdminTokens: []string{"b"}, RouterTokens: map[string]string{"r": "c"}, AuditTokens: []string{"d"}}},
+		{"empty admin token", "admin_tokens[0] is empty", Config{AdminTokens: []string{""}}},
+		{"empty router token", "router_tokens[r] is empty", Config{RouterTokens: map[string]string{"r": ""}}},
+		{"shared reused", "same token as token (LEASEHOLD_TOKEN)", Config{Token: "a", AuditTokens: []string{"a"}}},
+		{"router name with slash", "contains '/'", Config{RouterTokens: map[string]string{"r/1": "c"}}},
+		{"empty router name", "empty router name", Config{RouterTokens: map[string]string{"": "c"}}},
+		{"whitespace", "contains whitespace", Config{Token: "a b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.want)
+			}
+			for _, tok := range []string{"a b", "c"} {
+				if strings.Contains(err.Error(), `"`+tok+`"`) {
+					t.Errorf("Validate() error %q quotes a token", err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadRouterTokens(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "tokens.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	got, err := LoadRouterTokens(write("# routers\nrouter-a: tok-a\n\nrouter-b:  \"tok:b\"\n"))
+	if err != nil || len(got) != 2 || got["router-a"] != "tok-a" || got["router-b"] != "tok:b" {
+		t.Fatalf("LoadRouterTokens = %v, %v; want router-a and router-b", got, err)
+	}
+	for _, tc := range []struct{ name, body, want string }{
+		{"no colon", "router-a s3cr3t\n", ":1: want"},
+		{"empty token", "router-a:\n", ":1: want"},
+		{"duplicate", "a: s3cr3t\na: s3cr3t2\n", ":2: router \"a\" listed twice"},
+		{"slash in name", "a/b: s3cr3t\n", ":1: rpc config: router name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadRouterTokens(write(tc.body))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("LoadRouterTokens(%q) = %v, want an error containing %q", tc.body, err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("error %q contains a token", err)
+			}
+		})
+	}
+	if _, err := LoadRouterTokens(filepath.Join(dir, "missing")); err == nil {
+		t.Errorf("LoadRouterTokens(missing file) = nil error")
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}
+	remote := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 1}}
+	mapped := &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 1}}
+	v6loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv6loopback, Port: 1}}
+	unix := &peer.Peer{Addr: &net.UnixAddr{Name: "/run/reserver.sock", Net: "unix"}}
+	ctx := func(p *peer.Peer, auth ...string) context.Context {
+		c := context.Background()
+		if p != nil {
+			c = peer.NewContext(c, p)
+		}
+		if len(auth) > 0 {
+			c = metadata.NewIncomingContext(c, metadata.Pairs("authorization", auth[0]))
+		}
+		return c
+	}
+	none := newAuthenticator(Config{})
+	with := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, AuditTokens: []string{"au"}})
+	for _, tc := range []struct {
+		name string
+		a    *authenticator
+		ctx  context.Context
+		code codes.Code
+		want principal
+	}{
+		{"no token, loopback v4", none, ctx(loop), codes.OK, principal{role: roleAdmin}},
+		{"no token, loopback v6", none, ctx(v6loop), codes.OK, principal{role: roleAdmin}},
+		{"no token, unix socket", none, ctx(unix), codes.OK, principal{role: roleAdmin}},
+		{"no token, remote peer", none, ctx(remote), codes.PermissionDenied, principal{}},
+		{"no token, v4-mapped remote", none, ctx(mapped), codes.PermissionDenied, principal{}},
+		{"no token, no peer", none, ctx(nil), codes.PermissionDenied, principal{}},
+		{"token, loopback but none sent", with, ctx(loop), codes.Unauthenticated, principal{}},
+		{"shared", with, ctx(remote, "Bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"lower-case scheme", with, ctx(remote, "bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"router", with, ctx(remote, "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
+		{"audit", with, ctx(remote, "Bearer au"), codes.OK, principal{role: roleAudit}},
+		{"basic scheme", with, ctx(remote, "Basic s"), codes.Unauthenticated, principal{}},
+		{"bare token", with, ctx(remote, "s"), codes.Unauthenticated, principal{}},
+		{"unknown", with, ctx(remote, "Bearer nope"), codes.Unauthenticated, principal{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, st := tc.a.authenticate(tc.ctx)
+			if st.Code() != tc.code || p != tc.want {
+				t.Fatalf("authenticate = %+v, %v; want %+v, %s", p, st.Err(), tc.want, tc.code)
+			}
+		})
+	}
+}
+
+func TestAuthorize(t *testing.T) {
+	admin, router, audit := principal{role: roleAdmin}, principal{role: roleRouter, router: "r"}, principal{role: roleAudit}
+	for _, tc := range []struct {
+		name   string
+		p      principal
+		acc    access
+		holder string
+		ok     bool
+	}{
+		{"admin admin", admin, accessAdmin, "", true},
+		{"admin any holder", admin, accessHolder, "x/1", true},
+		{"router own name", router, accessHolder, "r", true},
+		{"router own prefix", router, accessHolder, "r/1/2", true},
+		{"router other", router, accessHolder, "s/1", false},
+		{"router name prefix only", router, accessHolder, "rr/1", false},
+		{"router empty holder", router, accessHolder, "", false},
+		{"router read", router, accessRead, "", true},
+		{"router admin", router, accessAdmin, "", false},
+		{"audit read", audit, accessRead, "", true},
+		{"audit holder", audit, accessHolder, "r", false},
+		{"audit admin", audit, accessAdmin, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := authorize(tc.p, "M", tc.acc, ledgerHolder(tc.holder))
+			if (st == nil) != tc.ok || (st != nil && st.Code() != codes.PermissionDenied) {
+				t.Fatalf("authorize = %v, want allowed=%v (else PermissionDenied)", st.Err(), tc.ok)
+			}
+		})
+	}
+}
