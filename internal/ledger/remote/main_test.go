@@ -30,6 +30,7 @@ const testToken = "test-shared-token"
 type reserver struct {
 	t    testing.TB
 	cfg  rpc.Config
+	opts []grpc.ServerOption
 	addr string
 
 	mu sync.Mutex // guards l, g and doneC
@@ -41,9 +42,9 @@ type reserver struct {
 
 // startReserver serves l with cfg on a free loopback port until the test
 // ends; it closes l then.
-func startReserver(t testing.TB, l ledger.Ledger, cfg rpc.Config) *reserver {
+func startReserver(t testing.TB, l ledger.Ledger, cfg rpc.Config, opts ...grpc.ServerOption) *reserver {
 	t.Helper()
-	r := &reserver{t: t, cfg: cfg, addr: "127.0.0.1:0"}
+	r := &reserver{t: t, cfg: cfg, opts: opts, addr: "127.0.0.1:0"}
 	r.serve(l)
 	t.Cleanup(r.stop)
 	return r
@@ -65,7 +66,7 @@ func (r *reserver) serve(l ledger.Ledger) {
 	if err != nil {
 		r.t.Fatalf("listen on %s: %v", r.addr, err)
 	}
-	g, err := rpc.NewGRPCServer(l, r.cfg)
+	g, err := rpc.NewGRPCServer(l, r.cfg, r.opts...)
 	if err != nil {
 		r.t.Fatalf("rpc.NewGRPCServer: %v", err)
 	}
