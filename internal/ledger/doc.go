@@ -63,8 +63,11 @@
 // A lease ends at its deadline or when its holder's session dies, whichever
 // comes first. Expired leases keep counting against capacity until swept; a
 // sweep runs at the start of every mutating call and through Sweep, each
-// bounded. Counting an expired lease a little longer is safe; the reverse
-// never happens.
+// bounded. A backend may also sweep in the background, between calls (the
+// etcd backend's watcher does): Sweep then reports only what it removed
+// itself, which may be less than what had ended, and a dead session may be
+// fully swept before its holder calls KeepAlive again. Counting an expired
+// lease a little longer is safe; the reverse never happens.
 //
 // Reassert re-inserts a lease a live holder still uses after the ledger lost
 // it (new epoch, failover). It is accepted above capacity — it is real load —
