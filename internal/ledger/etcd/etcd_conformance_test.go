@@ -17,7 +17,12 @@ import (
 
 var prefixes atomic.Int64
 
-// backend makes ledgers on one etcd member, each under its own prefix.
+// backend makes ledgers on one etcd member, each under its own prefix, in
+// the production configuration: the watch-driven sweeper on and the default
+// LeaseSlack. A deadline marker then ends at most about 1.1s after its
+// deadline (TTL rounded up to whole seconds, or a shared etcd lease up to
+// LeaseSlack plus one 100ms bucket late) plus etcd's 500ms expiry tick,
+// inside the suite's 2*MinTTL allowance.
 func backend(t *testing.T) ledgertest.Backend {
 	srv := etcdserver.Start(t, t.TempDir())
 	cli := srv.Client(t)
@@ -27,11 +32,6 @@ func backend(t *testing.T) ledgertest.Backend {
 			l, err := etcd.New(cli, etcd.Options{
 				Options: opts,
 				Prefix:  fmt.Sprintf("/conformance/%d/", prefixes.Add(1)),
-				// The suite counts what each Sweep call removes; a background
-				// sweeper would take that work first.
-				NoWatch: true,
-				// One etcd lease per deadline: markers end as soon as etcd allows.
-				LeaseSlack: -1,
 			})
 			if err != nil {
 				t.Fatalf("etcd.New: %v", err)
@@ -48,6 +48,8 @@ func backend(t *testing.T) ledgertest.Backend {
 		},
 		// etcd leases count whole seconds.
 		MinTTL: time.Second,
+		// The watcher ends expired leases and dead sessions between calls.
+		BackgroundSweep: true,
 	}
 }
 
