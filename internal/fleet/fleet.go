@@ -1,0 +1,371 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// Defaults for fields the file may omit.
+const (
+	DefaultSessionTTL     = 10 * time.Second
+	MinSessionTTL         = time.Second
+	DefaultLeaseTTL       = 30 * time.Second
+	DefaultRecoveryWindow = ledger.DefaultRecoveryWindow
+	DefaultRetryAfter     = ledger.DefaultRetryAfter
+	DefaultStaleAfter     = 10 * time.Second
+	DefaultStalePolicy    = ledger.StaleHold
+	DefaultHeadroom       = 0.9
+	// DefaultPriority is the class used when the file lists none: it may
+	// fill an engine completely.
+	DefaultPriority ledger.PriorityName = "standard"
+	// MaxFileSize bounds what Load reads.
+	MaxFileSize = 16 << 20
+)
+
+// Fleet is a parsed, defaulted and validated fleet file.
+type Fleet struct {
+	Pools   []Pool
+	Tenants []Tenant
+	// Priorities are the classes, in file order; the implicit "standard"
+	// (max_fill 1.0) when the file lists none.
+	Priorities []ledger.PrioritySpec
+	// DefaultPriority is the class of a request that names none.
+	DefaultPriority ledger.PriorityName
+	Lease           Lease
+}
+
+// Pool is the engines serving one model.
+type Pool struct {
+	// Name is the OpenAI "model" a request names.
+	Name    ledger.PoolID
+	Engines []Engine
+	// RetryAfter is the hint sent with capacity rejections (default 1s).
+	RetryAfter time.Duration
+}
+
+// Engine is one GPU engine replica.
+type Engine struct {
+	ID ledger.EngineID
+	// URL is where requests are proxied (http or https).
+	URL string
+	// MetricsURL is the engine's Prometheus endpoint (default URL+"/metrics").
+	MetricsURL string
+	// Format is the metrics dialect (default vllm).
+	Format telemetry.Format
+	// KVFromMetrics is set when the file omits kv_tokens: capacity is the
+	// engine's reported KV tokens × Headroom, known only after a scrape.
+	KVFromMetrics bool
+	// KVTokens is the configured admissible KV capacity in tokens; 0 exactly
+	// when KVFromMetrics.
+	KVTokens int64
+	// Slots is the admissible number of concurrent sequences (required).
+	Slots int64
+	// StaleAfter is how long telemetry stays fresh (default 10s); 0 means
+	// the engine is not scraped and not expected to report.
+	StaleAfter time.Duration
+	// StalePolicy applies while telemetry is stale (default hold).
+	StalePolicy ledger.StalePolicy
+	// Headroom is the fraction of discovered capacity that is admissible,
+	// in (0, 1] (default 0.9); 0 when kv_tokens is configured.
+	Headroom float64
+}
+
+// Tenant is a consumer with a quota in each pool it may use.
+type Tenant struct {
+	Name ledger.TenantID
+	// APIKeys are the SHA-256 hashes of the tenant's bearer keys.
+	APIKeys []KeyHash
+	// KVShare is the share of each pool's KV tokens, in (0, 1].
+	KVShare float64
+	// SlotShare is the share of each pool's slots, in [0, 1]; 0 means no
+	// slot quota.
+	SlotShare float64
+	// Pools restricts the tenant to these pools; empty means every pool.
+	Pools []ledger.PoolID
+}
+
+// InPool reports whether the tenant may use pool p.
+func (t Tenant) InPool(p ledger.PoolID) bool {
+	if len(t.Pools) == 0 {
+		return true
+	}
+	for _, q := range t.Pools {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Lease holds the timings routers use for holder sessions and leases.
+type Lease struct {
+	// SessionTTL: a router's leases are released this long after its last
+	// keepalive (default 10s, at least 1s).
+	SessionTTL time.Duration
+	// LeaseTTL: a lease's deadline after each renewal (default the larger
+	// of 30s and 3 × RenewInterval).
+	LeaseTTL time.Duration
+	// RenewInterval: how often a router keeps its session alive and renews
+	// its leases (default SessionTTL/3; below SessionTTL and LeaseTTL).
+	RenewInterval time.Duration
+	// RecoveryWindow: how long a new ledger epoch refuses new grants while
+	// holders re-assert (default the larger of 10s and SessionTTL); 0
+	// disables it, otherwise at least SessionTTL.
+	RecoveryWindow time.Duration
+}
+
+// LedgerOptions returns the ledger options the lease timings imply.
+func (l Lease) LedgerOptions() ledger.Options {
+	o := ledger.Options{RecoveryWindow: l.RecoveryWindow}
+	if l.RecoveryWindow == 0 {
+		o.RecoveryWindow = -1 // disabled, not "default"
+	}
+	return o
+}
+
+// The file's shape. Pointers mark fields whose omission differs from zero.
+type fileYAML struct {
+	Pools           []poolYAML     `yaml:"pools"`
+	Tenants         []tenantYAML   `yaml:"tenants"`
+	Priorities      []priorityYAML `yaml:"priorities"`
+	DefaultPriority string         `yaml:"default_priority"`
+	Lease           leaseYAML      `yaml:"lease"`
+}
+
+type poolYAML struct {
+	Name       string         `yaml:"name"`
+	Engines    []engineYAML   `yaml:"engines"`
+	RetryAfter *time.Duration `yaml:"retry_after"`
+}
+
+type engineYAML struct {
+	ID          string         `yaml:"id"`
+	URL         string         `yaml:"url"`
+	KVTokens    *int64         `yaml:"kv_tokens"`
+	Slots       int64          `yaml:"slots"`
+	Format      string         `yaml:"format"`
+	MetricsURL  string         `yaml:"metrics_url"`
+	StaleAfter  *time.Duration `yaml:"stale_after"`
+	StalePolicy string         `yaml:"stale_policy"`
+	Headroom    *float64       `yaml:"headroom"`
+}
+
+type tenantYAML struct {
+	Name      string   `yaml:"name"`
+	APIKeys   []string `yaml:"api_keys"`
+	KVShare   float64  `yaml:"kv_share"`
+	SlotShare float64  `yaml:"slot_share"`
+	Pools     []string `yaml:"pools"`
+}
+
+type priorityYAML struct {
+	Name    string  `yaml:"name"`
+	MaxFill float64 `yaml:"max_fill"`
+}
+
+type leaseYAML struct {
+	SessionTTL     *time.Duration `yaml:"session_ttl"`
+	LeaseTTL       *time.Duration `yaml:"lease_ttl"`
+	RenewInterval  *time.Duration `yaml:"renew_interval"`
+	RecoveryWindow *time.Duration `yaml:"recovery_window"`
+}
+
+// sections names each YAML type for unknown-field errors.
+var sections = map[string]struct {
+	what string
+	t    reflect.Type
+}{
+	"fileYAML":     {"the top level", reflect.TypeOf(fileYAML{})},
+	"poolYAML":     {"a pool", reflect.TypeOf(poolYAML{})},
+	"engineYAML":   {"an engine", reflect.TypeOf(engineYAML{})},
+	"tenantYAML":   {"a tenant", reflect.TypeOf(tenantYAML{})},
+	"priorityYAML": {"a priority", reflect.TypeOf(priorityYAML{})},
+	"leaseYAML":    {"lease", reflect.TypeOf(leaseYAML{})},
+}
+
+var notFound = regexp.MustCompile(`^(line \d+): field (.+) not found in type fleet\.(\w+)$`)
+
+// friendlier rewrites yaml's unknown-field messages to name the section
+// and the fields it allows.
+func friendlier(msg string) string {
+	m := notFound.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	s, ok := sections[m[3]]
+	if !ok {
+		return msg
+	}
+	var allowed []string
+	for i := range s.t.NumField() {
+		allowed = append(allowed, strings.Split(s.t.Field(i).Tag.Get("yaml"), ",")[0])
+	}
+	return fmt.Sprintf("%s: unknown field %q in %s (allowed: %s)", m[1], m[2], s.what, strings.Join(allowed, ", "))
+}
+
+// ErrInvalid marks every fleet-file error; FieldError carries the path.
+var ErrInvalid = errors.New("fleet: invalid fleet file")
+
+// FieldError is one problem with one field.
+type FieldError struct {
+	// Path is the field, e.g. "pools[0].engines[1].kv_tokens".
+	Path string
+	// Message says what is wrong and what is allowed.
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Message }
+
+// Unwrap makes every FieldError match ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// Load reads, parses and validates the fleet file at path.
+func Load(path string) (*Fleet, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("fleet: read %s: %w", path, err)
+	}
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("fleet: %s: %w: larger than %d bytes", path, ErrInvalid, MaxFileSize)
+	}
+	fl, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("fleet file %s: %w", path, err)
+	}
+	return fl, nil
+}
+
+// Parse decodes a fleet file, applies defaults and validates it. The error
+// lists every problem found.
+func Parse(data []byte) (*Fleet, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var raw fileYAML
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				msgs[i] = friendlier(m)
+			}
+			return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.Join(msgs, "; "))
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: more than one YAML document (want one)", ErrInvalid)
+	}
+	f, errs := build(raw)
+	errs = append(errs, f.check()...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return f, nil
+}
+
+// build converts the decoded file into a Fleet with defaults applied. It
+// reports what only the raw file shows (key syntax).
+func build(raw fileYAML) (*Fleet, []error) {
+	var errs []error
+	f := &Fleet{DefaultPriority: ledger.PriorityName(raw.DefaultPriority)}
+	for _, p := range raw.Pools {
+		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter}
+		if p.RetryAfter != nil {
+			pool.RetryAfter = *p.RetryAfter
+		}
+		for _, e := range p.Engines {
+			eng := Engine{
+				ID: ledger.EngineID(e.ID), URL: e.URL, MetricsURL: e.MetricsURL,
+				Format: telemetry.Format(e.Format), Slots: e.Slots,
+				StaleAfter: DefaultStaleAfter, StalePolicy: ledger.StalePolicy(e.StalePolicy),
+			}
+			if eng.MetricsURL == "" && eng.URL != "" {
+				eng.MetricsURL = strings.TrimRight(eng.URL, "/") + "/metrics"
+			}
+			if eng.Format == "" {
+				eng.Format = telemetry.DefaultFormat
+			}
+			if eng.StalePolicy == "" {
+				eng.StalePolicy = DefaultStalePolicy
+			}
+			if e.StaleAfter != nil {
+				eng.StaleAfter = *e.StaleAfter
+			}
+			if e.KVTokens != nil {
+				eng.KVTokens = *e.KVTokens
+			} else {
+				eng.KVFromMetrics = true
+				eng.Headroom = DefaultHeadroom
+			}
+			if e.Headroom != nil {
+				eng.Headroom = *e.Headroom
+			}
+			pool.Engines = append(pool.Engines, eng)
+		}
+		f.Pools = append(f.Pools, pool)
+	}
+	for i, t := range raw.Tenants {
+		ten := Tenant{Name: ledger.TenantID(t.Name), KVShare: t.KVShare, SlotShare: t.SlotShare}
+		for j, k := range t.APIKeys {
+			h, err := ParseAPIKey(k)
+			if err != nil {
+				errs = append(errs, &FieldError{fmt.Sprintf("tenants[%d].api_keys[%d]", i, j), err.Error()})
+				continue
+			}
+			ten.APIKeys = append(ten.APIKeys, h)
+		}
+		for _, p := range t.Pools {
+			ten.Pools = append(ten.Pools, ledger.PoolID(p))
+		}
+		f.Tenants = append(f.Tenants, ten)
+	}
+	for _, p := range raw.Priorities {
+		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+	}
+	if len(raw.Priorities) == 0 {
+		f.Priorities = []ledger.PrioritySpec{{Name: DefaultPriority, MaxFill: 1}}
+	}
+	if f.DefaultPriority == "" {
+		f.DefaultPriority = f.Priorities[0].Name
+	}
+
+	l := &f.Lease
+	l.SessionTTL = DefaultSessionTTL
+	if raw.Lease.SessionTTL != nil {
+		l.SessionTTL = *raw.Lease.SessionTTL
+	}
+	l.RenewInterval = l.SessionTTL / 3
+	if raw.Lease.RenewInterval != nil {
+		l.RenewInterval = *raw.Lease.RenewInterval
+	}
+	l.LeaseTTL = max(DefaultLeaseTTL, 3*l.RenewInterval)
+	if raw.Lease.LeaseTTL != nil {
+		l.LeaseTTL = *raw.Lease.LeaseTTL
+	}
+	l.RecoveryWindow = max(DefaultRecoveryWindow, l.SessionTTL)
+	if raw.Lease.RecoveryWindow != nil {
+		l.RecoveryWindow = *raw.Lease.RecoveryWindow
+	}
+	return f, errs
+}

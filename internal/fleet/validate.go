@@ -1,0 +1,220 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// maxDuration bounds every configured duration, as the ledger bounds TTLs.
+const maxDuration = 24 * time.Hour
+
+// Validate checks a Fleet and returns every problem, each a *FieldError
+// naming the field path and the allowed values (errors.Is ErrInvalid).
+// Parse has already run it; call it again after changing a Fleet in code.
+func (f *Fleet) Validate() error { return errors.Join(f.check()...) }
+
+// checker collects field errors.
+type checker struct{ errs []error }
+
+func (c *checker) add(path, format string, args ...any) {
+	c.errs = append(c.errs, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// name checks an identifier by the ledger's rules.
+func (c *checker) name(path, v string) {
+	switch {
+	case v == "":
+		c.add(path, "is required")
+	case len(v) > ledger.MaxIDLen:
+		c.add(path, "is %d bytes, must be at most %d", len(v), ledger.MaxIDLen)
+	default:
+		for i := 0; i < len(v); i++ {
+			if b := v[i]; b < 0x21 || b == 0x7f {
+				c.add(path, "%q must not contain spaces or control characters", v)
+				return
+			}
+		}
+	}
+}
+
+// fraction checks v in (0, 1], or [0, 1] when zero is allowed.
+func (c *checker) fraction(path string, v float64, allowZero bool) {
+	ok := v > 0 && v <= 1
+	if allowZero {
+		ok = v >= 0 && v <= 1
+	}
+	if ok && !math.IsNaN(v) {
+		return
+	}
+	if allowZero {
+		c.add(path, "must be in [0, 1], got %v", v)
+	} else {
+		c.add(path, "must be in (0, 1], got %v", v)
+	}
+}
+
+func (c *checker) duration(path string, d, lo time.Duration) {
+	if d < lo || d > maxDuration {
+		c.add(path, "must be in %s..%s, got %s", lo, maxDuration, d)
+	}
+}
+
+func (c *checker) httpURL(path, v string) {
+	if v == "" {
+		c.add(path, "is required (an http:// or https:// URL)")
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		c.add(path, "is not a URL: %v", err)
+		return
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.add(path, "must be an http:// or https:// URL with a host, got %q", u.Redacted())
+	}
+}
+
+// check returns every problem with f.
+func (f *Fleet) check() []error {
+	c := &checker{}
+	if len(f.Pools) == 0 {
+		c.add("pools", "must list at least one pool")
+	}
+	pools := map[ledger.PoolID]int{}
+	for i, p := range f.Pools {
+		pp := fmt.Sprintf("pools[%d]", i)
+		c.name(pp+".name", string(p.Name))
+		if j, dup := pools[p.Name]; dup && p.Name != "" {
+			c.add(pp+".name", "%q is already the name of pools[%d]", p.Name, j)
+		} else {
+			pools[p.Name] = i
+		}
+		c.duration(pp+".retry_after", p.RetryAfter, 0)
+		if len(p.Engines) == 0 {
+			c.add(pp+".engines", "must list at least one engine")
+		}
+		ids := map[ledger.EngineID]int{}
+		for j, e := range p.Engines {
+			ep := fmt.Sprintf("%s.engines[%d]", pp, j)
+			c.name(ep+".id", string(e.ID))
+			if k, dup := ids[e.ID]; dup && e.ID != "" {
+				c.add(ep+".id", "%q is already the id of %s.engines[%d]", e.ID, pp, k)
+			} else {
+				ids[e.ID] = j
+			}
+			c.engine(ep, e)
+		}
+	}
+
+	keys := map[KeyHash]string{}
+	tenants := map[ledger.TenantID]int{}
+	for i, t := range f.Tenants {
+		tp := fmt.Sprintf("tenants[%d]", i)
+		c.name(tp+".name", string(t.Name))
+		if j, dup := tenants[t.Name]; dup && t.Name != "" {
+			c.add(tp+".name", "%q is already the name of tenants[%d]", t.Name, j)
+		} else {
+			tenants[t.Name] = i
+		}
+		if len(t.APIKeys) == 0 {
+			c.add(tp+".api_keys", "must list at least one key (plaintext or \"sha256:<hex>\")")
+		}
+		for j, k := range t.APIKeys {
+			kp := fmt.Sprintf("%s.api_keys[%d]", tp, j)
+			if other, dup := keys[k]; dup {
+				c.add(kp, "is the same key as %s; a key must identify one tenant", other)
+			} else {
+				keys[k] = kp
+			}
+		}
+		c.fraction(tp+".kv_share", t.KVShare, false)
+		c.fraction(tp+".slot_share", t.SlotShare, true)
+		seen := map[ledger.PoolID]bool{}
+		for j, p := range t.Pools {
+			pp := fmt.Sprintf("%s.pools[%d]", tp, j)
+			if _, ok := pools[p]; !ok {
+				c.add(pp, "%q is not a pool in this file", p)
+			}
+			if seen[p] {
+				c.add(pp, "%q is listed twice", p)
+			}
+			seen[p] = true
+		}
+	}
+
+	prios := map[ledger.PriorityName]int{}
+	if len(f.Priorities) == 0 {
+		c.add("priorities", "must not be empty (omit it for the implicit %q class)", DefaultPriority)
+	}
+	for i, p := range f.Priorities {
+		pp := fmt.Sprintf("priorities[%d]", i)
+		c.name(pp+".name", string(p.Name))
+		if j, dup := prios[p.Name]; dup && p.Name != "" {
+			c.add(pp+".name", "%q is already the name of priorities[%d]", p.Name, j)
+		} else {
+			prios[p.Name] = i
+		}
+		c.fraction(pp+".max_fill", p.MaxFill, false)
+	}
+	if _, ok := prios[f.DefaultPriority]; !ok && len(f.Priorities) > 0 {
+		var names []string
+		for _, p := range f.Priorities {
+			names = append(names, string(p.Name))
+		}
+		c.add("default_priority", "%q is not a listed priority (want one of %q)", f.DefaultPriority, names)
+	}
+
+	l := f.Lease
+	c.duration("lease.session_ttl", l.SessionTTL, MinSessionTTL)
+	c.duration("lease.renew_interval", l.RenewInterval, time.Millisecond)
+	c.duration("lease.lease_ttl", l.LeaseTTL, time.Second)
+	if l.RenewInterval >= l.SessionTTL {
+		c.add("lease.renew_interval", "must be less than lease.session_ttl (%s), got %s", l.SessionTTL, l.RenewInterval)
+	}
+	if l.RenewInterval >= l.LeaseTTL {
+		c.add("lease.renew_interval", "must be less than lease.lease_ttl (%s), got %s", l.LeaseTTL, l.RenewInterval)
+	}
+	if l.RecoveryWindow != 0 && (l.RecoveryWindow < l.SessionTTL || l.RecoveryWindow > maxDuration) {
+		c.add("lease.recovery_window", "must be 0s (disabled) or in lease.session_ttl (%s)..%s so every live holder can re-assert, got %s", l.SessionTTL, maxDuration, l.RecoveryWindow)
+	}
+	return c.errs
+}
+
+func (c *checker) engine(ep string, e Engine) {
+	c.httpURL(ep+".url", e.URL)
+	if e.StaleAfter != 0 {
+		c.httpURL(ep+".metrics_url", e.MetricsURL)
+	}
+	if _, err := telemetry.ParseFormat(string(e.Format)); err != nil || e.Format == "" {
+		c.add(ep+".format", "must be vllm, sglang or tgi, got %q", e.Format)
+	}
+	switch {
+	case e.KVFromMetrics && e.KVTokens != 0:
+		c.add(ep+".kv_tokens", "is %d, but the engine is marked to discover capacity from metrics", e.KVTokens)
+	case e.KVFromMetrics:
+		c.fraction(ep+".headroom", e.Headroom, false)
+		if e.StaleAfter == 0 {
+			c.add(ep+".stale_after", "is 0s (no telemetry), but kv_tokens is omitted and must be discovered from metrics")
+		}
+	case e.KVTokens < 1 || e.KVTokens > ledger.MaxAmount:
+		c.add(ep+".kv_tokens", "must be > 0 and at most %d, got %d (omit it to discover capacity from metrics)", ledger.MaxAmount, e.KVTokens)
+	}
+	if !e.KVFromMetrics && e.Headroom != 0 {
+		c.add(ep+".headroom", "applies only to capacity discovered from metrics; omit it, or omit kv_tokens")
+	}
+	if e.Slots < 1 || e.Slots > ledger.MaxAmount {
+		c.add(ep+".slots", "must be > 0 and at most %d, got %d", ledger.MaxAmount, e.Slots)
+	}
+	c.duration(ep+".stale_after", e.StaleAfter, 0)
+	switch e.StalePolicy {
+	case ledger.StaleHold, ledger.StaleBlock, ledger.StaleIgnore:
+	default:
+		c.add(ep+".stale_policy", "must be hold, block or ignore, got %q", e.StalePolicy)
+	}
+}
