@@ -31,7 +31,10 @@
 // StaleAfter, exists. etcd counts whole seconds and checks expiry every
 // 500ms, so every TTL is rounded up and a marker outlives its nominal time by
 // up to about a second (plus Options.LeaseSlack where deadline markers share
-// an etcd lease): capacity is freed a little late, never early. The local
+// an etcd lease): capacity is freed a little late, never early. The recovery
+// window is open exactly while its marker exists, and every call reports it
+// that way: its nominal end, then, while the marker outlives it, when etcd
+// should have deleted the marker; never a past time while it exists. The local
 // clock (Options.Clock) only stamps the times reported (Created, Deadline,
 // Expires, Now, RecoveringUntil), mints epochs and orders the expiry
 // indexes that bound the sweeps.
@@ -68,7 +71,7 @@
 //
 //	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
 //	P/pool/<pool>/seq                    last fencing sequence (decimal)
-//	P/pool/<pool>/recovering             recovery window marker; value: until (ms); etcd lease TTL = window
+//	P/pool/<pool>/recovering             recovery window marker; value: "<until ms>,<gone ms>" (nominal end, expected deletion); etcd lease TTL = window
 //	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, last observation, counters (JSON)
 //	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
 //	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters (JSON)

@@ -39,6 +39,12 @@ const (
 	callTimeout = 5 * time.Second
 	// maxReadOps keeps every transaction under etcd's default --max-txn-ops.
 	maxReadOps = 100
+	// etcdExpiryTick is how often etcd's lessor revokes expired leases: a
+	// marker is deleted up to this long after its etcd lease's TTL ran out.
+	etcdExpiryTick = 500 * time.Millisecond
+	// markerRecheck is the retry hint while a marker outlives even the
+	// time etcd should have deleted it by.
+	markerRecheck = 100 * time.Millisecond
 )
 
 // Options configure a Ledger. The zero value is the defaults.
@@ -436,19 +442,30 @@ func (l *Ledger) seeEpoch(pool ledger.PoolID, e ledger.Epoch) {
 }
 
 // recoveringUntil returns the end of the pool's recovery window as the
-// ledger reports it: zero once the marker's etcd lease has expired, and
-// never in the past while the marker exists.
+// ledger reports it and admission uses it: the window is open exactly while
+// its marker exists, so this is zero once etcd has deleted the marker and
+// never in the past while it exists. Until the nominal end it is that end;
+// after it, while the marker outlives it (its etcd lease counts whole
+// seconds and expires on etcd's tick), it is when etcd should have deleted
+// the marker, or markerRecheck from now once even that has passed, so
+// RetryAfter sends callers back when the window is likely over rather than
+// in a hot loop.
 func (l *Ledger) recoveringUntil(v *view, pool ledger.PoolID, now time.Time) time.Time {
 	k := l.keys.recovering(pool)
 	b := v.value(k)
 	if b == nil {
 		return time.Time{}
 	}
-	ms, err := parseInt(k, b)
-	if err != nil || ms <= now.UnixMilli() {
-		return now.Add(time.Millisecond)
+	w, err := parseWindow(k, b)
+	switch {
+	case err != nil:
+		return now.Add(markerRecheck)
+	case now.UnixMilli() < w.UntilMs:
+		return time.UnixMilli(w.UntilMs)
+	case now.UnixMilli() < w.GoneMs:
+		return time.UnixMilli(w.GoneMs)
 	}
-	return time.UnixMilli(ms)
+	return now.Add(markerRecheck)
 }
 
 // engineState returns an engine's record from v (zero when absent).

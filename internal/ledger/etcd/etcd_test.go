@@ -337,3 +337,55 @@ func TestOpen(t *testing.T) {
 		t.Errorf("Pools after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRecoveryWindowReported: the recovery window ends when etcd expires its
+// marker, which may be up to about a second after the nominal end. What
+// Stats reports must agree with what Acquire decides: once Stats says the
+// window is over, Acquire does not say "recovering"; and a router that
+// waits each rejection's RetryAfter is not sent into a hot retry loop while
+// the marker outlives the nominal end.
+func TestRecoveryWindowReported(t *testing.T) {
+	srv := etcdserver.Start(t, t.TempDir())
+	l := newLedger(t, srv, etcd.Options{Options: ledger.Options{RecoveryWindow: 800 * time.Millisecond}})
+	ctx := t.Context()
+	must[ledger.Epoch](t, "Configure")(l.Configure(ctx, spec(1000, 10)))
+	sess := must[ledger.Session](t, "KeepAlive")(l.KeepAlive(ctx, "p", "h", time.Minute))
+	if sess.RecoveringUntil.IsZero() {
+		t.Fatalf("KeepAlive RecoveringUntil is zero, want the window's end")
+	}
+	start := time.Now()
+	var rejections int
+	var lastUntil time.Time
+	for i := 0; ; i++ {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("still recovering after 10s")
+		}
+		st := must[ledger.PoolStats](t, "Stats")(l.Stats(ctx, "p"))
+		open := st.Now.Before(st.RecoveringUntil)
+		if open && st.RecoveringUntil.Before(lastUntil) {
+			t.Errorf("Stats RecoveringUntil went back from %s to %s", lastUntil.Format(time.StampMilli), st.RecoveringUntil.Format(time.StampMilli))
+		}
+		lastUntil = st.RecoveringUntil
+		_, err := l.Acquire(ctx, req("h", fmt.Sprint(i), 1, time.Minute))
+		rej := ledger.AsRejection(err)
+		switch {
+		case err == nil:
+			t.Logf("granted %s after the nominal end, after %d recovering rejections",
+				time.Since(sess.RecoveringUntil).Round(time.Millisecond), rejections)
+			if rejections > 10 {
+				t.Errorf("%d recovering rejections before the window ended, want at most 10 for a caller that waits RetryAfter", rejections)
+			}
+			return
+		case rej == nil || rej.Reason != ledger.ReasonRecovering:
+			t.Fatalf("Acquire: %v, want a grant or %s", err, ledger.ReasonRecovering)
+		case !open:
+			t.Fatalf("Stats said the window was over (now %s, until %v) but Acquire said %s",
+				st.Now.Format(time.StampMilli), st.RecoveringUntil, rej.Reason)
+		}
+		rejections++
+		if rej.RetryAfter <= 0 {
+			t.Fatalf("recovering RetryAfter = %s, want > 0", rej.RetryAfter)
+		}
+		time.Sleep(rej.RetryAfter)
+	}
+}

@@ -81,8 +81,11 @@ func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, 
 			return false, fmt.Errorf("etcd ledger: grant recovery window: %w", err)
 		}
 		window = resp.ID
-		until := time.UnixMilli(now.UnixMilli()).Add(ledger.CeilMillis(w))
-		ops = append(ops, clientv3.OpPut(l.keys.recovering(pool), strconv.FormatInt(until.UnixMilli(), 10), clientv3.WithLease(window)))
+		rec := windowRec{
+			UntilMs: time.UnixMilli(now.UnixMilli()).Add(ledger.CeilMillis(w)).UnixMilli(),
+			GoneMs:  l.opts.Clock.Now().Add(time.Duration(resp.TTL)*time.Second + etcdExpiryTick).UnixMilli(),
+		}
+		ops = append(ops, clientv3.OpPut(l.keys.recovering(pool), rec.String(), clientv3.WithLease(window)))
 	}
 	ok, err := l.commit(ctx, v, ops...)
 	if !ok && window != 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -101,6 +102,38 @@ type holderRec struct {
 	EtcdLease int64 `json:"etcd_lease"`
 	TTLSec    int64 `json:"ttl_s"`
 	ExpiresMs int64 `json:"expires_ms"`
+}
+
+// windowRec is the recovery window marker's value (key recovering):
+// "<until ms>" or "<until ms>,<gone ms>". UntilMs is the nominal end;
+// GoneMs estimates when etcd will have deleted the marker (its etcd lease's
+// whole-second TTL from the grant, plus etcd's expiry tick). The window
+// itself is open exactly while the marker exists.
+type windowRec struct {
+	UntilMs int64
+	GoneMs  int64
+}
+
+func (w windowRec) String() string {
+	return strconv.FormatInt(w.UntilMs, 10) + "," + strconv.FormatInt(w.GoneMs, 10)
+}
+
+// parseWindow decodes a window marker; a value without GoneMs (written by
+// an older version) has GoneMs = UntilMs.
+func parseWindow(key string, b []byte) (windowRec, error) {
+	until, gone, ok := strings.Cut(string(b), ",")
+	var w windowRec
+	var err error
+	if w.UntilMs, err = parseInt(key, []byte(until)); err != nil {
+		return w, err
+	}
+	w.GoneMs = w.UntilMs
+	if ok {
+		if w.GoneMs, err = parseInt(key, []byte(gone)); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
 }
 
 // leaseRec is an outstanding lease (key lease/<id>).
