@@ -333,8 +333,9 @@ func (s series) sum() (int64, error) {
 //   - KVTokensUsed: per engine, vllm:kv_cache_usage_perc (falling back to
 //     vllm:gpu_cache_usage_perc before v0.9) × num_gpu_blocks rounded to a
 //     whole block, × block_size; with kv_cache_size_tokens, perc × that.
-//     Usage counts blocks held by running requests; prefix-cache blocks no
-//     request holds count as free.
+//     Usage counts blocks held by running requests plus the null block;
+//     prefix-cache blocks no request holds count as free. Releases whose
+//     get_usage divides by num_gpu_blocks − 1 round to one block less.
 //
 // Engines (the "engine" label, one per data-parallel rank) are summed.
 func fromVLLM(fams map[string]*dto.MetricFamily) (Sample, error) {
