@@ -1,6 +1,7 @@
 // Package ledgerurl picks a ledger backend from a --ledger URL, once, for
 // the commands: memory://, redis://host:port/db (rediss:// for TLS),
-// etcd://host:port[,host:port][/prefix]. It owns no state of its own.
+// etcd://host:port[,host:port][/prefix], grpc://host:port (a reserver). It
+// owns no state of its own.
 package ledgerurl
 
 import (
@@ -11,10 +12,11 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger/etcd"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
 	"github.com/leasehold/leasehold/internal/ledger/redis"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
 )
 
 // Schemes lists the URL schemes Open accepts, for flag help and errors.
-var Schemes = []string{"memory://", "redis://", "rediss://", "etcd://"}
+var Schemes = []string{"memory://", "redis://", "rediss://", "etcd://", "grpc://"}
 
 // Options are the settings passed to whichever backend the URL names.
 type Options struct {
@@ -22,6 +24,9 @@ type Options struct {
 	// Clock is the memory backend's clock; nil means the system clock.
 	// Store backends use the store's clock.
 	Clock ledger.Clock
+	// Remote configures grpc:// (token, TLS); the ledger options do not
+	// apply there: the reserver has its own.
+	Remote remote.Options
 }
 
 // Open returns the ledger rawURL names. The caller closes it.
@@ -44,6 +49,12 @@ func Open(rawURL string, opts Options) (ledger.Ledger, error) {
 		return l, nil
 	case "etcd":
 		l, err := etcd.Open(rawURL, etcd.Options{Options: opts.Options})
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	case "grpc":
+		l, err := remote.Dial(rawURL, opts.Remote)
 		if err != nil {
 			return nil, err
 		}

@@ -3,12 +3,15 @@ package ledgerurl
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/memory"
+	"github.com/leasehold/leasehold/internal/reserver/rpc"
 	"github.com/leasehold/leasehold/internal/testutil/etcdserver"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
@@ -41,7 +44,8 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 func TestOpenEveryBackend(t *testing.T) {
 	rs := redisserver.Start(t)
 	es := etcdserver.Start(t, t.TempDir())
-	for _, url := range []string{"memory://", rs.URL(), "etcd://" + es.HostPort() + "/ledgerurl"} {
+	grpcURL := serveReserver(t)
+	for _, url := range []string{"memory://", rs.URL(), "etcd://" + es.HostPort() + "/ledgerurl", grpcURL} {
 		t.Run(url, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -76,4 +80,22 @@ func TestOpenEveryBackend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveReserver serves a memory ledger over gRPC on a loopback port with no
+// token (loopback-only) and returns its grpc:// URL.
+func serveReserver(t *testing.T) string {
+	t.Helper()
+	srv, err := rpc.NewGRPCServer(memory.New(ledger.Options{RecoveryWindow: -1}, nil), rpc.Config{})
+	if err != nil {
+		t.Fatalf("rpc server: %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	return "grpc://" + lis.Addr().String()
 }
