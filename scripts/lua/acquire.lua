@@ -13,39 +13,58 @@
 -- candidate, tenant KV then slot quota, then each candidate in order
 -- (draining, stale telemetry under "block", KV, slots, priority headroom);
 -- a rejection names the first candidate's reason.
+--
+-- One HMGET reads the pool: meta, the tenant, the priority, every
+-- candidate's spec (unknown engines and "too large" need them all) and the
+-- first candidate's usage; later candidates' usage is read only when the
+-- ones before refuse. One HSET writes the grant's counters back.
 
-local m = load_meta()
+local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
+local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c'}
+local F_SPECS = #fields
+for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
+local v = redis.call('HMGET', K_STATE, unpack(fields))
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-local tenant, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
-local kv, slots, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8])
 local state = holder_state(holder, now)
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then
+  sweep(now, SWEEP_BATCH)
+  v = redis.call('HMGET', K_STATE, unpack(fields))
+  m = meta(v[1], v[2])
+end
 if state == 'dead' then return {'session_expired', m.epoch} end
 if state == 'none' then return {'no_session', m.epoch} end
 
 -- Idempotence: the same (holder, request id) returns its outstanding lease.
-local prev = redis.call('HGET', K_REQ, req_field(holder, req))
+local prev = redis.call('HGET', K_REQ, holder .. ' ' .. req)
 if prev then
   local l = get_lease(prev)
   if l and num(l[L_DEADLINE]) > now then
-    count('replays')
-    return {'replayed', m.epoch, unpack(l)}
+    redis.call('HINCRBY', K_STATE, 'c:replays', 1)
+    return {'replayed', m.epoch, unpack(l, 1, 13)}
   end
-  if l then drop_lease(l, 'expired') else redis.call('HDEL', K_REQ, req_field(holder, req)) end
+  if l then
+    drop_lease(l, {'expired', 1})
+    v = redis.call('HMGET', K_STATE, unpack(fields))
+  else
+    redis.call('HDEL', K_REQ, holder .. ' ' .. req)
+  end
 end
 
-local t = load_tenant(tenant)
-if not t then return {'unknown_tenant', m.epoch, tenant} end
-local maxfill = load_maxfill(prio)
+local t = tenant(tenant_name, v[5], v[6])
+if not t then return {'unknown_tenant', m.epoch, tenant_name} end
+local maxfill = tonumber(v[7])
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
-local n = tonumber(ARGV[9])
 local cands = {}
 for j = 1, n do
-  local e = load_engine(ARGV[9 + j])
+  local e = engine(ARGV[9 + j], v[F_SPECS + j])
   if not e then return {'unknown_engine', m.epoch, ARGV[9 + j]} end
   cands[j] = e
 end
+usage(cands[1], v[8], v[9])
 
 -- ledger.Admit
 if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
@@ -63,6 +82,10 @@ if t.rkv + kv > qkv then return reject(m, 'tenant_kv_quota', '', m.retry) end
 if qslots > 0 and t.rslots + slots > qslots then return reject(m, 'tenant_slot_quota', '', m.retry) end
 local chosen, first
 for j, e in ipairs(cands) do
+  if j > 1 then
+    local u = redis.call('HMGET', K_STATE, 'e:' .. e.id .. ':r', 'e:' .. e.id .. ':c')
+    usage(e, u[1], u[2])
+  end
   local r = engine_reason(e, now, maxfill, kv, slots)
   if not r then
     chosen = e
@@ -72,10 +95,18 @@ for j, e in ipairs(cands) do
 end
 if not chosen then return reject(m, first, cands[1].id, m.retry) end
 
-local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+local seq = num(v[3]) + 1
 local id = string.format('%x-%x', tonumber(m.epoch), seq)
-local l = {id, chosen.id, tenant, prio, ARGV[4], ARGV[5], holder, req,
-  int(now), int(now + ttl), m.epoch, int(seq), '0'}
+local deadline = now + ttl
+local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
+  int(now), int(deadline), m.epoch, int(seq), '0'}
 put_lease(l)
-count('grants')
-return {'ok', m.epoch, unpack(l)}
+local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
+  'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
+  tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
+if deadline < m.sweep_at then
+  w[#w + 1] = 'sweep_at'
+  w[#w + 1] = int(deadline)
+end
+redis.call('HSET', K_STATE, unpack(w))
+return {'ok', m.epoch, unpack(l, 1, 13)}

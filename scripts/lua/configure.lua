@@ -8,7 +8,7 @@
 --       then priority count P, then P x {name, max_fill}.
 -- Returns: {'ok', epoch, created (1 when this call started a new epoch)}.
 --
--- A missing meta hash means the pool's state is lost or was never there: a
+-- A missing meta field means the pool's state is lost or was never there: a
 -- new epoch (TIME in microseconds) starts with its recovery window. Engines'
 -- drain flag and telemetry, tenants' reservations and all leases survive
 -- re-application; engines and tenants left out of the spec are marked
@@ -16,12 +16,16 @@
 
 local now, t = clock()
 local created = 0
-if redis.call('EXISTS', K_META) == 0 then
-  local epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+local v = redis.call('HMGET', K_STATE, 'meta', 'order')
+local epoch, ru
+if v[1] then
+  epoch, ru = string.match(v[1], '^(%S+) (%S+)')
+else
+  epoch = t[1] .. string.format('%06d', tonumber(t[2]))
   local window = tonumber(ARGV[2])
-  local ru = 0
-  if window > 0 then ru = now + window end
-  redis.call('HSET', K_META, 'epoch', epoch, 'seq', 0, 'recovering_until', int(ru), 'created', int(now))
+  ru = '0'
+  if window > 0 then ru = int(now + window) end
+  redis.call('HSET', K_STATE, 'seq', 0, 'created', int(now))
   created = 1
 end
 sweep(now, SWEEP_BATCH)
@@ -35,14 +39,23 @@ for _ = 1, n do
   keep[id] = true
   cap_kv = cap_kv + tonumber(kv)
   cap_slots = cap_slots + tonumber(slots)
+  if policy == '' then policy = '-' end
+  local f = 'e:' .. id
+  local old = redis.call('HGET', K_STATE, f)
+  local draining = old and string.match(old, '(%S+)$') or '0'
   redis.call('SADD', K_ENGINES, id)
-  redis.call('HSET', P_ENGINE .. id, 'configured', 1, 'url', url, 'kv', kv, 'slots', slots,
-    'stale_ns', stale_ns, 'policy', policy)
+  redis.call('HSET', K_STATE, f, table.concat({'1', kv, slots, stale_ns, policy, draining}, ' '), f .. ':url', url)
 end
 for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
   if not keep[id] then
-    redis.call('HSET', P_ENGINE .. id, 'configured', 0)
-    forget(P_ENGINE .. id, K_ENGINES, id)
+    local f = 'e:' .. id
+    local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+    local _, _, leases = triple(x[2])
+    if leases > 0 and x[1] then
+      redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
+    else
+      forget_engine(id)
+    end
   end
 end
 
@@ -53,22 +66,28 @@ for _ = 1, n do
   i = i + 3
   keep[name] = true
   redis.call('SADD', K_TENANTS, name)
-  redis.call('HSET', P_TENANT .. name, 'configured', 1, 'kv_share', kv_share, 'slot_share', slot_share)
+  redis.call('HSET', K_STATE, 't:' .. name, table.concat({'1', kv_share, slot_share}, ' '))
 end
 for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
   if not keep[name] then
-    redis.call('HSET', P_TENANT .. name, 'configured', 0)
-    forget(P_TENANT .. name, K_TENANTS, name)
+    local f = 't:' .. name
+    local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+    local _, _, leases = triple(x[2])
+    if leases > 0 and x[1] then
+      redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
+    else
+      forget_tenant(name)
+    end
   end
 end
 
+for name in string.gmatch(v[2] or '', '%S+') do redis.call('HDEL', K_STATE, 'p:' .. name) end
 n = tonumber(ARGV[i]); i = i + 1
-redis.call('DEL', K_PRIOS)
 for _ = 1, n do
-  redis.call('HSET', K_PRIOS, ARGV[i], ARGV[i + 1])
+  redis.call('HSET', K_STATE, 'p:' .. ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 
-redis.call('HSET', K_META, 'cap_kv', int(cap_kv), 'cap_slots', int(cap_slots),
-  'retry_after', ARGV[3], 'priority_order', ARGV[4])
-return {'ok', redis.call('HGET', K_META, 'epoch'), created}
+redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3]}, ' '),
+  'order', ARGV[4])
+return {'ok', epoch, created}

@@ -4,11 +4,13 @@
 -- ARGV: 1 sweep batch, 2 engine id, 3 draining (1 or 0).
 -- Returns: {'ok', epoch} | {'unknown_pool', ''} | {'unknown_engine', epoch, engine}.
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then sweep(now, SWEEP_BATCH) end
 local id = ARGV[2]
-if not load_engine(id) then return {'unknown_engine', m.epoch, id} end
-redis.call('HSET', P_ENGINE .. id, 'draining', ARGV[3])
+local spec = redis.call('HGET', K_STATE, 'e:' .. id)
+if not engine(id, spec) then return {'unknown_engine', m.epoch, id} end
+redis.call('HSET', K_STATE, 'e:' .. id, (string.gsub(spec, '%S+$', ARGV[3])))
 return {'ok', m.epoch}

@@ -2,30 +2,43 @@
 -- to each operation's script, so a script is one self-contained EVAL body.
 --
 -- KEYS (identical for every pool script, built by keys.go in Go):
---   1 meta        HASH  epoch, seq, recovering_until, created, cap_kv,
---                       cap_slots, retry_after, priority_order
---   2 engines     SET   engine ids that have a hash (configured or removed
---                       but still holding leases)
---   3 tenants     SET   tenant names that have a hash
---   4 priorities  HASH  priority name -> max_fill
---   5 deadlines   ZSET  lease id scored by deadline (ms)
---   6 holders     ZSET  holder id scored by session expiry (ms)
---   7 req         HASH  "<holder> <request id>" -> lease id
---   8 counters    HASH  counter name -> count
---   9 engine key prefix  (.. engine id -> HASH)
---  10 tenant key prefix  (.. tenant name -> HASH)
---  11 lease key prefix   (.. lease id -> HASH)
---  12 holder key prefix  (.. holder id -> SET of lease ids)
+--   1 state      HASH  the pool's state, fields below
+--   2 engines    SET   engine ids that have fields in state (configured, or
+--                      removed but still holding leases)
+--   3 tenants    SET   tenant names that have fields in state
+--   4 deadlines  ZSET  lease id scored by deadline (ms)
+--   5 holders    ZSET  holder id scored by session expiry (ms)
+--   6 req        HASH  "<holder> <request id>" -> lease id
+--   7 leases     HASH  lease id -> lease record (LEASE_FIELDS, then owns_req)
+--   8 holder key prefix  (.. holder id -> SET of lease ids)
 -- ARGV[1] is always the sweep batch.
+--
+-- State fields. Values of several parts are joined by single spaces (ids,
+-- names and numbers never contain one), so a hot script reads a pool in one
+-- HMGET of a few fields and writes it back in one HSET:
+--   meta        "epoch recovering_until cap_kv cap_slots retry_after"
+--   seq         last fencing sequence of the epoch
+--   sweep_at    ms before which nothing can have expired: at most every
+--               lease deadline and session expiry (see sweep)
+--   created     ms;  order  priority names joined by spaces
+--   e:<id>      "configured kv slots stale_ns policy draining" (policy '-'
+--               when none)
+--   e:<id>:r    "rkv rslots nleases" (reservations)
+--   e:<id>:c    "ckv cslots obs_arrived" (telemetry correction)
+--   e:<id>:url; e:<id>:obs "used total running waiting sec nsec"
+--   t:<name>    "configured kv_share slot_share"
+--   t:<name>:r  "rkv rslots nleases"
+--   p:<name>    max_fill
+--   c:<name>    counter (ledger.Counter* names, "rejections:<reason>")
 --
 -- Numbers: ledger time is milliseconds from redis TIME. Every integer written
 -- to Redis or returned goes through int() so large values never reach
 -- Redis's own number formatting; replies are strings or small integers.
 
-local K_META, K_ENGINES, K_TENANTS, K_PRIOS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_DEADLINES, K_HOLDERS, K_REQ, K_COUNTERS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local P_ENGINE, P_TENANT, P_LEASE, P_HOLDER = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local SWEEP_BATCH = tonumber(ARGV[1])
+local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 
 local function int(x) return string.format('%.0f', x) end
 local function num(s) return tonumber(s) or 0 end
@@ -37,84 +50,95 @@ local function clock()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 
-local function count(name, by)
-  redis.call('HINCRBY', K_COUNTERS, name, by or 1)
+-- meta parses the meta and sweep_at fields; nil when the pool is unknown.
+local function meta(s, sweep_at)
+  if not s then return nil end
+  local epoch, ru, ckv, cs, retry = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  return {epoch = epoch, ru = tonumber(ru), cap_kv = tonumber(ckv), cap_slots = tonumber(cs),
+    retry = tonumber(retry), sweep_at = num(sweep_at)}
 end
 
--- load_meta returns the pool's meta or nil when the pool is unknown.
-local function load_meta()
-  local m = redis.call('HMGET', K_META, 'epoch', 'recovering_until', 'cap_kv', 'cap_slots', 'retry_after')
-  if not m[1] then return nil end
-  return {epoch = m[1], ru = num(m[2]), cap_kv = num(m[3]), cap_slots = num(m[4]), retry = num(m[5])}
+-- triple parses "a b c" (reservations, corrections) into numbers.
+local function triple(s)
+  if not s then return 0, 0, 0 end
+  local a, b, c = string.match(s, '^(%S+) (%S+) (%S+)$')
+  return tonumber(a), tonumber(b), tonumber(c)
 end
 
--- Lease hash fields, in the order every reply lists them (lease.go decodes
--- this order).
-local LEASE_FIELDS = {'id', 'engine', 'tenant', 'priority', 'kv', 'slots', 'holder', 'req',
-  'created', 'deadline', 'fence_epoch', 'fence_seq', 'reasserted'}
+local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
+
+-- Lease records: LEASE_FIELDS in the order every reply lists them (lease.go
+-- decodes this order), then owns_req ('1' when the lease set its req entry).
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
-local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED = 9, 10, 11, 12, 13
+local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OWNS = 9, 10, 11, 12, 13, 14
+local LEASE_PATTERN = '^' .. string.rep('(%S*) ', 13) .. '(%S*)$'
 
 local function get_lease(id)
-  local v = redis.call('HMGET', P_LEASE .. id, unpack(LEASE_FIELDS))
-  if not v[1] then return nil end
-  return v
+  local s = redis.call('HGET', K_LEASES, id)
+  if not s then return nil end
+  return {string.match(s, LEASE_PATTERN)}
 end
 
-local function req_field(holder, req) return holder .. ' ' .. req end
+local function set_lease(l) redis.call('HSET', K_LEASES, l[L_ID], table.concat(l, ' ', 1, 14)) end
 
--- forget removes an engine's or tenant's hash once it is no longer configured
--- and its last lease is gone.
-local function forget(key, set, id)
-  local v = redis.call('HMGET', key, 'configured', 'nleases')
-  if v[1] ~= '1' and num(v[2]) <= 0 then
-    redis.call('DEL', key)
-    redis.call('SREM', set, id)
-  end
-end
-
--- charge adds (kv, slots, n) to an engine's and a tenant's reservations.
-local function charge(engine, tenant, kv, slots, n)
-  local ek, tk = P_ENGINE .. engine, P_TENANT .. tenant
-  redis.call('HINCRBY', ek, 'rkv', int(kv))
-  redis.call('HINCRBY', ek, 'rslots', int(slots))
-  redis.call('HINCRBY', ek, 'nleases', n)
-  redis.call('HINCRBY', tk, 'rkv', int(kv))
-  redis.call('HINCRBY', tk, 'rslots', int(slots))
-  redis.call('HINCRBY', tk, 'nleases', n)
-  if n < 0 then
-    forget(ek, K_ENGINES, engine)
-    forget(tk, K_TENANTS, tenant)
-  end
-end
-
--- put_lease stores a new lease (array in LEASE_FIELDS order) and charges it.
+-- put_lease stores a new lease (without charging it).
 local function put_lease(l)
   local id = l[L_ID]
-  local args = {}
-  for i, f in ipairs(LEASE_FIELDS) do
-    args[#args + 1] = f
-    args[#args + 1] = l[i]
-  end
-  redis.call('HSET', P_LEASE .. id, unpack(args))
+  l[L_OWNS] = tostring(redis.call('HSETNX', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ], id))
+  set_lease(l)
   redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
   redis.call('SADD', P_HOLDER .. l[L_HOLDER], id)
-  redis.call('HSETNX', K_REQ, req_field(l[L_HOLDER], l[L_REQ]), id)
-  redis.call('SADD', K_ENGINES, l[L_ENGINE])
-  redis.call('SADD', K_TENANTS, l[L_TENANT])
-  charge(l[L_ENGINE], l[L_TENANT], num(l[L_KV]), num(l[L_SLOTS]), 1)
 end
 
--- drop_lease removes a lease, returns its capacity and bumps counter.
-local function drop_lease(l, counter)
+-- forget removes a removed engine's or tenant's fields with its last lease.
+local function forget_engine(id)
+  local f = 'e:' .. id
+  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs')
+  redis.call('SREM', K_ENGINES, id)
+end
+
+local function forget_tenant(name)
+  local f = 't:' .. name
+  redis.call('HDEL', K_STATE, f, f .. ':r')
+  redis.call('SREM', K_TENANTS, name)
+end
+
+-- charge adds (kv, slots, n) to an engine's and a tenant's reservations and
+-- cnt (counter name, delta, ...) to counters, writing them with the
+-- (field, value, ...) pairs in extra in one HSET. A removed engine or
+-- tenant is forgotten with its last lease.
+local function charge(engine, tenant, kv, slots, n, cnt, extra)
+  local ef, tf = 'e:' .. engine, 't:' .. tenant
+  local f = {ef .. ':r', tf .. ':r', ef, tf}
+  for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
+  local v = redis.call('HMGET', K_STATE, unpack(f))
+  local ekv, es, en = triple(v[1])
+  local tkv, ts, tn = triple(v[2])
+  en, tn = en + n, tn + n
+  local w = extra or {}
+  w[#w + 1] = f[1]
+  w[#w + 1] = fmt3(ekv + kv, es + slots, en)
+  w[#w + 1] = f[2]
+  w[#w + 1] = fmt3(tkv + kv, ts + slots, tn)
+  for i = 1, #cnt, 2 do
+    w[#w + 1] = f[4 + (i + 1) / 2]
+    w[#w + 1] = int(num(v[4 + (i + 1) / 2]) + cnt[i + 1])
+  end
+  redis.call('HSET', K_STATE, unpack(w))
+  if n < 0 then
+    if en <= 0 and string.sub(v[3] or '', 1, 1) ~= '1' then forget_engine(engine) end
+    if tn <= 0 and string.sub(v[4] or '', 1, 1) ~= '1' then forget_tenant(tenant) end
+  end
+end
+
+-- drop_lease removes a lease, returns its capacity and adds cnt to counters.
+local function drop_lease(l, cnt)
   local id = l[L_ID]
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
-  local rf = req_field(l[L_HOLDER], l[L_REQ])
-  if redis.call('HGET', K_REQ, rf) == id then redis.call('HDEL', K_REQ, rf) end
+  if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
   redis.call('ZREM', K_DEADLINES, id)
-  redis.call('DEL', P_LEASE .. id)
-  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1)
-  if counter then count(counter) end
+  redis.call('HDEL', K_LEASES, id)
+  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt)
 end
 
 -- holder_state returns 'live' (and the expiry), 'dead' (expired session not
@@ -128,7 +152,15 @@ local function holder_state(holder, now)
 end
 
 -- sweep removes up to batch expired leases, then leases of dead sessions,
--- then dead sessions left with no lease. Returns expired, revoked, holders.
+-- then dead sessions left with no lease, and recomputes sweep_at from the
+-- earliest deadline and session expiry left. Returns expired, revoked,
+-- holders, sweep_at.
+--
+-- sweep_at stays a lower bound: every ZADD to deadlines or holders lowers it
+-- to its score, so while now < sweep_at nothing has expired, every session
+-- is live and scripts skip the sweep. A lease's holder always has a session
+-- entry (sessions are removed only once their lease set is empty), so while
+-- now < sweep_at a lease's holder is live too.
 local function sweep(now, batch)
   local expired, revoked, holders = 0, 0, 0
   local budget = batch
@@ -136,47 +168,60 @@ local function sweep(now, batch)
   for _, id in ipairs(ids) do
     local l = get_lease(id)
     if l then
-      drop_lease(l, 'expired')
+      drop_lease(l, {'expired', 1})
       expired = expired + 1
     else
       redis.call('ZREM', K_DEADLINES, id)
     end
     budget = budget - 1
   end
-  if budget <= 0 then return expired, revoked, holders end
-  local dead = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
-  for _, h in ipairs(dead) do
-    if budget <= 0 then break end
-    local hk = P_HOLDER .. h
-    local lids = redis.call('SRANDMEMBER', hk, budget)
-    for _, id in ipairs(lids) do
-      local l = get_lease(id)
-      if l then
-        drop_lease(l, 'revoked')
-        revoked = revoked + 1
-      else
-        redis.call('SREM', hk, id)
+  if budget > 0 then
+    local dead = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
+    for _, h in ipairs(dead) do
+      if budget <= 0 then break end
+      local hk = P_HOLDER .. h
+      local lids = redis.call('SRANDMEMBER', hk, budget)
+      for _, id in ipairs(lids) do
+        local l = get_lease(id)
+        if l then
+          drop_lease(l, {'revoked', 1})
+          revoked = revoked + 1
+        else
+          redis.call('SREM', hk, id)
+        end
+        budget = budget - 1
       end
-      budget = budget - 1
-    end
-    if #lids == 0 then budget = budget - 1 end
-    if redis.call('SCARD', hk) == 0 then
-      redis.call('ZREM', K_HOLDERS, h)
-      holders = holders + 1
+      if #lids == 0 then budget = budget - 1 end
+      if redis.call('SCARD', hk) == 0 then
+        redis.call('ZREM', K_HOLDERS, h)
+        holders = holders + 1
+      end
     end
   end
-  return expired, revoked, holders
+  local at = NEVER
+  local d = redis.call('ZRANGE', K_DEADLINES, 0, 0, 'WITHSCORES')
+  if d[2] then at = math.min(at, tonumber(d[2])) end
+  d = redis.call('ZRANGE', K_HOLDERS, 0, 0, 'WITHSCORES')
+  if d[2] then at = math.min(at, tonumber(d[2])) end
+  redis.call('HSET', K_STATE, 'sweep_at', int(at))
+  return expired, revoked, holders, at
 end
 
 -- Engines -------------------------------------------------------------------
 
-local function load_engine(id)
-  local v = redis.call('HMGET', P_ENGINE .. id, 'configured', 'kv', 'slots', 'draining',
-    'rkv', 'rslots', 'ckv', 'cslots', 'stale_ns', 'policy', 'obs_arrived')
-  if v[1] ~= '1' then return nil end
-  return {id = id, kv = num(v[2]), slots = num(v[3]), draining = v[4] == '1',
-    rkv = num(v[5]), rslots = num(v[6]), ckv = num(v[7]), cslots = num(v[8]),
-    stale_ns = num(v[9]), policy = v[10] or '', obs = num(v[11])}
+-- engine parses a configured engine's e:<id> field; nil when the engine is
+-- unknown or removed. usage adds its e:<id>:r and e:<id>:c fields.
+local function engine(id, s)
+  if not s then return nil end
+  local cfg, kv, slots, stale_ns, policy, draining = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if cfg ~= '1' then return nil end
+  return {id = id, kv = tonumber(kv), slots = tonumber(slots), stale_ns = tonumber(stale_ns),
+    policy = policy, draining = draining == '1'}
+end
+
+local function usage(e, r, c)
+  e.rkv, e.rslots, e.n = triple(r)
+  e.ckv, e.cslots, e.obs = triple(c)
 end
 
 -- ledger.EngineState.Stale
@@ -207,12 +252,17 @@ local function engine_reason(e, now, maxfill, kv, slots)
   return nil
 end
 
--- Tenants and priorities ------------------------------------------------------
+-- Tenants -------------------------------------------------------------------
 
-local function load_tenant(name)
-  local v = redis.call('HMGET', P_TENANT .. name, 'configured', 'kv_share', 'slot_share', 'rkv', 'rslots')
-  if v[1] ~= '1' then return nil end
-  return {name = name, kv_share = num(v[2]), slot_share = num(v[3]), rkv = num(v[4]), rslots = num(v[5])}
+-- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
+-- when the tenant is unknown or removed.
+local function tenant(name, s, r)
+  if not s then return nil end
+  local cfg, kvs, ss = string.match(s, '^(%S+) (%S+) (%S+)$')
+  if cfg ~= '1' then return nil end
+  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss)}
+  t.rkv, t.rslots, t.n = triple(r)
+  return t
 end
 
 -- ledger.TenantQuota
@@ -222,15 +272,9 @@ local function quota(t, m)
   return fill(m.cap_kv, t.kv_share), qs
 end
 
-local function load_maxfill(name)
-  local f = redis.call('HGET', K_PRIOS, name)
-  if not f then return nil end
-  return tonumber(f)
-end
-
 -- reject counts a rejection and builds the reply.
-local function reject(m, reason, engine, retry)
-  count('rejections')
-  count('rejections:' .. reason)
-  return {'rejected', m.epoch, reason, engine or '', int(retry)}
+local function reject(m, reason, engine_id, retry)
+  redis.call('HINCRBY', K_STATE, 'c:rejections', 1)
+  redis.call('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
+  return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end

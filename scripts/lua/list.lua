@@ -6,21 +6,24 @@
 -- Returns: {'ok', epoch, {lease...}, {lease...}, ...} | {'unknown_pool', ''}.
 -- Leases are unordered; the caller sorts by fence.
 
-local m = load_meta()
+local m = meta(redis.call('HGET', K_STATE, 'meta'))
 if not m then return {'unknown_pool', ''} end
-local engine, holder, tenant = ARGV[2], ARGV[3], ARGV[4]
-local ids
+local engine_id, holder, tenant_name = ARGV[2], ARGV[3], ARGV[4]
+local records
 if holder ~= '' then
-  ids = redis.call('SMEMBERS', P_HOLDER .. holder)
+  records = {}
+  for _, id in ipairs(redis.call('SMEMBERS', P_HOLDER .. holder)) do
+    records[#records + 1] = redis.call('HGET', K_LEASES, id)
+  end
 else
-  ids = redis.call('ZRANGE', K_DEADLINES, 0, -1)
+  records = redis.call('HVALS', K_LEASES)
 end
 local out = {'ok', m.epoch}
-for _, id in ipairs(ids) do
-  local l = get_lease(id)
-  if l and (engine == '' or l[L_ENGINE] == engine) and (tenant == '' or l[L_TENANT] == tenant)
+for _, s in ipairs(records) do
+  local l = s and {string.match(s, LEASE_PATTERN)}
+  if l and (engine_id == '' or l[L_ENGINE] == engine_id) and (tenant_name == '' or l[L_TENANT] == tenant_name)
       and (holder == '' or l[L_HOLDER] == holder) then
-    out[#out + 1] = l
+    out[#out + 1] = {unpack(l, 1, 13)}
   end
 end
 return out

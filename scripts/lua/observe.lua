@@ -10,23 +10,24 @@
 -- sets the correction to max(0, observed - reserved) for KV tokens and
 -- running sequences, and the arrival time (ledger clock) for staleness.
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then sweep(now, SWEEP_BATCH) end
 local id = ARGV[2]
-local e = load_engine(id)
-if not e then return {'unknown_engine', m.epoch, id} end
-local ek = P_ENGINE .. id
-local last = redis.call('HMGET', ek, 'obs_sec', 'obs_nsec')
-if last[1] then
+local ef = 'e:' .. id
+local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs')
+if not engine(id, x[1]) then return {'unknown_engine', m.epoch, id} end
+if x[3] then
+  local ls, lns = string.match(x[3], '(%S+) (%S+)$')
+  ls, lns = tonumber(ls), tonumber(lns)
   local s, ns = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local ls, lns = tonumber(last[1]), tonumber(last[2])
   if s < ls or (s == ls and ns <= lns) then return {'ok', m.epoch, 0} end
 end
-local ckv = math.max(0, tonumber(ARGV[3]) - e.rkv)
-local cslots = math.max(0, tonumber(ARGV[5]) - e.rslots)
-redis.call('HSET', ek, 'obs_used', ARGV[3], 'obs_total', ARGV[4], 'obs_running', ARGV[5],
-  'obs_waiting', ARGV[6], 'obs_sec', ARGV[7], 'obs_nsec', ARGV[8], 'obs_arrived', int(now),
-  'ckv', int(ckv), 'cslots', int(cslots))
+local rkv, rslots = triple(x[2])
+local ckv = math.max(0, tonumber(ARGV[3]) - rkv)
+local cslots = math.max(0, tonumber(ARGV[5]) - rslots)
+redis.call('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
+  ef .. ':obs', table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' '))
 return {'ok', m.epoch, 1}

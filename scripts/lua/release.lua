@@ -10,24 +10,26 @@
 -- passed, or its holder's session died) is removed as expired or revoked
 -- and also reports 0.
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then
+  local _
+  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+end
 local id, holder = ARGV[2], ARGV[3]
 local l = get_lease(id)
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
 if num(l[L_DEADLINE]) <= now then
-  drop_lease(l, 'expired')
+  drop_lease(l, {'expired', 1})
   return {'ok', m.epoch, 0}
 end
-if holder_state(holder, now) == 'dead' then
-  drop_lease(l, 'revoked')
+if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
+  drop_lease(l, {'revoked', 1})
   return {'ok', m.epoch, 0}
 end
-drop_lease(l, 'releases')
-count('released_kv_tokens', l[L_KV])
-count('actual_prompt_tokens', ARGV[4])
-count('actual_completion_tokens', ARGV[5])
+drop_lease(l, {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
+  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])})
 return {'ok', m.epoch, 1}

@@ -8,19 +8,24 @@
 -- A lease past its deadline, or whose holder's session is no longer live,
 -- has ended: lease_not_found, even before a sweep removes it.
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then
+  local _
+  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+end
 local id, holder = ARGV[2], ARGV[3]
 local l = get_lease(id)
 if not l then return {'lease_not_found', m.epoch} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
-if num(l[L_DEADLINE]) <= now or holder_state(holder, now) ~= 'live' then
+if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
   return {'lease_not_found', m.epoch}
 end
-local deadline = int(now + tonumber(ARGV[4]))
-redis.call('HSET', P_LEASE .. id, 'deadline', deadline)
-redis.call('ZADD', K_DEADLINES, deadline, id)
-l[L_DEADLINE] = deadline
-return {'ok', m.epoch, unpack(l)}
+local deadline = now + tonumber(ARGV[4])
+l[L_DEADLINE] = int(deadline)
+set_lease(l)
+redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
+if deadline < m.sweep_at then redis.call('HSET', K_STATE, 'sweep_at', l[L_DEADLINE]) end
+return {'ok', m.epoch, unpack(l, 1, 13)}

@@ -11,25 +11,32 @@
 -- too large for the tenant quota or the engine's floor(cap*max_fill), tenant
 -- KV quota, then the engine rule for the difference (slots unchanged).
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-sweep(now, SWEEP_BATCH)
+if now >= m.sweep_at then
+  local _
+  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+end
 local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local l = get_lease(id)
 if not l then return {'lease_not_found', m.epoch} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
-if num(l[L_DEADLINE]) <= now or holder_state(holder, now) ~= 'live' then
+if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
   return {'lease_not_found', m.epoch}
 end
-local oldkv = num(l[L_KV])
-local delta = newkv - oldkv
+local delta = newkv - num(l[L_KV])
+if delta == 0 then return {'ok', m.epoch, unpack(l, 1, 13)} end
+local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
+v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO])
 if delta > 0 then
-  local e = load_engine(l[L_ENGINE])
+  local e = engine(l[L_ENGINE], v[3])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-  local t = load_tenant(l[L_TENANT])
+  usage(e, v[1], v[4])
+  local t = tenant(l[L_TENANT], v[5], v[2])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
-  local maxfill = load_maxfill(l[L_PRIO])
+  local maxfill = tonumber(v[6])
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
   if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
   local qkv = quota(t, m)
@@ -38,10 +45,9 @@ if delta > 0 then
   local r = engine_reason(e, now, maxfill, delta, 0)
   if r then return reject(m, r, e.id, m.retry) end
 end
-if delta ~= 0 then
-  redis.call('HINCRBY', P_ENGINE .. l[L_ENGINE], 'rkv', int(delta))
-  redis.call('HINCRBY', P_TENANT .. l[L_TENANT], 'rkv', int(delta))
-  redis.call('HSET', P_LEASE .. id, 'kv', ARGV[4])
-  l[L_KV] = ARGV[4]
-end
-return {'ok', m.epoch, unpack(l)}
+local ekv, es, en = triple(v[1])
+local tkv, ts, tn = triple(v[2])
+redis.call('HSET', K_STATE, ef .. ':r', fmt3(ekv + delta, es, en), tf .. ':r', fmt3(tkv + delta, ts, tn))
+l[L_KV] = ARGV[4]
+set_lease(l)
+return {'ok', m.epoch, unpack(l, 1, 13)}

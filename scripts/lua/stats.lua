@@ -4,22 +4,65 @@
 -- ARGV: 1 sweep batch (unused: reads never sweep).
 -- Returns: {'unknown_pool', ''} | {'ok', epoch, now ms, recovering_until ms,
 --   cap_kv, cap_slots, live holders, outstanding leases,
---   {{engine id, HGETALL of its hash}...}, {{tenant name, HGETALL}...},
---   priority order, HGETALL priorities, HGETALL counters}.
+--   {{engine id, {field, value, ...}}...}, {{tenant name, {field, value, ...}}...},
+--   priority order, {name, max_fill, ...}, {counter, count, ...}}.
 
-local m = load_meta()
+local v = redis.call('HMGET', K_STATE, 'meta', 'order')
+local m = meta(v[1])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
+-- Engines and tenants are listed as (name, value) pairs with the field names
+-- of the schema in internal/ledger/redis/doc.go before state was packed.
 local engines = {}
 for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
-  engines[#engines + 1] = {id, redis.call('HGETALL', P_ENGINE .. id)}
+  local f = 'e:' .. id
+  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs')
+  if x[1] then
+    local cfg, kv, slots, stale_ns, policy, draining = string.match(x[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    if policy == '-' then policy = '' end
+    local rkv, rslots, leases = triple(x[3])
+    local h = {'configured', cfg, 'url', x[2] or '', 'kv', kv, 'slots', slots, 'stale_ns', stale_ns,
+      'policy', policy, 'draining', draining, 'rkv', int(rkv), 'rslots', int(rslots), 'nleases', int(leases)}
+    if x[4] then
+      local ckv, cslots, arrived = triple(x[4])
+      for _, p in ipairs({'ckv', int(ckv), 'cslots', int(cslots), 'obs_arrived', int(arrived)}) do h[#h + 1] = p end
+    end
+    if x[5] then
+      local names = {'obs_used', 'obs_total', 'obs_running', 'obs_waiting', 'obs_sec', 'obs_nsec'}
+      local j = 0
+      for val in string.gmatch(x[5], '%S+') do
+        j = j + 1
+        h[#h + 1] = names[j]
+        h[#h + 1] = val
+      end
+    end
+    engines[#engines + 1] = {id, h}
+  end
 end
 local tenants = {}
 for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
-  tenants[#tenants + 1] = {name, redis.call('HGETALL', P_TENANT .. name)}
+  local f = 't:' .. name
+  local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+  if x[1] then
+    local cfg, kvs, ss = string.match(x[1], '^(%S+) (%S+) (%S+)$')
+    local rkv, rslots, leases = triple(x[2])
+    tenants[#tenants + 1] = {name, {'configured', cfg, 'kv_share', kvs, 'slot_share', ss,
+      'rkv', int(rkv), 'rslots', int(rslots), 'nleases', int(leases)}}
+  end
+end
+local prios = {}
+for name in string.gmatch(v[2] or '', '%S+') do
+  prios[#prios + 1] = name
+  prios[#prios + 1] = redis.call('HGET', K_STATE, 'p:' .. name) or ''
+end
+local counters = {}
+local all = redis.call('HGETALL', K_STATE)
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'c:' then
+    counters[#counters + 1] = string.sub(all[i], 3)
+    counters[#counters + 1] = all[i + 1]
+  end
 end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
   redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
-  redis.call('ZCARD', K_DEADLINES), engines, tenants,
-  redis.call('HGET', K_META, 'priority_order') or '',
-  redis.call('HGETALL', K_PRIOS), redis.call('HGETALL', K_COUNTERS)}
+  redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters}

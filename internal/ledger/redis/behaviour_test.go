@@ -157,7 +157,7 @@ func TestKeysWritten(t *testing.T) {
 	if _, err := l.Observe(ctx, ledger.Observation{Pool: "llama", Engine: "gpu-1", KVTokensUsed: 5, ObservedAt: time.Now()}); err != nil {
 		t.Fatalf("Observe: %v", err)
 	}
-	schema := regexp.MustCompile(`^` + p + `:(pools|\{llama\}:(meta|engines|tenants|priorities|deadlines|holders|req|counters|engine:gpu-[01]|tenant:(acme|small)|lease:[0-9a-f]+-[0-9a-f]+|holder:h1))$`)
+	schema := regexp.MustCompile(`^` + p + `:(pools|\{llama\}:(state|engines|tenants|deadlines|holders|req|leases|holder:h1))$`)
 	keys := keysOf(t, ctx, client, p)
 	for _, k := range keys {
 		if !schema.MatchString(k) {
@@ -170,7 +170,7 @@ func TestKeysWritten(t *testing.T) {
 		}
 	}
 	for _, k := range keysOf(t, ctx, client, p) {
-		if strings.Contains(k, ":lease:") || strings.Contains(k, ":holder:") || strings.HasSuffix(k, ":req") || strings.HasSuffix(k, ":deadlines") {
+		if strings.HasSuffix(k, ":leases") || strings.Contains(k, ":holder:") || strings.HasSuffix(k, ":req") || strings.HasSuffix(k, ":deadlines") {
 			t.Errorf("key %q left after every lease was released", k)
 		}
 	}

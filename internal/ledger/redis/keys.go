@@ -13,20 +13,16 @@ const DefaultPrefix = "lh"
 // poolKeys is a pool's key schema. Every key shares the {pool} hash tag so a
 // pool lives in one Redis Cluster slot and one script can touch all of it.
 // The order of scriptKeys is the KEYS layout documented in
-// scripts/lua/lib.lua.
+// scripts/lua/lib.lua, which also lists the fields of State.
 type poolKeys struct {
-	Meta       string // HASH  epoch, seq, recovering_until, created, cap_kv, cap_slots, retry_after, priority_order
-	Engines    string // SET   engine ids with a hash
-	Tenants    string // SET   tenant names with a hash
-	Priorities string // HASH  priority name -> max_fill
-	Deadlines  string // ZSET  lease id by deadline (ms)
-	Holders    string // ZSET  holder id by session expiry (ms)
-	Req        string // HASH  "<holder> <request id>" -> lease id
-	Counters   string // HASH  counter name -> count
+	State     string // HASH  meta, fencing sequence, sweep bound, engines', tenants' and priorities' specs and counters, pool counters
+	Engines   string // SET   engine ids with fields in State
+	Tenants   string // SET   tenant names with fields in State
+	Deadlines string // ZSET  lease id by deadline (ms)
+	Holders   string // ZSET  holder id by session expiry (ms)
+	Req       string // HASH  "<holder> <request id>" -> lease id
+	Leases    string // HASH  lease id -> lease record
 
-	EnginePrefix string // + engine id: HASH spec, drain flag, reservations, telemetry
-	TenantPrefix string // + tenant name: HASH spec and reservations
-	LeasePrefix  string // + lease id: HASH lease fields
 	HolderPrefix string // + holder id: SET lease ids
 }
 
@@ -37,17 +33,13 @@ type poolKeys struct {
 func keySchema(prefix string, pool ledger.PoolID) (poolKeys, string) {
 	base := prefix + ":{" + string(pool) + "}:"
 	return poolKeys{
-		Meta:         base + "meta",
+		State:        base + "state",
 		Engines:      base + "engines",
 		Tenants:      base + "tenants",
-		Priorities:   base + "priorities",
 		Deadlines:    base + "deadlines",
 		Holders:      base + "holders",
 		Req:          base + "req",
-		Counters:     base + "counters",
-		EnginePrefix: base + "engine:",
-		TenantPrefix: base + "tenant:",
-		LeasePrefix:  base + "lease:",
+		Leases:       base + "leases",
 		HolderPrefix: base + "holder:",
 	}, prefix + ":pools"
 }
@@ -55,10 +47,12 @@ func keySchema(prefix string, pool ledger.PoolID) (poolKeys, string) {
 // scriptKeys returns KEYS for every pool script.
 func (k poolKeys) scriptKeys() []string {
 	return []string{
-		k.Meta, k.Engines, k.Tenants, k.Priorities, k.Deadlines, k.Holders,
-		k.Req, k.Counters, k.EnginePrefix, k.TenantPrefix, k.LeasePrefix, k.HolderPrefix,
+		k.State, k.Engines, k.Tenants, k.Deadlines, k.Holders, k.Req, k.Leases, k.HolderPrefix,
 	}
 }
+
+// stateField is the field of State whose presence makes a pool known.
+const stateField = "meta"
 
 // checkPrefix rejects a prefix that would break hash tags or key matching.
 func checkPrefix(p string) error {

@@ -8,26 +8,21 @@ import (
 func TestKeySchema(t *testing.T) {
 	k, index := keySchema("lh", "llama-3-70b")
 	want := map[string]string{
-		"meta":       "lh:{llama-3-70b}:meta",
-		"engines":    "lh:{llama-3-70b}:engines",
-		"tenants":    "lh:{llama-3-70b}:tenants",
-		"priorities": "lh:{llama-3-70b}:priorities",
-		"deadlines":  "lh:{llama-3-70b}:deadlines",
-		"holders":    "lh:{llama-3-70b}:holders",
-		"req":        "lh:{llama-3-70b}:req",
-		"counters":   "lh:{llama-3-70b}:counters",
-		"engine:":    "lh:{llama-3-70b}:engine:",
-		"tenant:":    "lh:{llama-3-70b}:tenant:",
-		"lease:":     "lh:{llama-3-70b}:lease:",
-		"holder:":    "lh:{llama-3-70b}:holder:",
+		"state":     "lh:{llama-3-70b}:state",
+		"engines":   "lh:{llama-3-70b}:engines",
+		"tenants":   "lh:{llama-3-70b}:tenants",
+		"deadlines": "lh:{llama-3-70b}:deadlines",
+		"holders":   "lh:{llama-3-70b}:holders",
+		"req":       "lh:{llama-3-70b}:req",
+		"leases":    "lh:{llama-3-70b}:leases",
+		"holder:":   "lh:{llama-3-70b}:holder:",
 	}
 	got := k.scriptKeys()
-	if len(got) != 12 {
-		t.Fatalf("scriptKeys() has %d keys, want 12 (the KEYS layout of lib.lua)", len(got))
+	if len(got) != len(want) {
+		t.Fatalf("scriptKeys() has %d keys, want %d (the KEYS layout of lib.lua)", len(got), len(want))
 	}
 	// The order is the KEYS layout in scripts/lua/lib.lua.
-	order := []string{"meta", "engines", "tenants", "priorities", "deadlines", "holders", "req", "counters",
-		"engine:", "tenant:", "lease:", "holder:"}
+	order := []string{"state", "engines", "tenants", "deadlines", "holders", "req", "leases", "holder:"}
 	for i, name := range order {
 		if got[i] != want[name] {
 			t.Errorf("KEYS[%d] (%s) = %q, want %q", i+1, name, got[i], want[name])

@@ -348,12 +348,12 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}
 	// The index is written after Configure's script and never pruned by
-	// scripts: keep only pools whose meta still exists.
-	cmds := make([]*goredis.IntCmd, len(names))
+	// scripts: keep only pools whose state still exists.
+	cmds := make([]*goredis.BoolCmd, len(names))
 	_, err = l.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, n := range names {
 			k, _ := keySchema(l.opts.Prefix, ledger.PoolID(n))
-			cmds[i] = p.Exists(ctx, k.Meta)
+			cmds[i] = p.HExists(ctx, k.State, stateField)
 		}
 		return nil
 	})
@@ -362,7 +362,7 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	}
 	out := make([]ledger.PoolID, 0, len(names))
 	for i, n := range names {
-		if cmds[i].Val() == 1 {
+		if cmds[i].Val() {
 			out = append(out, ledger.PoolID(n))
 		}
 	}
