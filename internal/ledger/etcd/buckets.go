@@ -13,9 +13,11 @@ import (
 // clock, not ours, ends them. One Grant per marker would double the cost of
 // an acquire, so markers share etcd leases: leaseUntil returns a cached
 // lease that expires no earlier than the deadline and at most LeaseSlack
-// after it, granting a new one (TTL rounded up to whole seconds) only when
-// none fits. A marker therefore lives at least as long as asked and at most
-// about LeaseSlack + 1s + etcd's expiry tick longer.
+// after it, granting a new one only when none fits. A new lease gets the
+// longest whole-second TTL that ends within LeaseSlack of the deadline (at
+// least the deadline rounded up), so it also serves the grants of the next
+// LeaseSlack. A marker therefore lives at least as long as asked and at most
+// about max(LeaseSlack+bucketQuantum, 1s) + etcd's expiry tick longer.
 
 // bucketQuantum is the resolution of the shared-lease cache.
 const bucketQuantum = 100 * time.Millisecond
@@ -62,7 +64,11 @@ func (l *Ledger) leaseUntil(ctx context.Context, base, deadline time.Time) (clie
 	}
 	b.mu.Unlock()
 
-	ttl := ceilSeconds(deadline.Sub(base))
+	// With one TTL, a lease ending exactly at the deadline would serve no
+	// later call; ending up to LeaseSlack after it serves the next
+	// LeaseSlack of them.
+	d := deadline.Sub(base)
+	ttl := max(ceilSeconds(d), int64((d+l.opts.LeaseSlack)/time.Second))
 	resp, err := l.cli.Grant(ctx, ttl)
 	if err != nil {
 		return 0, fmt.Errorf("etcd ledger: grant %ds lease: %w", ttl, err)
