@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -24,16 +25,26 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 	if err := l.checkOpen(); err != nil {
 		return ledger.Grant{}, err
 	}
-	if err := l.sweepDue(ctx, req.Pool); err != nil {
-		return ledger.Grant{}, err
-	}
 	var out ledger.Grant
 	var rejection *ledger.Rejection
 	mu := l.poolLock(req.Pool)
-	err := l.retry(ctx, "acquire", func() (bool, error) {
+	// The first attempt's read also looks for expired entries; only when
+	// there are some does the bounded sweep run before the decision.
+	probe := true
+	attempt := func() (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
 		mu.Lock()
-		g, rej, ended, err := l.tryAcquire(ctx, req)
-		mu.Unlock()
+		defer mu.Unlock()
+		return l.tryAcquire(ctx, req, probe)
+	}
+	err := l.retry(ctx, "acquire", func() (bool, error) {
+		g, rej, ended, err := attempt()
+		if errors.Is(err, errSweepFirst) {
+			probe = false
+			if err := l.sweepDue(ctx, req.Pool); err != nil {
+				return false, err
+			}
+			g, rej, ended, err = attempt()
+		}
 		out, rejection = g, rej
 		switch {
 		case err != nil || rej != nil:
@@ -56,21 +67,30 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 
 // tryAcquire makes one attempt. It returns a grant, a committed rejection,
 // the id of the request's ended lease to sweep, or nothing when a guard
-// failed.
-func (l *Ledger) tryAcquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
+// failed. With probe it fails with errSweepFirst, deciding nothing, when
+// expiry entries are due.
+func (l *Ledger) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe bool) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
 	pool := req.Pool
 	k := l.keys
 	mk, sk, hk, lk, rk, tk := k.meta(pool), k.seq(pool), k.holder(pool, req.Holder), k.live(pool, req.Holder),
 		k.request(pool, req.Holder, req.RequestID), k.tenant(pool, req.Tenant)
 	engines, fresh := k.kind(pool, kindEngine), k.kind(pool, kindFresh)
-	v, err := l.read(ctx, []string{mk, k.recovering(pool), sk, hk, lk, rk, tk},
-		span{from: engines, guard: true}, span{from: fresh, keysOnly: true})
+	spans := []span{{from: engines, guard: true}, {from: fresh, keysOnly: true}}
+	var dueSpans []span
+	if probe {
+		dueSpans = l.dueProbe(pool)
+		spans = append(spans, dueSpans...)
+	}
+	v, err := l.read(ctx, []string{mk, k.recovering(pool), sk, hk, lk, rk, tk}, spans...)
 	if err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
 	}
 	m, err := l.meta(v, pool)
 	if err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
+	}
+	if due(v, dueSpans) {
+		return ledger.Grant{}, nil, ledger.NoLease, errSweepFirst
 	}
 	epoch := ledger.Epoch(m.Epoch)
 	if err := l.checkSession(v, pool, req.Holder); err != nil {

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,20 +26,25 @@ type leaseView struct {
 	alive bool // deadline marker and holder's live marker exist
 }
 
-func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, withState bool) (*leaseView, error) {
+// With probe spans (dueProbe) it fails with errSweepFirst when they find an
+// entry due.
+func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, withState bool, probe ...span) (*leaseView, error) {
 	k := l.keys
 	lk := k.lease(pool, id)
 	ks := []string{k.meta(pool), k.recovering(pool), lk, k.deadline(pool, id)}
 	if holder != ledger.NoHolder {
 		ks = append(ks, k.holder(pool, holder), k.live(pool, holder))
 	}
-	v, err := l.read(ctx, ks)
+	v, err := l.read(ctx, ks, probe...)
 	if err != nil {
 		return nil, err
 	}
 	lv := &leaseView{v: v}
 	if lv.m, err = l.meta(v, pool); err != nil {
 		return nil, err
+	}
+	if due(v, probe) {
+		return nil, errSweepFirst
 	}
 	if !v.has(lk) {
 		return lv, nil
@@ -250,10 +256,15 @@ func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.
 	if err != nil {
 		return ledger.Released{}, err
 	}
-	if err := l.sweepDue(ctx, ref.Pool); err != nil {
-		return ledger.Released{}, err
+	// The first read also looks for expired entries; only when there are
+	// some does the bounded sweep run first.
+	res, err := l.endLeaseProbed(ctx, ref.Pool, id, ref.Holder, usage, true)
+	if errors.Is(err, errSweepFirst) {
+		if err := l.sweepDue(ctx, ref.Pool); err != nil {
+			return ledger.Released{}, err
+		}
+		res, err = l.endLease(ctx, ref.Pool, id, ref.Holder, usage)
 	}
-	res, err := l.endLease(ctx, ref.Pool, id, ref.Holder, usage)
 	if err != nil {
 		return ledger.Released{}, fmt.Errorf("release %s in %s: %w", id, ref.Pool, err)
 	}
@@ -273,10 +284,21 @@ type ended struct {
 // marker is gone (expired) or its holder's live marker is (revoked).
 // Concurrent callers are idempotent: only one commit can match the guards.
 func (l *Ledger) endLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage) (ended, error) {
+	return l.endLeaseProbed(ctx, pool, id, holder, usage, false)
+}
+
+// endLeaseProbed is endLease; with probe its first read also looks for
+// expiry entries due and, finding one, it fails with errSweepFirst having
+// changed nothing.
+func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage, probe bool) (ended, error) {
 	var out ended
 	err := l.retryPool(ctx, pool, "end lease", func() (bool, error) {
 		out = ended{}
-		lv, err := l.readLease(ctx, pool, id, holder, true)
+		var spans []span
+		if probe {
+			spans, probe = l.dueProbe(pool), false
+		}
+		lv, err := l.readLease(ctx, pool, id, holder, true, spans...)
 		if err != nil {
 			return false, err
 		}

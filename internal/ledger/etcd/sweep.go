@@ -51,6 +51,31 @@ func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger
 	return sw, nil
 }
 
+// errSweepFirst reports that an attempt's read found expiry index entries
+// due: the caller sweeps and then decides.
+var errSweepFirst = errors.New("etcd ledger: expiry entries due")
+
+// dueProbe returns spans that look at the expiry indexes for one entry due
+// by now. A hot-path call adds them to its first read and runs the bounded
+// sweep only when they find something (errSweepFirst), instead of spending
+// a round trip on the sweep's read every time.
+func (l *Ledger) dueProbe(pool ledger.PoolID) []span {
+	now := l.now().UnixMilli()
+	dFrom, dTo := l.keys.dueRange(pool, kindByDeadline, now)
+	hFrom, hTo := l.keys.dueRange(pool, kindHolderExp, now)
+	return []span{{from: dFrom, to: dTo, limit: 1, keysOnly: true}, {from: hFrom, to: hTo, limit: 1, keysOnly: true}}
+}
+
+// due reports whether the probe spans found an entry in v.
+func due(v *view, probe []span) bool {
+	for _, s := range probe {
+		if len(v.ranges[s.from]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // sweepDue is the bounded sweep at the start of every mutating call.
 func (l *Ledger) sweepDue(ctx context.Context, pool ledger.PoolID) error {
 	if _, err := l.sweep(ctx, pool, l.opts.SweepBatch); err != nil {
