@@ -1,0 +1,259 @@
+package audit_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/audit"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/memory"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func lease(pool ledger.PoolID, seq uint64, engine ledger.EngineID, holder ledger.HolderID, kv, slots int64, age, ttl time.Duration) ledger.Lease {
+	f := ledger.Fence{Epoch: 1000, Seq: seq}
+	return ledger.Lease{
+		ID: ledger.MakeLeaseID(f), Pool: pool, Engine: engine, Tenant: "acme", Priority: "standard",
+		KVTokens: kv, Slots: slots, Holder: holder, RequestID: ledger.RequestID("r" + string(rune('0'+seq))),
+		Created: t0.Add(-age), Deadline: t0.Add(ttl), Fence: f,
+	}
+}
+
+func engine(id ledger.EngineID, kv, slots int64) ledger.EngineSpec {
+	return ledger.EngineSpec{ID: id, URL: "http://" + string(id), KVTokens: kv, Slots: slots, StaleAfter: 10 * time.Second}
+}
+
+// plantedInput has every anomaly kind once, and clean rows beside them.
+func plantedInput() audit.Input {
+	leaked := lease("p", 1, "e-leak", "router-a", 40000, 4, 5*time.Minute, 20*time.Second)
+	fresh := lease("p", 2, "e-load", "router-a", 1000, 1, 10*time.Second, 25*time.Second)
+	late := lease("p", 3, "e-load", "router-a", 500, 1, 40*time.Second, -1500*time.Millisecond)
+	orphan := lease("p", 4, "e-stale", "router-b", 2000, 2, 15*time.Second, 15*time.Second)
+	orphan.Tenant = "beta"
+	re := lease("p", 5, "e-never", "router-a", 300, 1, 2*time.Second, 28*time.Second)
+	re.Reasserted = true
+	re.Priority = "batch"
+	q := lease("q", 1, "q-0", "router-c", 800, 1, 90*time.Second, 5*time.Second)
+
+	stale := engine("e-stale", 60000, 32)
+	stale.StalePolicy = ledger.StaleBlock
+	p := ledger.PoolStats{
+		Pool: "p", Epoch: 1000, Now: t0, CapacityKV: 310000, CapacitySlots: 160, LiveHolders: 1, Leases: 5,
+		Engines: []ledger.EngineStats{
+			{Spec: engine("e-leak", 100000, 64), ReservedKV: 40000, ReservedSlots: 4, Leases: 1,
+				LastObservation: ledger.Observation{KVTokensUsed: 2000, Running: 4}, ObservedAt: t0.Add(-time.Second)},
+			{Spec: engine("e-load", 50000, 32), ReservedKV: 1500, ReservedSlots: 2, Leases: 2, CorrectionKV: 18500, CorrectionSlots: 7,
+				LastObservation: ledger.Observation{KVTokensUsed: 20000, Running: 9, Waiting: 3}, ObservedAt: t0.Add(-2 * time.Second)},
+			{Spec: engine("e-never", 100000, 32), ReservedKV: 300, ReservedSlots: 1, Leases: 1, Stale: true},
+			{Spec: stale, ReservedKV: 2000, ReservedSlots: 2, Leases: 1, Stale: true,
+				LastObservation: ledger.Observation{KVTokensUsed: 2000, Running: 2}, ObservedAt: t0.Add(-time.Minute)},
+		},
+		Counters: map[string]int64{ledger.CounterGrants: 6},
+	}
+	qs := ledger.PoolStats{
+		Pool: "q", Epoch: 2000, Now: t0, RecoveringUntil: t0.Add(4 * time.Second), CapacityKV: 8000, CapacitySlots: 8, Leases: 1, LiveHolders: 1,
+		Engines: []ledger.EngineStats{
+			{Spec: ledger.EngineSpec{ID: "q-0", KVTokens: 8000, Slots: 8}, Draining: true, ReservedKV: 800, ReservedSlots: 1, Leases: 1},
+		},
+	}
+	return audit.Input{
+		Pools: []audit.PoolInput{
+			{Stats: p, Leases: []ledger.Lease{leaked, fresh, late, orphan, re}},
+			{Stats: qs, Leases: []ledger.Lease{q}},
+		},
+		Sessions: map[audit.SessionKey]time.Time{
+			{Pool: "p", Holder: "router-a"}: t0.Add(8 * time.Second),
+			{Pool: "p", Holder: "router-b"}: t0.Add(-3 * time.Second),
+		},
+		Scrapes: map[telemetry.EngineKey]audit.Scrape{
+			{Pool: "p", Engine: "e-stale"}: {LastSuccess: t0.Add(-time.Minute), Failures: 30, LastError: "GET http://e-stale/metrics: connection refused"},
+		},
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file (go test -update to accept):\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+func TestBuildGolden(t *testing.T) {
+	cases := []struct {
+		name string
+		flt  ledger.Filter
+	}{
+		{"all", ledger.Filter{}},
+		{"pool_p_holder_a", ledger.Filter{Pool: "p", Holder: "router-a"}},
+		{"engine_stale", ledger.Filter{Engine: "e-stale"}},
+		{"tenant_beta", ledger.Filter{Tenant: "beta"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := audit.Build(plantedInput(), c.flt, audit.Options{})
+			var tbl bytes.Buffer
+			if err := audit.WriteTable(&tbl, r); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, c.name+".table.golden", tbl.Bytes())
+			js, err := json.MarshalIndent(r, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, c.name+".json.golden", append(js, '\n'))
+		})
+	}
+}
+
+func TestBuildPlantsEveryKind(t *testing.T) {
+	r := audit.Build(plantedInput(), ledger.Filter{}, audit.Options{})
+	got := map[audit.Kind][]string{}
+	for _, a := range r.Anomalies {
+		got[a.Kind] = append(got[a.Kind], string(a.Engine)+"/"+string(a.Lease))
+	}
+	want := map[audit.Kind][]string{
+		audit.KindExpiredHolder:   {"e-stale/3e8-4"},
+		audit.KindDeadlinePassed:  {"e-load/3e8-3"},
+		audit.KindLeakSuspected:   {"e-leak/"},
+		audit.KindUnaccountedLoad: {"e-load/"},
+		audit.KindStaleTelemetry:  {"e-never/", "e-stale/"},
+	}
+	for _, k := range audit.Kinds {
+		if !slices.Equal(got[k], want[k]) {
+			t.Errorf("%s: got %v, want %v", k, got[k], want[k])
+		}
+	}
+	if len(r.Leases) != 6 || len(r.Engines) != 5 || len(r.Pools) != 2 {
+		t.Errorf("got %d leases, %d engines, %d pools; want 6, 5, 2", len(r.Leases), len(r.Engines), len(r.Pools))
+	}
+}
+
+func TestThresholds(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     audit.Options
+		wantLeak bool
+	}{
+		{"default", audit.Options{}, true},
+		{"lease too young to judge", audit.Options{LeakAfter: 10 * time.Minute}, false},
+		{"gap below the minimum", audit.Options{LeakMinKV: 50000}, false},
+		{"gap below the fraction", audit.Options{LeakFraction: 0.99}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := audit.Build(plantedInput(), ledger.Filter{Engine: "e-leak"}, c.opts)
+			leak := slices.ContainsFunc(r.Anomalies, func(a audit.Anomaly) bool { return a.Kind == audit.KindLeakSuspected })
+			if leak != c.wantLeak {
+				t.Errorf("leak_suspected = %v, want %v (anomalies %+v)", leak, c.wantLeak, r.Anomalies)
+			}
+		})
+	}
+}
+
+func TestEmptyReportHasArrays(t *testing.T) {
+	b, err := json.Marshal(audit.Build(audit.Input{}, ledger.Filter{}, audit.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"leases", "engines", "anomalies", "pools"} {
+		if _, ok := m[k].([]any); !ok {
+			t.Errorf("%s = %v, want an array", k, m[k])
+		}
+	}
+}
+
+// fixedClock is a settable ledger clock.
+type fixedClock struct{ now time.Time }
+
+func (c *fixedClock) Now() time.Time { return c.now }
+
+func TestCollectFromMemoryLedger(t *testing.T) {
+	ctx := context.Background()
+	clk := &fixedClock{now: t0}
+	l := memory.New(ledger.Options{RecoveryWindow: -1}, clk)
+	defer l.Close()
+	spec := ledger.PoolSpec{
+		Name:       "p",
+		Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: 4}},
+		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
+		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
+	}
+	if _, err := l.Configure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	sessions := audit.NewSessions(0)
+	sess, err := l.KeepAlive(ctx, "p", "h1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions.Record(sess)
+	if _, err := l.Acquire(ctx, ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"e1"}, Tenant: "acme",
+		Priority: "standard", KVTokens: 100, Slots: 1, Holder: "h1", RequestID: "r1", TTL: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	clk.now = t0.Add(2 * time.Second) // the lease's deadline and its holder's session have passed; nothing swept
+
+	in, err := audit.Collect(ctx, l, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Sessions = sessions.Snapshot()
+	r := audit.Build(in, ledger.Filter{}, audit.Options{})
+	var kinds []audit.Kind
+	for _, a := range r.Anomalies {
+		kinds = append(kinds, a.Kind)
+	}
+	want := []audit.Kind{audit.KindDeadlinePassed, audit.KindExpiredHolder}
+	if !slices.Equal(kinds, want) || len(r.Leases) != 1 {
+		t.Errorf("got anomalies %v and %d leases, want %v and 1", kinds, len(r.Leases), want)
+	}
+
+	if _, err := audit.Collect(ctx, l, ledger.Filter{Pool: "nope"}); !errors.Is(err, ledger.ErrUnknownPool) {
+		t.Errorf("Collect(unknown pool) = %v, want ErrUnknownPool", err)
+	}
+}
+
+func TestSessionsBounded(t *testing.T) {
+	s := audit.NewSessions(2)
+	s.Record(ledger.Session{Pool: "p", Holder: "a", Expires: t0})
+	s.Record(ledger.Session{Pool: "p", Holder: "b", Expires: t0.Add(2 * time.Hour)})
+	s.Record(ledger.Session{Pool: "p", Holder: "c", Expires: t0.Add(2 * time.Hour)}) // forgets a
+	s.Record(ledger.Session{Pool: "p", Holder: "d", Expires: t0.Add(2 * time.Hour)}) // no room: dropped
+	s.Record(ledger.Session{Pool: "p", Holder: "b", Expires: t0})                    // older: ignored
+	got := s.Snapshot()
+	want := map[audit.SessionKey]time.Time{{"p", "b"}: t0.Add(2 * time.Hour), {"p", "c"}: t0.Add(2 * time.Hour)}
+	if len(got) != len(want) || got[audit.SessionKey{"p", "b"}] != want[audit.SessionKey{"p", "b"}] || got[audit.SessionKey{"p", "c"}].IsZero() {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
