@@ -16,8 +16,8 @@
 --
 -- One HMGET reads the pool: meta, the tenant, the priority, every
 -- candidate's spec (unknown engines and "too large" need them all) and the
--- first candidate's usage; later candidates' usage is read only when the
--- ones before refuse. One HSET writes the grant's counters back.
+-- first candidate's usage; later candidates are parsed, and their usage
+-- read, only when the ones before refuse. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -58,21 +58,32 @@ local t = tenant(tenant_name, v[5], v[6])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
 local maxfill = tonumber(v[7])
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
-local cands = {}
+-- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
-  local e = engine(ARGV[9 + j], v[F_SPECS + j])
-  if not e then return {'unknown_engine', m.epoch, ARGV[9 + j]} end
-  cands[j] = e
+  local s = v[F_SPECS + j]
+  if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
+local cands = {engine(ARGV[10], v[F_SPECS + 1])}
 usage(cands[1], v[8], v[9])
+local function cand(j)
+  local e = cands[j]
+  if not e then
+    e = engine(ARGV[9 + j], v[F_SPECS + j])
+    local u = redis.call('HMGET', K_STATE, 'e:' .. e.id .. ':r', 'e:' .. e.id .. ':c')
+    usage(e, u[1], u[2])
+    cands[j] = e
+  end
+  return e
+end
 
 -- ledger.Admit
 if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
 local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
 local fits = false
-for _, e in ipairs(cands) do
-  if kv <= fill(e.kv, maxfill) and slots <= fill(e.slots, maxfill) then
+for j = 1, n do
+  local s = cands[j] or engine(ARGV[9 + j], v[F_SPECS + j])
+  if kv <= fill(s.kv, maxfill) and slots <= fill(s.slots, maxfill) then
     fits = true
     break
   end
@@ -81,11 +92,8 @@ if not fits then return reject(m, 'too_large', '', 0) end
 if t.rkv + kv > qkv then return reject(m, 'tenant_kv_quota', '', m.retry) end
 if qslots > 0 and t.rslots + slots > qslots then return reject(m, 'tenant_slot_quota', '', m.retry) end
 local chosen, first
-for j, e in ipairs(cands) do
-  if j > 1 then
-    local u = redis.call('HMGET', K_STATE, 'e:' .. e.id .. ':r', 'e:' .. e.id .. ':c')
-    usage(e, u[1], u[2])
-  end
+for j = 1, n do
+  local e = cand(j)
   local r = engine_reason(e, now, maxfill, kv, slots)
   if not r then
     chosen = e

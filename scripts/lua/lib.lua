@@ -1,5 +1,6 @@
 -- lib.lua: helpers shared by every ledger script. lua.go prepends this file
--- to each operation's script, so a script is one self-contained EVAL body.
+-- (and lib_admit.lua for the scripts that admit) to each operation's script,
+-- so a script is one self-contained EVAL body.
 --
 -- KEYS (identical for every pool script, built by keys.go in Go):
 --   1 state      HASH  the pool's state, fields below
@@ -71,7 +72,7 @@ local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 -- decodes this order), then owns_req ('1' when the lease set its req entry).
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
 local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OWNS = 9, 10, 11, 12, 13, 14
-local LEASE_PATTERN = '^' .. string.rep('(%S*) ', 13) .. '(%S*)$'
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*)$'
 
 local function get_lease(id)
   local s = redis.call('HGET', K_LEASES, id)
@@ -210,46 +211,13 @@ end
 -- Engines -------------------------------------------------------------------
 
 -- engine parses a configured engine's e:<id> field; nil when the engine is
--- unknown or removed. usage adds its e:<id>:r and e:<id>:c fields.
+-- unknown or removed.
 local function engine(id, s)
   if not s then return nil end
   local cfg, kv, slots, stale_ns, policy, draining = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
   if cfg ~= '1' then return nil end
   return {id = id, kv = tonumber(kv), slots = tonumber(slots), stale_ns = tonumber(stale_ns),
     policy = policy, draining = draining == '1'}
-end
-
-local function usage(e, r, c)
-  e.rkv, e.rslots, e.n = triple(r)
-  e.ckv, e.cslots, e.obs = triple(c)
-end
-
--- ledger.EngineState.Stale
-local function stale(e, now)
-  if e.stale_ns <= 0 then return false end
-  return e.obs == 0 or (now - e.obs) * 1e6 > e.stale_ns
-end
-
--- ledger.EngineState.Used
-local function used(e, now)
-  if e.policy == 'ignore' and stale(e, now) then return e.rkv, e.rslots end
-  return e.rkv + e.ckv, e.rslots + e.cslots
-end
-
--- ledger.engineReason: nil when e can take kv tokens and slots.
-local function engine_reason(e, now, maxfill, kv, slots)
-  if e.draining then return 'draining' end
-  if e.policy == 'block' and stale(e, now) then return 'telemetry_stale' end
-  local ukv, us = used(e, now)
-  if ukv + kv > fill(e.kv, maxfill) then
-    if maxfill < 1 and ukv + kv <= e.kv then return 'priority_headroom' end
-    return 'engine_kv'
-  end
-  if us + slots > fill(e.slots, maxfill) then
-    if maxfill < 1 and us + slots <= e.slots then return 'priority_headroom' end
-    return 'engine_slots'
-  end
-  return nil
 end
 
 -- Tenants -------------------------------------------------------------------
@@ -263,18 +231,4 @@ local function tenant(name, s, r)
   local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss)}
   t.rkv, t.rslots, t.n = triple(r)
   return t
-end
-
--- ledger.TenantQuota
-local function quota(t, m)
-  local qs = 0
-  if t.slot_share > 0 then qs = fill(m.cap_slots, t.slot_share) end
-  return fill(m.cap_kv, t.kv_share), qs
-end
-
--- reject counts a rejection and builds the reply.
-local function reject(m, reason, engine_id, retry)
-  redis.call('HINCRBY', K_STATE, 'c:rejections', 1)
-  redis.call('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
-  return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end

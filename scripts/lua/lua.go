@@ -2,9 +2,11 @@
 // ledger operation, embedded so the binary carries them.
 //
 // Each operation's file starts with a comment listing its KEYS, ARGV and
-// reply shape. lib.lua holds what the scripts share (key layout, sweep,
-// lease bookkeeping, the admission rule); Source prepends it, so every
-// script is one self-contained EVAL body.
+// reply shape. lib.lua holds what every script shares (key layout, sweep,
+// lease bookkeeping) and lib_admit.lua the admission rule's helpers; Source
+// prepends them, so every script is one self-contained EVAL body. Defining a
+// Lua function costs every call of the script that carries it, so only the
+// scripts that admit carry lib_admit.lua.
 package lua
 
 import (
@@ -21,15 +23,23 @@ var Operations = []string{
 	"release", "reassert", "observe", "sweep", "stats", "list",
 }
 
-// Source returns the script for op: lib.lua followed by op.lua.
+// admits lists the operations that carry lib_admit.lua.
+var admits = map[string]bool{"acquire": true, "resize": true}
+
+// Source returns the script for op: lib.lua, lib_admit.lua if op admits,
+// then op.lua.
 func Source(op string) (string, error) {
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		return "", fmt.Errorf("read lib.lua: %w", err)
+	parts := []string{"lib.lua"}
+	if admits[op] {
+		parts = append(parts, "lib_admit.lua")
 	}
-	body, err := files.ReadFile(op + ".lua")
-	if err != nil {
-		return "", fmt.Errorf("read script %s: %w", op, err)
+	var src []byte
+	for _, name := range append(parts, op+".lua") {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			return "", fmt.Errorf("script %s: read %s: %w", op, name, err)
+		}
+		src = append(append(src, b...), '\n')
 	}
-	return string(lib) + "\n" + string(body), nil
+	return string(src), nil
 }

@@ -1,0 +1,51 @@
+-- lib_admit.lua: the admission rule's helpers, for the scripts that admit
+-- (acquire, resize). lua.go inserts this file after lib.lua for them only:
+-- every function defined costs each call of a script, used or not.
+
+-- usage adds an engine's e:<id>:r and e:<id>:c fields to e.
+local function usage(e, r, c)
+  e.rkv, e.rslots, e.n = triple(r)
+  e.ckv, e.cslots, e.obs = triple(c)
+end
+
+-- ledger.EngineState.Stale
+local function stale(e, now)
+  if e.stale_ns <= 0 then return false end
+  return e.obs == 0 or (now - e.obs) * 1e6 > e.stale_ns
+end
+
+-- ledger.EngineState.Used
+local function used(e, now)
+  if e.policy == 'ignore' and stale(e, now) then return e.rkv, e.rslots end
+  return e.rkv + e.ckv, e.rslots + e.cslots
+end
+
+-- ledger.engineReason: nil when e can take kv tokens and slots.
+local function engine_reason(e, now, maxfill, kv, slots)
+  if e.draining then return 'draining' end
+  if e.policy == 'block' and stale(e, now) then return 'telemetry_stale' end
+  local ukv, us = used(e, now)
+  if ukv + kv > fill(e.kv, maxfill) then
+    if maxfill < 1 and ukv + kv <= e.kv then return 'priority_headroom' end
+    return 'engine_kv'
+  end
+  if us + slots > fill(e.slots, maxfill) then
+    if maxfill < 1 and us + slots <= e.slots then return 'priority_headroom' end
+    return 'engine_slots'
+  end
+  return nil
+end
+
+-- ledger.TenantQuota
+local function quota(t, m)
+  local qs = 0
+  if t.slot_share > 0 then qs = fill(m.cap_slots, t.slot_share) end
+  return fill(m.cap_kv, t.kv_share), qs
+end
+
+-- reject counts a rejection and builds the reply.
+local function reject(m, reason, engine_id, retry)
+  redis.call('HINCRBY', K_STATE, 'c:rejections', 1)
+  redis.call('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
+  return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
+end
