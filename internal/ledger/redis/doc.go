@@ -9,38 +9,47 @@
 // pool p, all of a pool's keys share the {p} hash tag, so a pool is one
 // Redis Cluster slot:
 //
-//	P:{p}:meta          HASH epoch (TIME µs at creation), seq (fencing
-//	                         sequence), recovering_until (ms), created (ms),
-//	                         cap_kv, cap_slots, retry_after (ms),
-//	                         priority_order
-//	P:{p}:engines       SET  engine ids that have a hash
-//	P:{p}:engine:<id>   HASH configured, url, kv, slots, stale_ns, policy,
-//	                         draining, rkv, rslots, nleases (reservations),
-//	                         ckv, cslots (telemetry correction), obs_* (last
-//	                         observation), obs_arrived (ms)
-//	P:{p}:tenants       SET  tenant names that have a hash
-//	P:{p}:tenant:<name> HASH configured, kv_share, slot_share, rkv, rslots,
-//	                         nleases
-//	P:{p}:priorities    HASH priority name -> max_fill
-//	P:{p}:lease:<id>    HASH id, engine, tenant, priority, kv, slots, holder,
-//	                         req, created, deadline, fence_epoch, fence_seq,
-//	                         reasserted
+//	P:{p}:state         HASH the pool's state, one field per group of values
+//	                         joined by spaces (ids never contain one):
+//	  meta                   "epoch recovering_until cap_kv cap_slots
+//	                         retry_after" (epoch: TIME µs at creation; its
+//	                         presence makes the pool known)
+//	  seq, sweep_at          fencing sequence; ms before which nothing can
+//	                         have expired (a lower bound of every deadline
+//	                         and session expiry, lowered by every write of
+//	                         one, recomputed by each sweep)
+//	  created, order         ms; priority names joined by spaces
+//	  e:<id>                 "configured kv slots stale_ns policy draining"
+//	  e:<id>:r, e:<id>:c     "rkv rslots nleases" (reservations), "ckv cslots
+//	                         obs_arrived" (telemetry correction)
+//	  e:<id>:url, e:<id>:obs the URL; "used total running waiting sec nsec"
+//	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
+//	  p:<name>               max_fill
+//	  c:<name>               ledger.Counter* names and "rejections:<reason>"
+//	P:{p}:engines       SET  engine ids with fields in state
+//	P:{p}:tenants       SET  tenant names with fields in state
+//	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
+//	                         holder req created deadline fence_epoch
+//	                         fence_seq reasserted owns_req"
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
 //	P:{p}:holder:<h>    SET  lease ids held by h
 //	P:{p}:req           HASH "<holder> <request id>" -> lease id
-//	P:{p}:counters      HASH ledger.Counter* names and "rejections:<reason>"
 //	P:pools             SET  pool names (written after Configure; Pools keeps
-//	                         only those whose meta exists)
+//	                         only those whose state exists)
 //
-// Acquire, Renew and Release touch O(1) keys plus O(log n) sorted-set
-// updates; every mutating script first sweeps at most Options.SweepBatch
-// expired leases and dead sessions' leases.
+// scripts/lua/lib.lua lists the same layout for the scripts. A hot script
+// (Acquire, Renew, Resize, Release, KeepAlive) reads the pool in one HMGET
+// of a few fields and writes it back in one HSET of absolute values; it
+// touches O(1) keys plus O(log n) sorted-set updates. Every mutating script
+// sweeps at most Options.SweepBatch expired leases and dead sessions' leases
+// first, but only once the ledger clock reaches sweep_at: before then
+// nothing can have expired and every session is live.
 //
 // # Ledger loss
 //
-// A pool whose meta hash is missing (FLUSHALL, restart without persistence,
+// A pool whose state has no meta field (FLUSHALL, restart without persistence,
 // failover that lost it) is unknown: every call fails with
 // ledger.ErrUnknownPool until Configure runs again, which starts a new epoch
 // (TIME in microseconds) and its recovery window.
