@@ -1,0 +1,41 @@
+// Package enginesim is a simulated GPU inference engine for tests, demos and
+// benchmarks: an OpenAI-compatible HTTP server in front of a KV-cache model
+// shaped like vLLM's scheduler, reporting itself in vLLM V1, SGLang or TGI
+// /metrics format, and keeping the ground truth Leasehold's safety checks
+// compare against.
+//
+// # What it owns
+//
+//   - The KV-cache model (engine.go): capacity is whole blocks of
+//     Config.BlockSize tokens (there is no reserved null block, so capacity
+//     is exactly num_gpu_blocks × block_size). A sequence gets the blocks
+//     for its prompt when it is admitted and one more block every
+//     block_size generated tokens. At most Config.Slots sequences run; the
+//     rest wait in one FIFO queue, and the head of the queue blocks those
+//     behind it. When a running sequence needs a block and none is free,
+//     the newest running sequence is preempted: its blocks are freed and it
+//     goes back to the front of the queue to be recomputed (prompt plus the
+//     tokens it already produced) when it is admitted again. A request with
+//     n > 1 is n sequences, as in vLLM.
+//   - Time: one scheduler goroutine runs decode steps on the real clock.
+//     A step is 1/DecodeTokensPerSec simulated seconds and gives every
+//     running sequence one token; a prefill of P tokens takes
+//     P/PrefillTokensPerSec (at least one step) and ends with the first
+//     token. Simulated time runs Config.Speed times faster than the wall
+//     clock.
+//   - The tokenizer approximation (tokenizer.go), used by /tokenize and by
+//     usage alike.
+//   - Ground truth (stats.go): peak KV held, peak running, preemptions,
+//     aborts, and the admitted demand — the sum over accepted, unfinished
+//     requests of (prompt_tokens + max_tokens) × n — with its peak and the
+//     time it spent above capacity. GET /admin/stats, POST /admin/reset.
+//   - Fault injection (POST /admin/fail): answer 500, hang, stop serving
+//     metrics, or drop every request in flight.
+//
+// # What it does not do
+//
+// No prefix caching, no chunked prefill, no batching cost (a step takes the
+// same time however many sequences run), one data-parallel rank. TGI-format
+// metrics are rendered from the same vLLM-like lazy allocator; only the
+// reported reservation (tgi_batch_current_max_tokens) follows TGI.
+package enginesim
