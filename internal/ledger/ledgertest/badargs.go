@@ -154,6 +154,13 @@ func (s *suite) testBadArguments(t *testing.T) {
 		{"drain unknown engine", func() error { return l.SetDraining(ctx, pool, "nope", true) }, ledger.ErrUnknownEngine},
 		{"drain unknown pool", func() error { return l.SetDraining(ctx, "nope", e1, true) }, ledger.ErrUnknownPool},
 		{"sweep unknown pool", func() error { _, err := l.Sweep(ctx, "nope", 10); return err }, ledger.ErrUnknownPool},
+		{"drain empty engine", func() error { return l.SetDraining(ctx, pool, "", true) }, bad},
+		{"drain empty pool", func() error { return l.SetDraining(ctx, "", e1, true) }, bad},
+		{"sweep negative max", func() error { _, err := l.Sweep(ctx, pool, -1); return err }, bad},
+		{"sweep empty pool", func() error { _, err := l.Sweep(ctx, "", 10); return err }, bad},
+		{"stats empty pool", func() error { _, err := l.Stats(ctx, ""); return err }, bad},
+		{"list negative limit", func() error { _, err := l.List(ctx, ledger.Filter{Limit: -1}); return err }, bad},
+		{"list filter with space", func() error { _, err := l.List(ctx, ledger.Filter{Holder: "a b"}); return err }, bad},
 
 		{"configure empty name", cfg(func(s *ledger.PoolSpec) { s.Name = "" }), bad},
 		{"configure no engines", cfg(func(s *ledger.PoolSpec) { s.Engines = nil }), bad},

@@ -156,6 +156,9 @@ func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Ep
 
 // SetDraining drains or undrains a configured engine.
 func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
+		return fmt.Errorf("drain %s in pool %s: %w", engine, pool, err)
+	}
 	flag := "0"
 	if draining {
 		flag = "1"
@@ -317,7 +320,10 @@ func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Ob
 // Sweep removes up to max expired leases and dead sessions' leases; max <= 0
 // means the configured sweep batch.
 func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if max <= 0 {
+	if err := ledger.ValidateSweep(pool, max); err != nil {
+		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+	}
+	if max == 0 {
 		max = l.opts.SweepBatch
 	}
 	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.sweep }, pool, max)
@@ -374,6 +380,9 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 // included, ordered by pool then fence. A pool that does not exist has no
 // leases.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	if err := ledger.ValidateFilter(f); err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
 	pools := []ledger.PoolID{f.Pool}
 	if f.Pool == "" {
 		var err error
@@ -422,6 +431,9 @@ func (l *Ledger) listPool(ctx context.Context, pool ledger.PoolID, f ledger.Filt
 
 // Stats returns a pool's totals.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
+	if err := ledger.ValidatePool(pool); err != nil {
+		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
+	}
 	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.stats }, pool, 0)
 	if err != nil {
 		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
