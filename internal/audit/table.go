@@ -12,7 +12,11 @@ import (
 // anomalies, each as an aligned table.
 func WriteTable(w io.Writer, r Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "LEASES (%d) at %s\n", len(r.Leases), r.Now.UTC().Format(time.RFC3339Nano))
+	at := "(no pool configured)"
+	if !r.Now.IsZero() {
+		at = "at " + r.Now.UTC().Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(tw, "LEASES (%d) %s\n", len(r.Leases), at)
 	fmt.Fprintln(tw, "POOL\tLEASE\tHOLDER\tENGINE\tTENANT\tPRIORITY\tKV\tSLOTS\tAGE\tTTL\tFENCE\tFLAGS")
 	for _, l := range r.Leases {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n",

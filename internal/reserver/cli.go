@@ -1,0 +1,179 @@
+package reserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/audit"
+)
+
+// ParseServeFlags parses the serving flags and environment into a Config
+// with its secrets loaded, and validates it.
+func ParseServeFlags(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, error) {
+	cfg := Defaults()
+	fs := flag.NewFlagSet("reserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: reserver --config FLEET.yaml [flags]\n       reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]\n\nEvery flag can also be set as %s<FLAG_NAME> (e.g. %s). The shared token comes from %s or --token-file.\n\n",
+			EnvPrefix, EnvName("grpc-listen"), EnvToken)
+		fs.PrintDefaults()
+	}
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := ApplyEnv(fs, lookup); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.LoadSecrets(lookup); err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// auditCLI is the `reserver audit` settings.
+type auditCLI struct {
+	server                       string
+	json                         bool
+	pool, engine, holder, tenant string
+	tokenFile, caFile            string
+	timeout                      time.Duration
+}
+
+// RunAudit is `reserver audit`: it fetches GET /v1/audit from a reserver's
+// HTTP address and prints it as tables, or as JSON with --json. The token
+// comes from LEASEHOLD_TOKEN or --token-file. It returns the exit code:
+// 0 on success, 1 when the audit could not be fetched, 2 on bad usage.
+func RunAudit(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	var c auditCLI
+	fs := flag.NewFlagSet("reserver audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.server, "server", "127.0.0.1:7401", "the reserver's HTTP address (host:port, or an http(s):// URL)")
+	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
+	fs.StringVar(&c.pool, "pool", "", "only this pool")
+	fs.StringVar(&c.engine, "engine", "", "only this engine")
+	fs.StringVar(&c.holder, "holder", "", "only leases of this holder")
+	fs.StringVar(&c.tenant, "tenant", "", "only leases of this tenant")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the token (else env "+EnvToken+")")
+	fs.StringVar(&c.caFile, "ca-file", "", "PEM CAs verifying an https:// reserver")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "request timeout")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := ApplyEnv(fs, lookup); err != nil {
+		fmt.Fprintln(stderr, "reserver audit:", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "reserver audit: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	body, err := c.fetch(ctx, lookup)
+	if err != nil {
+		fmt.Fprintln(stderr, "reserver audit:", err)
+		return 1
+	}
+	if c.json {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, body, "", "  "); err != nil {
+			fmt.Fprintln(stderr, "reserver audit: malformed response:", err)
+			return 1
+		}
+		buf.WriteByte('\n')
+		_, _ = stdout.Write(buf.Bytes())
+		return 0
+	}
+	var rep audit.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		fmt.Fprintln(stderr, "reserver audit: malformed response:", err)
+		return 1
+	}
+	if err := audit.WriteTable(stdout, rep); err != nil {
+		fmt.Fprintln(stderr, "reserver audit:", err)
+		return 1
+	}
+	return 0
+}
+
+func (c *auditCLI) fetch(ctx context.Context, lookup func(string) (string, bool)) ([]byte, error) {
+	token, _ := lookup(EnvToken)
+	if c.tokenFile != "" {
+		toks, err := readTokens(c.tokenFile)
+		if err != nil || len(toks) != 1 {
+			return nil, fmt.Errorf("--token-file %s: want one token (%v)", c.tokenFile, err)
+		}
+		token = toks[0]
+	}
+	base := c.server
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(strings.TrimSuffix(base, "/") + "/v1/audit")
+	if err != nil {
+		return nil, fmt.Errorf("--server %q: %w", c.server, err)
+	}
+	q := url.Values{}
+	for k, v := range map[string]string{"pool": c.pool, "engine": c.engine, "holder": c.holder, "tenant": c.tenant} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	u.RawQuery = q.Encode()
+	client := &http.Client{Timeout: c.timeout}
+	if c.caFile != "" {
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate found", c.caFile)
+		}
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", u.Redacted(), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+			msg = e.Error.Message
+		}
+		if resp.StatusCode == http.StatusUnauthorized && token == "" {
+			msg += " (set " + EnvToken + " or --token-file)"
+		}
+		return nil, errors.New(resp.Status + ": " + msg)
+	}
+	return body, nil
+}
