@@ -1,0 +1,502 @@
+package reserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/audit"
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/reserver"
+	"github.com/leasehold/leasehold/internal/testutil/redisserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	sharedToken = "shared-secret-1"
+	auditToken  = "audit-secret-1"
+)
+
+const fleetYAML = `
+pools:
+  - name: llama
+    engines:
+      - {id: gpu-0, url: "http://127.0.0.1:1", kv_tokens: 10000, slots: 8, stale_after: 0s}
+      - {id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}
+tenants:
+  - {name: acme, api_keys: [sk-acme], kv_share: 1}
+priorities:
+  - {name: standard, max_fill: 1}
+lease:
+  session_ttl: 2s
+  recovery_window: 0s
+`
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// start runs a reserver on free loopback ports until the test ends.
+func start(t *testing.T, fleetFile string, mod func(*reserver.Config)) *reserver.Reserver {
+	t.Helper()
+	cfg := reserver.Defaults()
+	cfg.FleetFile = fleetFile
+	cfg.GRPCListen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ReapplyInterval = 50 * time.Millisecond
+	cfg.ReconcileInterval = 50 * time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := reserver.New(cfg, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return r
+}
+
+func dial(t *testing.T, r *reserver.Reserver, token string) *remote.Ledger {
+	t.Helper()
+	c, err := remote.Dial("grpc://"+r.GRPCAddr(), remote.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// get fetches an HTTP path with an optional Authorization header.
+func get(t *testing.T, r *reserver.Reserver, path, auth string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.HTTPAddr()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func acquire(t *testing.T, l ledger.Ledger, holder ledger.HolderID, req string, engine ledger.EngineID, kv int64) ledger.Lease {
+	t.Helper()
+	g, err := l.Acquire(context.Background(), ledger.AcquireRequest{
+		Pool: "llama", Candidates: []ledger.EngineID{engine}, Tenant: "acme", Priority: "standard",
+		KVTokens: kv, Slots: 1, Holder: holder, RequestID: ledger.RequestID(req), TTL: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return g.Lease
+}
+
+func keepAlive(t *testing.T, l ledger.Ledger, holder ledger.HolderID, ttl time.Duration) {
+	t.Helper()
+	if _, err := l.KeepAlive(context.Background(), "llama", holder, ttl); err != nil {
+		t.Fatalf("KeepAlive: %v", err)
+	}
+}
+
+func decode(t *testing.T, b []byte) audit.Report {
+	t.Helper()
+	var rep audit.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
+	return rep
+}
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	r := start(t, writeFile(t, dir, "fleet.yaml", fleetYAML), func(c *reserver.Config) {
+		c.Token, c.AuditTokens = sharedToken, []string{auditToken}
+	})
+	c := dial(t, r, sharedToken)
+	keepAlive(t, c, "router-a", 10*time.Second)
+	keepAlive(t, c, "router-b", 10*time.Second)
+	l1 := acquire(t, c, "router-a", "r1", "gpu-0", 1000)
+	acquire(t, c, "router-b", "r2", "gpu-1", 3000)
+
+	code, body := get(t, r, "/v1/audit", "Bearer "+sharedToken)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/audit = %d %s", code, body)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil || raw["leases"] == nil {
+		t.Fatalf("want a top-level leases array, got %s (%v)", body, err)
+	}
+	rep := decode(t, body)
+	if len(rep.Leases) != 2 || rep.Leases[0].ID != l1.ID || rep.Leases[0].Holder != "router-a" || rep.Leases[0].KVTokens != 1000 {
+		t.Errorf("leases = %+v, want router-a's 1000 KV lease first of 2", rep.Leases)
+	}
+	if len(rep.Engines) != 2 || rep.Engines[0].Reserved.KVTokens != 1000 || rep.Engines[1].Capacity.KVTokens != 20000 {
+		t.Errorf("engines = %+v", rep.Engines)
+	}
+	if len(rep.Anomalies) != 0 {
+		t.Errorf("anomalies = %+v, want none", rep.Anomalies)
+	}
+
+	t.Run("filters", func(t *testing.T) {
+		for _, c := range []struct {
+			q    string
+			want int
+		}{{"holder=router-b", 1}, {"engine=gpu-0", 1}, {"tenant=acme", 2}, {"pool=llama&holder=nobody", 0}} {
+			code, body := get(t, r, "/v1/audit?"+c.q, "Bearer "+auditToken)
+			if rep := decode(t, body); code != 200 || len(rep.Leases) != c.want {
+				t.Errorf("?%s: %d, %d leases, want 200, %d", c.q, code, len(rep.Leases), c.want)
+			}
+		}
+		if code, _ := get(t, r, "/v1/audit?pool=nope", "Bearer "+auditToken); code != http.StatusNotFound {
+			t.Errorf("unknown pool: %d, want 404", code)
+		}
+		if code, _ := get(t, r, "/v1/audit?bogus=1", "Bearer "+auditToken); code != http.StatusBadRequest {
+			t.Errorf("unknown parameter: %d, want 400", code)
+		}
+	})
+
+	t.Run("auth", func(t *testing.T) {
+		for _, c := range []struct {
+			name, auth string
+			want       int
+		}{
+			{"none", "", http.StatusUnauthorized},
+			{"unknown token", "Bearer wrong", http.StatusUnauthorized},
+			{"empty bearer", "Bearer ", http.StatusUnauthorized},
+			{"other scheme", "Token " + sharedToken, http.StatusUnauthorized},
+			{"audit token", "Bearer " + auditToken, http.StatusOK},
+			{"basic with token as password", "Basic " + basic("ops", auditToken), http.StatusOK},
+			{"basic with a wrong password", "Basic " + basic("ops", "nope"), http.StatusUnauthorized},
+		} {
+			code, body := get(t, r, "/v1/audit", c.auth)
+			if code != c.want {
+				t.Errorf("%s: %d, want %d", c.name, code, c.want)
+			}
+			if bytes.Contains(body, []byte(sharedToken)) || bytes.Contains(body, []byte(auditToken)) {
+				t.Errorf("%s: response echoes a token: %s", c.name, body)
+			}
+		}
+		if code, _ := get(t, r, "/", ""); code != http.StatusUnauthorized {
+			t.Errorf("page without token: %d, want 401", code)
+		}
+		// An audit token may read the ledger over gRPC but not acquire.
+		a := dial(t, r, auditToken)
+		if _, err := a.KeepAlive(context.Background(), "llama", "x", time.Second); !errors.Is(err, remote.ErrPermissionDenied) {
+			t.Errorf("KeepAlive with an audit token = %v, want ErrPermissionDenied", err)
+		}
+	})
+
+	t.Run("page", func(t *testing.T) {
+		code, body := get(t, r, "/", "Bearer "+sharedToken)
+		s := string(body)
+		for _, want := range []string{`http-equiv="refresh"`, "router-a", "gpu-1", `style="width: 10%"`, `style="width: 15%"`} {
+			if !strings.Contains(s, want) {
+				t.Errorf("page lacks %q", want)
+			}
+		}
+		if code != 200 || strings.Contains(s, "<script") {
+			t.Errorf("page: %d, script tag present = %v", code, strings.Contains(s, "<script"))
+		}
+	})
+
+	t.Run("cli", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		if code := reserver.RunAudit(context.Background(), []string{"--server", r.HTTPAddr(), "--holder", "router-a"},
+			env(map[string]string{"LEASEHOLD_TOKEN": sharedToken}), &out, &errb); code != 0 {
+			t.Fatalf("audit exit %d: %s", code, errb.String())
+		}
+		s := out.String()
+		if !strings.Contains(s, "LEASES (1)") || !strings.Contains(s, string(l1.ID)) || strings.Contains(s, "router-b") {
+			t.Errorf("table:\n%s", s)
+		}
+		out.Reset()
+		if code := reserver.RunAudit(context.Background(), []string{"--server", "http://" + r.HTTPAddr(), "--json"},
+			env(map[string]string{"LEASEHOLD_TOKEN": sharedToken}), &out, &errb); code != 0 {
+			t.Fatalf("audit --json exit %d: %s", code, errb.String())
+		}
+		if rep := decode(t, out.Bytes()); len(rep.Leases) != 2 {
+			t.Errorf("--json: %d leases, want 2", len(rep.Leases))
+		}
+		errb.Reset()
+		if code := reserver.RunAudit(context.Background(), []string{"--server", r.HTTPAddr()}, env(nil), &out, &errb); code != 1 ||
+			!strings.Contains(errb.String(), "401") || !strings.Contains(errb.String(), "LEASEHOLD_TOKEN") {
+			t.Errorf("audit without token: exit %d, stderr %q", code, errb.String())
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		code, body := get(t, r, "/metrics", "")
+		s := string(body)
+		for _, want := range []string{
+			`leasehold_ledger_grants_total{pool="llama"} 2`,
+			`leasehold_ledger_rejections_total{pool="llama",reason="engine_kv"} 0`,
+			`leasehold_ledger_active_leases{engine="gpu-0",pool="llama"} 1`,
+			`leasehold_ledger_reserved_kv_tokens{engine="gpu-1",pool="llama"} 3000`,
+			`leasehold_ledger_reserved_slots{engine="gpu-1",pool="llama"} 1`,
+			`leasehold_ledger_capacity_kv_tokens{engine="gpu-0",pool="llama"} 10000`,
+			`leasehold_ledger_capacity_slots{engine="gpu-0",pool="llama"} 8`,
+			`leasehold_ledger_live_holders{pool="llama"} 2`,
+			`leasehold_ledger_expired_total{pool="llama"} 0`,
+			`leasehold_ledger_revoked_total{pool="llama"} 0`,
+			`leasehold_reconcile_stale_engines{pool="llama"} 0`,
+			`leasehold_ledger_up 1`,
+			`leasehold_reserver_grpc_request_duration_seconds_count{code="OK",method="Acquire"} 2`,
+			`leasehold_reserver_grpc_request_duration_seconds_count{code="PermissionDenied",method="KeepAlive"} 1`,
+			`leasehold_reserver_fleet_applies_total{pool="llama",result="ok"}`,
+			`leasehold_reserver_fleet_reloads_total{result="error"} 0`,
+		} {
+			if !strings.Contains(s, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		if code != 200 || strings.Contains(s, string(l1.ID)) {
+			t.Errorf("/metrics: %d; lease id in labels = %v", code, strings.Contains(s, string(l1.ID)))
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		if code, _ := get(t, r, "/healthz", ""); code != 200 {
+			t.Errorf("/healthz = %d", code)
+		}
+		if code, body := get(t, r, "/readyz", ""); code != 200 {
+			t.Errorf("/readyz = %d %s", code, body)
+		}
+	})
+}
+
+func basic(user, pw string) string {
+	req, _ := http.NewRequest(http.MethodGet, "/", nil)
+	req.SetBasicAuth(user, pw)
+	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
+}
+
+func TestNoTokenServesLoopback(t *testing.T) {
+	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", fleetYAML), nil)
+	if code, body := get(t, r, "/v1/audit", ""); code != 200 {
+		t.Errorf("loopback without any token configured: %d %s", code, body)
+	}
+}
+
+func TestExpiredHolderAndPassedDeadline(t *testing.T) {
+	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", fleetYAML), func(c *reserver.Config) {
+		c.SweepInterval = 0 // keep ended leases for the audit to see
+	})
+	c := dial(t, r, "")
+	keepAlive(t, c, "router-dead", time.Second)
+	l := acquire(t, c, "router-dead", "r1", "gpu-0", 100)
+	time.Sleep(1200 * time.Millisecond)
+
+	_, body := get(t, r, "/v1/audit", "")
+	rep := decode(t, body)
+	var kinds []audit.Kind
+	for _, a := range rep.Anomalies {
+		if a.Lease == l.ID {
+			kinds = append(kinds, a.Kind)
+		}
+	}
+	if len(kinds) != 1 || kinds[0] != audit.KindExpiredHolder {
+		t.Errorf("anomalies of the dead holder's lease = %v, want [%s]; report %+v", kinds, audit.KindExpiredHolder, rep.Anomalies)
+	}
+}
+
+func TestReloadKeepsLeases(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "fleet.yaml", fleetYAML)
+	r := start(t, path, nil)
+	c := dial(t, r, "")
+	keepAlive(t, c, "router-a", 10*time.Second)
+	l := acquire(t, c, "router-a", "r1", "gpu-0", 1000)
+	ctx := context.Background()
+	capacity := func() int64 {
+		st, err := r.Ledger().Stats(ctx, "llama")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Engines[0].Spec.KVTokens
+	}
+
+	writeFile(t, dir, "fleet.yaml", strings.Replace(fleetYAML, "kv_tokens: 10000", "kv_tokens: 12000", 1))
+	if err := r.Reload(ctx); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := capacity(); got != 12000 {
+		t.Errorf("gpu-0 capacity after reload = %d, want 12000", got)
+	}
+
+	writeFile(t, dir, "fleet.yaml", strings.Replace(fleetYAML, "kv_tokens: 10000", "kv_tokens: -5", 1))
+	err := r.Reload(ctx)
+	if !errors.Is(err, fleet.ErrInvalid) || !strings.Contains(err.Error(), "pools[0].engines[0].kv_tokens") {
+		t.Errorf("Reload(bad file) = %v, want an error naming pools[0].engines[0].kv_tokens", err)
+	}
+	if got := capacity(); got != 12000 {
+		t.Errorf("capacity after a bad reload = %d, want the previous 12000", got)
+	}
+	ls, err := r.Ledger().List(ctx, ledger.Filter{Pool: "llama"})
+	if err != nil || len(ls) != 1 || ls[0].ID != l.ID {
+		t.Errorf("leases after reloads = %v (%v), want [%s]", ls, err, l.ID)
+	}
+	_, body := get(t, r, "/metrics", "")
+	for _, want := range []string{`leasehold_reserver_fleet_reloads_total{result="error"} 1`, `leasehold_reserver_fleet_reloads_total{result="ok"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestNewRejectsBadFleet(t *testing.T) {
+	cfg := reserver.Defaults()
+	cfg.FleetFile = writeFile(t, t.TempDir(), "fleet.yaml", strings.Replace(fleetYAML, "slots: 8,", "slots: 8, colour: red,", 1))
+	_, err := reserver.New(cfg, nil)
+	if !errors.Is(err, fleet.ErrInvalid) || !strings.Contains(err.Error(), `"colour"`) {
+		t.Errorf("New = %v, want an error naming the unknown field colour", err)
+	}
+	cfg.FleetFile = ""
+	if _, err := reserver.New(cfg, nil); err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("New without --config = %v, want an error naming --config", err)
+	}
+}
+
+func TestParseServeFlagsEnv(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := writeFile(t, dir, "token", sharedToken+"\n")
+	auditFile := writeFile(t, dir, "audit", "# readers\n"+auditToken+"\n")
+	cfg, err := reserver.ParseServeFlags([]string{"--grpc-listen", "127.0.0.1:9999"}, env(map[string]string{
+		"LEASEHOLD_CONFIG":             "fleet.yaml",
+		"LEASEHOLD_GRPC_LISTEN":        "127.0.0.1:1111", // the flag wins
+		"LEASEHOLD_HTTP_LISTEN":        "127.0.0.1:2222",
+		"LEASEHOLD_RECONCILE_INTERVAL": "3s",
+		"LEASEHOLD_TOKEN_FILE":         tokFile,
+		"LEASEHOLD_AUDIT_TOKENS_FILE":  auditFile,
+		"LEASEHOLD_ADMIN_TOKENS":       "admin-1, admin-2",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.FleetFile != "fleet.yaml" || cfg.GRPCListen != "127.0.0.1:9999" || cfg.HTTPListen != "127.0.0.1:2222" ||
+		cfg.ReconcileInterval != 3*time.Second || cfg.Token != sharedToken || len(cfg.AuditTokens) != 1 || len(cfg.AdminTokens) != 2 {
+		t.Errorf("config = %+v", cfg)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"bad env duration", nil, map[string]string{"LEASEHOLD_CONFIG": "f", "LEASEHOLD_SWEEP_INTERVAL": "soon"}, "LEASEHOLD_SWEEP_INTERVAL"},
+		{"half TLS", []string{"--config", "f", "--tls-cert-file", "c"}, nil, "--tls-key-file"},
+		{"token twice", []string{"--config", "f"}, map[string]string{"LEASEHOLD_TOKEN": "a", "LEASEHOLD_AUDIT_TOKENS": "a"}, "same token"},
+		{"missing config", nil, nil, "--config"},
+	} {
+		_, err := reserver.ParseServeFlags(c.args, env(c.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\"a\"") {
+			t.Errorf("%s: error echoes a token: %v", c.name, err)
+		}
+	}
+}
+
+// TestDiscoveredCapacity: an engine without kv_tokens is configured once
+// its metrics report a capacity; its telemetry is observed.
+func TestDiscoveredCapacity(t *testing.T) {
+	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(fixture) }))
+	defer eng.Close()
+	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
+		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
+	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", yaml), nil)
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := r.Ledger().Stats(ctx, "llama")
+		if err == nil && len(st.Engines) == 2 && !st.Engines[1].ObservedAt.IsZero() {
+			// 28833 blocks × 16 tokens × headroom 0.9
+			if got, want := st.Engines[1].Spec.KVTokens, int64(415195); got != want {
+				t.Errorf("discovered gpu-1 capacity = %d, want %d", got, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not configured with discovered capacity and observed: %+v, %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisWipeReapplied runs on a real Redis: leases are granted through
+// the reserver, the store is flushed, and the reserver configures the pool
+// again under a new epoch.
+func TestRedisWipeReapplied(t *testing.T) {
+	rs := redisserver.Start(t)
+	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", fleetYAML), func(c *reserver.Config) { c.Ledger = rs.URL() })
+	c := dial(t, r, "")
+	ctx := context.Background()
+	keepAlive(t, c, "router-a", 10*time.Second)
+	acquire(t, c, "router-a", "r1", "gpu-0", 1000)
+	st, err := c.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, r, "/v1/audit", "")
+	if rep := decode(t, body); len(rep.Leases) != 1 {
+		t.Errorf("audit on redis: %d leases, want 1", len(rep.Leases))
+	}
+
+	rs.FlushAll()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st2, err := c.Stats(ctx, "llama")
+		if err == nil && st2.Epoch != st.Epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not re-applied after the wipe: %+v %v", st2, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
