@@ -236,6 +236,9 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 // List returns outstanding leases matching f, ordered by pool then fence.
 // It reads every lease of the selected pools: an audit call, not a hot path.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	if err := ledger.ValidateFilter(f); err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
 	if err := l.checkOpen(); err != nil {
 		return nil, err
 	}
