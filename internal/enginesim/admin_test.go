@@ -1,0 +1,157 @@
+package enginesim
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+func getStats(t *testing.T, ts interface {
+	Client() *http.Client
+}, url string) Stats {
+	t.Helper()
+	resp, err := ts.Client().Get(url + "/admin/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s Stats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAdminStatsAndReset(t *testing.T) {
+	_, ts := newServer(t, fastConfig())
+	for range 3 {
+		if status, b := do(t, ts, "POST", "/v1/completions", `{"prompt":"a b","max_tokens":10,"n":2,"ignore_eos":true}`); status != 200 {
+			t.Fatalf("%d %s", status, b)
+		}
+	}
+	s := getStats(t, ts, ts.URL)
+	if s.RequestsCompleted != 3 || s.GenerationTokens != 60 || s.PromptTokens != 12 || s.PeakAdmittedDemand < 24 ||
+		s.PeakAcceptedSequences < 2 || s.KVCapacityTokens != 4096 || s.Slots != 16 || s.SequencesFinished["length"] != 6 {
+		t.Fatalf("stats: %+v", s)
+	}
+	status, b := do(t, ts, "POST", "/admin/reset", "")
+	var r Stats
+	if err := json.Unmarshal(b, &r); err != nil || status != 200 {
+		t.Fatalf("reset: %d %s", status, b)
+	}
+	if r.RequestsCompleted != 0 || r.GenerationTokens != 0 || r.PeakAdmittedDemand != 0 || r.PeakKVBlocksUsed != 0 || !r.Since.After(s.Since) {
+		t.Fatalf("after reset: %+v", r)
+	}
+	// /metrics counters do not reset.
+	sample := string(func() []byte { _, b := do(t, ts, "GET", "/metrics", ""); return b }())
+	if !strings.Contains(sample, "vllm:generation_tokens_total{engine=\"0\",model_name=\"enginesim\"} 60.0") {
+		t.Fatalf("metrics counter reset or wrong:\n%s", sample)
+	}
+}
+
+func TestFailErrorsAndMetrics(t *testing.T) {
+	_, ts := newServer(t, fastConfig())
+	if status, b := do(t, ts, "POST", "/admin/fail", `{"errors":true}`); status != 200 || !strings.Contains(string(b), `"errors":true`) {
+		t.Fatalf("%d %s", status, b)
+	}
+	for _, p := range []struct{ method, path, body string }{
+		{"POST", "/v1/completions", `{"prompt":"a"}`},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}]}`},
+		{"GET", "/health", ""},
+		{"GET", "/v1/models", ""},
+	} {
+		if status, b := do(t, ts, p.method, p.path, p.body); status != 500 || !strings.Contains(string(b), "injected_failure") && p.path != "/health" {
+			t.Fatalf("%s: %d %s, want 500", p.path, status, b)
+		}
+	}
+	if status, _ := do(t, ts, "GET", "/metrics", ""); status != 200 {
+		t.Fatalf("metrics with errors on: %d", status)
+	}
+	do(t, ts, "POST", "/admin/fail?mode=metrics", "")
+	sc := telemetry.Scraper{Client: ts.Client()}
+	if _, _, err := sc.Scrape(t.Context(), ts.URL+"/metrics", telemetry.FormatVLLM); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("scrape with metrics off: %v, want HTTP 503", err)
+	}
+	if status, b := do(t, ts, "GET", "/admin/fail", ""); status != 200 || string(b) != `{"errors":true,"hang":false,"metrics_off":true}`+"\n" {
+		t.Fatalf("fail state: %s", b)
+	}
+	do(t, ts, "POST", "/admin/fail?mode=none", "")
+	if status, _ := do(t, ts, "POST", "/v1/completions", `{"prompt":"a","max_tokens":2}`); status != 200 {
+		t.Fatalf("after clearing: %d", status)
+	}
+	if _, _, err := sc.Scrape(t.Context(), ts.URL+"/metrics", telemetry.FormatVLLM); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := do(t, ts, "POST", "/admin/fail?mode=sideways", ""); status != 400 {
+		t.Fatalf("bad mode: %d, want 400", status)
+	}
+}
+
+func TestFailHang(t *testing.T) {
+	e, ts := newServer(t, fastConfig())
+	do(t, ts, "POST", "/admin/fail?mode=hang", "")
+	type result struct {
+		status int
+		err    error
+	}
+	resC := make(chan result, 1)
+	go func() {
+		resp, err := ts.Client().Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"a","max_tokens":3}`))
+		if err != nil {
+			resC <- result{err: err}
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		resC <- result{status: resp.StatusCode}
+	}()
+	select {
+	case r := <-resC:
+		t.Fatalf("answered while hanging: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if s := e.Stats(); s.RequestsAccepted != 0 || s.Fail.Hang != true {
+		t.Fatalf("a hanging request holds nothing: %+v", s)
+	}
+	do(t, ts, "POST", "/admin/fail", `{"hang":false}`)
+	if r := <-resC; r.err != nil || r.status != 200 {
+		t.Fatalf("after hang cleared: %+v", r)
+	}
+}
+
+// Abort cuts every request in flight, as an engine crash does.
+func TestFailAbort(t *testing.T) {
+	e, ts := newServer(t, Config{KVTokens: 1024, Slots: 4, manual: true, PrefillTokensPerSec: 1e9})
+	errC := make(chan error, 2)
+	for _, stream := range []string{"true", "false"} {
+		go func() {
+			resp, err := ts.Client().Post(ts.URL+"/v1/completions", "application/json",
+				strings.NewReader(`{"prompt":"a","max_tokens":50,"stream":`+stream+`}`))
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			errC <- err
+		}()
+	}
+	waitFor(t, "both running", func() bool { return e.Stats().Running == 2 })
+	e.advance(2)
+	status, b := do(t, ts, "POST", "/admin/fail?mode=abort", "")
+	if status != 200 || !strings.Contains(string(b), `"aborted":2`) {
+		t.Fatalf("abort: %d %s", status, b)
+	}
+	for range 2 {
+		if err := <-errC; err == nil {
+			t.Fatalf("client saw %v, want a cut connection", err)
+		}
+	}
+	s := e.Stats()
+	if s.RequestsFailed != 2 || s.RequestsAborted != 0 || s.KVBlocksUsed != 0 || s.AcceptedRequests != 0 {
+		t.Fatalf("after abort: %+v", s)
+	}
+}
