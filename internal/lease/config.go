@@ -1,0 +1,179 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Defaults for Config.
+const (
+	DefaultSessionTTL       = 10 * time.Second
+	DefaultLeaseTTL         = 30 * time.Second
+	DefaultCallTimeout      = 2 * time.Second
+	DefaultReleaseTimeout   = 2 * time.Second
+	DefaultRenewConcurrency = 8
+	DefaultAcquireAttempts  = 3
+	// MinSafetyMargin is the smallest default SafetyMargin.
+	MinSafetyMargin = 300 * time.Millisecond
+	// MinSessionTTL is the smallest SessionTTL Validate accepts.
+	MinSessionTTL = 500 * time.Millisecond
+	// jitterFraction spreads every interval and TTL by ±10%.
+	jitterFraction = 0.1
+	// suffixLen is the length of the random holder-id suffix.
+	suffixLen = 16
+)
+
+// ReconfigureFunc re-applies a pool's configuration after the ledger lost
+// it (KeepAlive returned ledger.ErrUnknownPool). It must be idempotent.
+type ReconfigureFunc func(ctx context.Context, pool ledger.PoolID) error
+
+// Config configures a Manager. Zero fields take the documented defaults;
+// Validate reports the first bad field by name.
+type Config struct {
+	// Ledger is the shared ledger. Required. The Manager does not close it.
+	Ledger ledger.Ledger
+	// Pools are the pools this router leases in: one holder session and
+	// one keepalive loop each. Required, non-empty, no duplicates.
+	Pools []ledger.PoolID
+	// HolderName is the router's --id. Holder ids are
+	// "<HolderName>/<random suffix>", fresh per Manager and after every
+	// expired session. Required.
+	HolderName string
+
+	// SessionTTL is the holder session's TTL sent with every KeepAlive.
+	// Default 10s, at least 500ms.
+	SessionTTL time.Duration
+	// KeepAliveInterval is the pause between KeepAlives, jittered ±10%.
+	// Default SessionTTL/3; must leave room for at least one retry before
+	// the fence: 1.1*KeepAliveInterval < SessionTTL-SafetyMargin.
+	KeepAliveInterval time.Duration
+	// SafetyMargin is how long before the ledger could expire the session
+	// (by the local clock, counted from the send time of the last
+	// successful KeepAlive) the Manager fences itself. Default
+	// max(SessionTTL/5, 300ms); must be below SessionTTL.
+	SafetyMargin time.Duration
+
+	// LeaseTTL is the deadline of a lease (jittered ±10%) when the
+	// AcquireRequest gives none, and of every renewal. Default 30s, at
+	// least 1s.
+	LeaseTTL time.Duration
+	// RenewInterval is how often held leases are scanned; a lease is
+	// renewed once half its TTL has passed since its last grant or renewal.
+	// Default LeaseTTL/6; must be below LeaseTTL/4.
+	RenewInterval time.Duration
+	// RenewConcurrency bounds Renew and Reassert calls in flight. Default 8.
+	RenewConcurrency int
+
+	// CallTimeout bounds every ledger call the background loops make
+	// (KeepAlive, Renew, Reassert, Reconfigure). Default 2s.
+	CallTimeout time.Duration
+	// ReleaseTimeout bounds Held.Release, which runs under its own context.
+	// Default 2s.
+	ReleaseTimeout time.Duration
+	// AcquireAttempts is how many times Acquire sends the same request
+	// (same request id) when the ledger's reply is lost to a transport
+	// error. Default 3.
+	AcquireAttempts int
+
+	// Reconfigure, when set, is called when KeepAlive finds the pool
+	// unconfigured (a wiped store); the Manager then keeps alive again and
+	// re-asserts its leases. Optional.
+	Reconfigure ReconfigureFunc
+	// Clock is the local monotonic clock used for fencing, renewal and
+	// intervals. Default the real clock.
+	Clock clockwork.Clock
+	// Logger receives state changes (fenced, recovered, epoch change).
+	// Default discards.
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with zero fields set.
+func (c Config) withDefaults() Config {
+	if c.SessionTTL == 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = max(c.SessionTTL/5, MinSafetyMargin)
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = c.SessionTTL / 3
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.LeaseTTL / 6
+	}
+	if c.RenewConcurrency == 0 {
+		c.RenewConcurrency = DefaultRenewConcurrency
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.ReleaseTimeout == 0 {
+		c.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if c.AcquireAttempts == 0 {
+		c.AcquireAttempts = DefaultAcquireAttempts
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks c after applying defaults and names the first bad field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Ledger == nil:
+		return errors.New("lease: config: Ledger is required")
+	case len(c.Pools) == 0:
+		return errors.New("lease: config: Pools must name at least one pool")
+	case c.HolderName == "":
+		return errors.New("lease: config: HolderName is required (the router's --id)")
+	case len(c.HolderName)+1+suffixLen > ledger.MaxIDLen:
+		return fmt.Errorf("lease: config: HolderName is %d bytes, at most %d allowed", len(c.HolderName), ledger.MaxIDLen-1-suffixLen)
+	case c.SessionTTL < MinSessionTTL:
+		return fmt.Errorf("lease: config: SessionTTL %s is below the minimum %s", c.SessionTTL, MinSessionTTL)
+	case c.SafetyMargin <= 0 || c.SafetyMargin >= c.SessionTTL:
+		return fmt.Errorf("lease: config: SafetyMargin %s must be in (0, SessionTTL %s)", c.SafetyMargin, c.SessionTTL)
+	case c.KeepAliveInterval <= 0 ||
+		time.Duration(float64(c.KeepAliveInterval)*(1+jitterFraction)) >= c.SessionTTL-c.SafetyMargin:
+		return fmt.Errorf("lease: config: KeepAliveInterval %s must be positive and, jittered +10%%, below SessionTTL-SafetyMargin %s",
+			c.KeepAliveInterval, c.SessionTTL-c.SafetyMargin)
+	case c.LeaseTTL < time.Second:
+		return fmt.Errorf("lease: config: LeaseTTL %s is below the minimum 1s", c.LeaseTTL)
+	case c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseTTL/4:
+		return fmt.Errorf("lease: config: RenewInterval %s must be in (0, LeaseTTL/4 %s)", c.RenewInterval, c.LeaseTTL/4)
+	case c.RenewConcurrency < 0:
+		return fmt.Errorf("lease: config: RenewConcurrency %d must be >= 1", c.RenewConcurrency)
+	case c.CallTimeout < 0:
+		return fmt.Errorf("lease: config: CallTimeout %s must be positive", c.CallTimeout)
+	case c.ReleaseTimeout < 0:
+		return fmt.Errorf("lease: config: ReleaseTimeout %s must be positive", c.ReleaseTimeout)
+	case c.AcquireAttempts < 0:
+		return fmt.Errorf("lease: config: AcquireAttempts %d must be >= 1", c.AcquireAttempts)
+	}
+	seen := make(map[ledger.PoolID]bool, len(c.Pools))
+	for i, p := range c.Pools {
+		if p == "" || len(p) > ledger.MaxIDLen {
+			return fmt.Errorf("lease: config: Pools[%d] %q must be 1..%d bytes", i, p, ledger.MaxIDLen)
+		}
+		if seen[p] {
+			return fmt.Errorf("lease: config: Pools[%d] %q is listed twice", i, p)
+		}
+		seen[p] = true
+	}
+	return nil
+}

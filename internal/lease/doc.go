@@ -1,0 +1,45 @@
+// Package lease owns the router's side of leasing: its holder sessions,
+// the local table of leases it holds, their renewal and re-assertion, and
+// self-fencing. The router's HTTP proxy calls Manager.Acquire before it
+// dispatches, selects on Held.Done while it streams, and calls
+// Held.Release with the actual usage when the request ends.
+//
+// # Sessions and self-fencing
+//
+// A Manager keeps one holder session per pool (Config.Pools) alive with
+// one loop each: the cost is per router, not per request. Holder ids are
+// "<HolderName>/<random>", fresh per Manager and after the ledger reports
+// the session expired. A KeepAlive that succeeds confirms the session as
+// of its local send time S (monotonic clock); without a later confirmation
+// the pool fences itself at S+SessionTTL-SafetyMargin, before the ledger
+// can expire the session by its own clock: every held lease's Done closes
+// with ErrFenced, and Acquire fails with ErrFenced without calling the
+// ledger (fail-closed). The next successful KeepAlive lifts the fence; the
+// fenced leases stay closed.
+//
+// # Renewal and ledger loss
+//
+// Leases get a deadline of LeaseTTL (jittered) and are renewed in the
+// background, in bounded batches, once half of it has passed. When the
+// ledger loses state (a new epoch seen by KeepAlive, ErrUnknownPool after
+// which Config.Reconfigure re-applies the pool, or ErrLeaseNotFound on a
+// renewal while the session is confirmed) the Manager re-asserts the
+// leases it holds; a lease that cannot be re-asserted is lost (Done closes
+// with ErrLeaseLost).
+//
+// # Local table
+//
+// Held leases are rows of an in-memory go-memdb table indexed by id,
+// engine and pool. Rows are immutable; Snapshot is a lock-free read view
+// for metrics and engine ranking (Snapshot.Engines: what this router holds
+// per engine).
+//
+// # Not here
+//
+// Block leases (reserving a block of an engine's capacity and admitting
+// small requests against it locally) are not implemented: every request
+// acquires its own lease, so while the ledger is unreachable this router
+// admits nothing new. Token estimation, engine ranking, queueing and the
+// HTTP mapping of rejections belong to internal/route. The Manager exports
+// counters (Stats) but registers no metrics itself.
+package lease

@@ -1,0 +1,154 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Held is one lease this router holds. Dispatch selects on Done: when it
+// closes the lease must no longer be used (cancel the upstream request,
+// which aborts it on the engine), then call Release. Held is safe for
+// concurrent use.
+type Held struct {
+	m     *Manager
+	pool  *poolState
+	doneC chan struct{} // closed once, by finish
+
+	// mu guards lease, err and gone.
+	mu    sync.Mutex
+	lease ledger.Lease
+	err   error // set when doneC closes
+	gone  bool  // the ledger no longer has it: Release skips the call
+
+	releaseOnce sync.Once
+	releaseErr  error
+}
+
+// Lease returns the lease as the ledger last reported it (renewals,
+// resizes and re-assertions update it).
+func (h *Held) Lease() ledger.Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
+// Done is closed when the lease must no longer be used: fenced
+// (ErrFenced), lost (ErrLeaseLost), released (ErrReleased) or the manager
+// closed (ErrClosed). Err says which.
+func (h *Held) Done() <-chan struct{} { return h.doneC }
+
+// Err is nil while the lease is usable, and why Done closed after.
+func (h *Held) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// finish closes Done with err unless it is closed; it reports whether this
+// call closed it.
+func (h *Held) finish(err error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return false
+	}
+	h.err = err
+	close(h.doneC)
+	return true
+}
+
+// lose marks the lease as gone from the ledger and closes Done with err.
+func (h *Held) lose(err error) bool {
+	h.mu.Lock()
+	h.gone = true
+	h.mu.Unlock()
+	return h.finish(err)
+}
+
+// Release gives the lease back with the request's actual usage and removes
+// it from the local table. It is idempotent (later calls return the first
+// result) and runs under its own context bounded by ReleaseTimeout, so it
+// may be called after the request's context was cancelled. If the ledger
+// cannot be reached the release is retried in the background until the
+// lease's deadline, and the error is returned.
+func (h *Held) Release(usage ledger.Usage) error {
+	ctx, cancel := context.WithTimeout(context.Background(), h.m.cfg.ReleaseTimeout)
+	defer cancel()
+	return h.release(ctx, usage, true)
+}
+
+func (h *Held) release(ctx context.Context, usage ledger.Usage, closeDone bool) error {
+	h.releaseOnce.Do(func() {
+		deadline := h.m.remove(h)
+		if closeDone {
+			h.finish(ErrReleased)
+		}
+		h.mu.Lock()
+		ref, gone := h.lease.Ref(), h.gone
+		h.mu.Unlock()
+		if gone {
+			return
+		}
+		h.releaseErr = h.m.releaseCtx(ctx, ref, usage, deadline)
+	})
+	return h.releaseErr
+}
+
+// Resize sets the lease's KV tokens: shrinking always succeeds, growth
+// only if it fits (else a *ledger.Rejection).
+func (h *Held) Resize(ctx context.Context, kvTokens int64) error {
+	if err := h.Err(); err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	lease := h.Lease()
+	r, err := h.m.l.Resize(ctx, lease.Ref(), kvTokens)
+	if err != nil {
+		return fmt.Errorf("resize lease %s to %d kv tokens: %w", lease.ID, kvTokens, err)
+	}
+	h.m.update(h, func(rw *row) { rw.Lease.KVTokens = r.Lease.KVTokens })
+	return nil
+}
+
+// remove deletes h's row and returns the lease's local deadline (zero if
+// it was not in the table).
+func (m *Manager) remove(h *Held) time.Time {
+	txn := m.db.Txn(true)
+	defer txn.Abort()
+	l := h.Lease()
+	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
+	if err != nil || raw == nil || raw.(*row).held != h {
+		return time.Time{}
+	}
+	r := raw.(*row)
+	if err := txn.Delete(tableLeases, r); err != nil {
+		return time.Time{}
+	}
+	txn.Commit()
+	return r.RenewedAt.Add(r.TTL)
+}
+
+// update replaces h's row with a changed copy, and h's lease with the
+// row's; false if h is no longer in the table.
+func (m *Manager) update(h *Held, f func(*row)) bool {
+	txn := m.db.Txn(true)
+	defer txn.Abort()
+	l := h.Lease()
+	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
+	if err != nil || raw == nil || raw.(*row).held != h {
+		return false
+	}
+	nr := raw.(*row).with(f)
+	if err := txn.Insert(tableLeases, nr); err != nil {
+		return false
+	}
+	// Set under the table's write lock so concurrent updates apply in order.
+	h.mu.Lock()
+	h.lease = nr.Lease
+	h.mu.Unlock()
+	txn.Commit()
+	return true
+}

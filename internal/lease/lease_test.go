@@ -1,0 +1,114 @@
+package lease_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+func TestAcquireReleaseRoundTrip(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.fastConfig()
+		cfg.LeaseTTL = 30 * time.Second
+		cfg.RenewInterval = time.Second
+		m := newManager(t, cfg)
+		ctx := ctxT(t, 10*time.Second)
+
+		var held []*lease.Held
+		for _, kv := range []int64{100, 200, 300} {
+			h, err := m.Acquire(ctx, request(kv))
+			if err != nil {
+				t.Fatalf("Acquire(%d): %v", kv, err)
+			}
+			held = append(held, h)
+		}
+		if got := held[0].Lease().Holder; got != m.Stats().Pools[0].Holder {
+			t.Errorf("lease holder = %q, want the pool's holder %q", got, m.Stats().Pools[0].Holder)
+		}
+		res := m.Snapshot().Engines(pool)
+		if got, want := res["gpu-0"], (lease.Reserved{KVTokens: 600, Slots: 3, Leases: 3}); got != want {
+			t.Errorf("Snapshot.Engines[gpu-0] = %+v, want %+v", got, want)
+		}
+		if got := ledgerStats(t, fx.fault).Leases; got != 3 {
+			t.Errorf("ledger leases = %d, want 3", got)
+		}
+
+		for _, h := range held {
+			if err := h.Release(ledger.Usage{PromptTokens: 10, CompletionTokens: 5}); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if err := h.Release(ledger.Usage{}); err != nil {
+				t.Fatalf("second Release: %v", err)
+			}
+			select {
+			case <-h.Done():
+			default:
+				t.Fatal("Done not closed after Release")
+			}
+			if !errors.Is(h.Err(), lease.ErrReleased) {
+				t.Errorf("Err = %v, want ErrReleased", h.Err())
+			}
+		}
+		st := m.Stats()
+		if st.Held != 0 || m.Snapshot().Len("") != 0 {
+			t.Errorf("local table holds %d leases after release, want 0", st.Held)
+		}
+		if st.Counters.Grants != 3 || st.Counters.Releases != 3 {
+			t.Errorf("counters grants=%d releases=%d, want 3 and 3", st.Counters.Grants, st.Counters.Releases)
+		}
+		ls := ledgerStats(t, fx.fault)
+		if ls.Leases != 0 || ls.Engines[0].ReservedKV != 0 {
+			t.Errorf("ledger after release: leases=%d reserved kv=%d, want 0", ls.Leases, ls.Engines[0].ReservedKV)
+		}
+		if got := ls.Counters[ledger.CounterActualPrompt]; got != 30 {
+			t.Errorf("ledger actual prompt tokens = %d, want 30", got)
+		}
+	})
+}
+
+func TestAcquireRejectionCounted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		m := newManager(t, fx.fastConfig())
+		_, err := m.Acquire(ctxT(t, 5*time.Second), request(5000))
+		rej := ledger.AsRejection(err)
+		if rej == nil || rej.Reason != ledger.ReasonTooLarge {
+			t.Fatalf("Acquire(5000) = %v, want a too_large rejection", err)
+		}
+		if got := m.Stats().Counters.Rejections[string(ledger.ReasonTooLarge)]; got != 1 {
+			t.Errorf("rejections[too_large] = %d, want 1", got)
+		}
+		if _, err := m.Acquire(ctxT(t, 5*time.Second), ledger.AcquireRequest{Pool: "other"}); !errors.Is(err, lease.ErrUnknownPool) {
+			t.Errorf("Acquire in an unmanaged pool = %v, want ErrUnknownPool", err)
+		}
+	})
+}
+
+// A reply lost after the ledger granted is retried with the same request
+// id and replayed: one reservation, not two.
+func TestAcquireRetriesLostReplyOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		m := newManager(t, fx.fastConfig())
+		fx.fault.dropAcquire.Store(1)
+		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		ls := ledgerStats(t, fx.fault)
+		if ls.Leases != 1 || ls.Engines[0].ReservedKV != 100 {
+			t.Errorf("ledger: leases=%d reserved kv=%d, want 1 and 100", ls.Leases, ls.Engines[0].ReservedKV)
+		}
+		c := m.Stats().Counters
+		if c.AcquireRetries != 1 || c.Replays != 1 || c.Grants != 1 {
+			t.Errorf("counters retries=%d replays=%d grants=%d, want 1, 1, 1", c.AcquireRetries, c.Replays, c.Grants)
+		}
+		if err := h.Release(ledger.Usage{}); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
+			t.Errorf("ledger leases after release = %d, want 0", got)
+		}
+	})
+}

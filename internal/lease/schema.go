@@ -1,0 +1,68 @@
+package lease
+
+import (
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// The local lease table: one row per lease this router holds.
+const (
+	tableLeases = "leases"
+	indexID     = "id"     // unique: pool, lease id
+	indexEngine = "engine" // pool, engine
+	indexPool   = "pool"   // pool
+)
+
+// Index arguments must be plain strings (go-memdb rejects named string
+// types): convert ids with string(...) at every lookup.
+
+// row is one held lease. Rows are immutable once inserted: a change
+// (renewal, re-assertion, fencing) inserts a new row, so snapshot readers
+// never see a half-written one.
+type row struct {
+	Pool   ledger.PoolID
+	ID     ledger.LeaseID
+	Engine ledger.EngineID
+
+	// Lease is the ledger's latest answer for it (grant, renewal, resize
+	// or re-assertion).
+	Lease ledger.Lease
+	// RenewedAt is the local-clock send time of the call that last set
+	// the deadline; TTL is the ttl sent with it. The ledger's deadline is
+	// never earlier than RenewedAt+TTL.
+	RenewedAt time.Time
+	TTL       time.Duration
+	// Gen is the holder incarnation of the pool that holds it.
+	Gen uint64
+	// Fenced is set once Done was closed because the session could not be
+	// confirmed; the lease stays listed until its user releases it.
+	Fenced bool
+
+	held *Held
+}
+
+func (r *row) with(f func(*row)) *row {
+	c := *r
+	f(&c)
+	return &c
+}
+
+func schema() *memdb.DBSchema {
+	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+		tableLeases: {
+			Name: tableLeases,
+			Indexes: map[string]*memdb.IndexSchema{
+				indexID: {Name: indexID, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Pool"}, &memdb.StringFieldIndex{Field: "ID"},
+				}}},
+				indexEngine: {Name: indexEngine, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Pool"}, &memdb.StringFieldIndex{Field: "Engine"},
+				}}},
+				indexPool: {Name: indexPool, Indexer: &memdb.StringFieldIndex{Field: "Pool"}},
+			},
+		},
+	}}
+}

@@ -1,0 +1,311 @@
+package lease
+
+// Holder sessions and self-fencing (DESIGN Guarantee 5).
+//
+// Each pool has one holder session and one keepalive loop. The loop sends
+// KeepAlive(SessionTTL) every KeepAliveInterval (jittered) from a call
+// goroutine it owns, so a hung call never delays the fence timer. A
+// success confirms the session as of the call's local send time S: the
+// ledger set the expiry to its own now+TTL, and its now was not before S,
+// so by the local monotonic clock the session cannot expire before S+TTL.
+// The pool fences itself at S+TTL-SafetyMargin unless a later send was
+// confirmed: every held lease's Done closes (the proxy cancels the
+// upstream request) and Acquire fails with ErrFenced without calling the
+// ledger, also in between timer ticks (Acquire and insert check the
+// deadline themselves). A later successful KeepAlive lifts the fence.
+//
+// ErrSessionExpired means the ledger released everything of the old
+// session: the pool takes a fresh holder id (a new incarnation), drops the
+// old incarnation's leases from the table (Done closed with ErrLeaseLost)
+// and keeps alive again at once. ErrUnknownPool means the store lost the
+// pool: Reconfigure (if set) re-applies it and the loop keeps alive again.
+// A changed epoch (the store restarted or failed over) asks the
+// maintenance loop to re-assert every held lease of the pool.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// poolState is one pool's holder session.
+type poolState struct {
+	id     ledger.PoolID
+	readyC chan struct{} // closed at the first confirmation
+	kickC  chan struct{} // asks the loop to keep alive now; cap 1
+
+	// mu guards the fields below, and orders fencing against inserts of
+	// this pool's leases into the table.
+	mu            sync.Mutex
+	holder        ledger.HolderID
+	gen           uint64    // incarnation; bumped with every new holder id
+	confirmedSend time.Time // send time of the last successful KeepAlive
+	epoch         ledger.Epoch
+	fenced        bool // leases fenced since the last confirmation
+	ready         bool // readyC closed
+	closed        bool
+	reassert      bool // re-assertion of every lease pending
+	lastErr       error
+}
+
+func newPoolState(id ledger.PoolID, holder ledger.HolderID) *poolState {
+	return &poolState{
+		id: id, holder: holder, gen: 1, fenced: true,
+		readyC: make(chan struct{}), kickC: make(chan struct{}, 1),
+	}
+}
+
+func (p *poolState) fenceAt(cfg Config) time.Time {
+	return p.confirmedSend.Add(cfg.SessionTTL - cfg.SafetyMargin)
+}
+
+// confirmedLocked reports whether the session is confirmed at now.
+func (p *poolState) confirmedLocked(now time.Time, cfg Config) bool {
+	return !p.confirmedSend.IsZero() && now.Before(p.fenceAt(cfg))
+}
+
+// admit returns the holder to acquire with, or why not.
+func (p *poolState) admit(now time.Time, cfg Config) (ledger.HolderID, uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return "", 0, ErrClosed
+	case !p.confirmedLocked(now, cfg):
+		return "", 0, ErrFenced
+	}
+	return p.holder, p.gen, nil
+}
+
+func (p *poolState) kick() {
+	select {
+	case p.kickC <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poolState) lastError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+// kaResult is one KeepAlive call's outcome.
+type kaResult struct {
+	send    time.Time
+	gen     uint64
+	session ledger.Session
+	err     error
+}
+
+// keepAliveLoop owns p's session: KeepAlive calls and the fence timer.
+func (m *Manager) keepAliveLoop(p *poolState) {
+	defer m.wg.Done()
+	results := make(chan kaResult, 1)
+	inflight := false
+	next := m.clock.NewTimer(0)
+	defer next.Stop()
+	fence := m.clock.NewTimer(m.cfg.SessionTTL)
+	defer fence.Stop()
+
+	start := func() {
+		if inflight {
+			return
+		}
+		inflight = true
+		p.mu.Lock()
+		holder, gen := p.holder, p.gen
+		p.mu.Unlock()
+		go func() {
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+			defer cancel()
+			send := m.clock.Now()
+			s, err := m.l.KeepAlive(ctx, p.id, holder, m.cfg.SessionTTL)
+			results <- kaResult{send: send, gen: gen, session: s, err: err}
+		}()
+	}
+	for {
+		select {
+		case <-m.stopC:
+			if inflight {
+				<-results // m.ctx is cancelled: the call returns promptly
+			}
+			return
+		case <-next.Chan():
+			start()
+			next.Reset(m.jitter(m.cfg.KeepAliveInterval))
+		case <-p.kickC:
+			start()
+		case r := <-results:
+			inflight = false
+			again := m.onKeepAlive(p, r)
+			if d := m.checkFence(p); d > 0 {
+				fence.Reset(d)
+			}
+			if again {
+				start()
+			}
+		case <-fence.Chan():
+			if d := m.checkFence(p); d > 0 {
+				fence.Reset(d)
+			} else {
+				fence.Reset(m.cfg.SessionTTL) // re-armed on the next confirmation
+			}
+		}
+	}
+}
+
+// onKeepAlive applies a KeepAlive result; true asks for another KeepAlive
+// at once.
+func (m *Manager) onKeepAlive(p *poolState, r kaResult) bool {
+	switch {
+	case r.err == nil:
+		m.cnt.keepAlives.Add(1)
+		p.mu.Lock()
+		if r.gen != p.gen { // the holder changed while the call was out
+			p.mu.Unlock()
+			return false
+		}
+		if r.send.After(p.confirmedSend) {
+			p.confirmedSend = r.send
+		}
+		recovered := p.fenced && p.confirmedLocked(m.clock.Now(), m.cfg) && p.ready
+		if p.confirmedLocked(m.clock.Now(), m.cfg) {
+			p.fenced = false
+		}
+		changed := p.epoch != ledger.NoEpoch && r.session.Epoch != p.epoch
+		p.epoch = r.session.Epoch
+		if changed {
+			p.reassert = true
+		}
+		if !p.ready {
+			p.ready = true
+			close(p.readyC)
+		}
+		p.lastErr = nil
+		p.mu.Unlock()
+		if recovered {
+			m.cnt.recoveries.Add(1)
+			m.log.Info("lease: holder session confirmed again", slog.String("pool", string(p.id)))
+		}
+		if changed {
+			m.cnt.epochChanges.Add(1)
+			m.log.Warn("lease: ledger epoch changed, re-asserting held leases",
+				slog.String("pool", string(p.id)), slog.Uint64("epoch", uint64(r.session.Epoch)))
+			m.wakeMaintenance()
+		}
+		return false
+
+	case errors.Is(r.err, ledger.ErrSessionExpired):
+		m.cnt.keepAliveFails.Add(1)
+		m.cnt.expiredSessions.Add(1)
+		m.newIncarnation(p, r.gen, r.err)
+		return true
+
+	case errors.Is(r.err, ledger.ErrUnknownPool):
+		m.cnt.keepAliveFails.Add(1)
+		m.setLastErr(p, r.err)
+		if m.cfg.Reconfigure == nil {
+			return false
+		}
+		m.cnt.reconfigures.Add(1)
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+		defer cancel()
+		if err := m.cfg.Reconfigure(ctx, p.id); err != nil {
+			m.setLastErr(p, errors.Join(r.err, err))
+			m.log.Warn("lease: reconfigure after the ledger lost the pool failed",
+				slog.String("pool", string(p.id)), slog.Any("error", err))
+			return false
+		}
+		return true
+
+	default:
+		m.cnt.keepAliveFails.Add(1)
+		m.setLastErr(p, r.err)
+		return false
+	}
+}
+
+func (m *Manager) setLastErr(p *poolState, err error) {
+	p.mu.Lock()
+	p.lastErr = err
+	p.mu.Unlock()
+}
+
+// newIncarnation replaces p's holder after its session expired in the
+// ledger: the old incarnation's leases are gone, so they leave the table
+// with Done closed (ErrLeaseLost).
+func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastErr = cause
+	if gen != p.gen {
+		return
+	}
+	old := p.holder
+	p.gen++
+	p.holder = holderID(m.cfg.HolderName, newSuffix())
+	p.confirmedSend = time.Time{}
+	p.fenced = true
+	p.reassert = false
+	m.log.Warn("lease: holder session expired, starting a new incarnation",
+		slog.String("pool", string(p.id)), slog.String("old_holder", string(old)), slog.String("holder", string(p.holder)))
+
+	txn := m.db.Txn(true)
+	defer txn.Abort()
+	for _, e := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
+		if e.Gen >= p.gen {
+			continue
+		}
+		if e.held.lose(ErrLeaseLost) {
+			m.cnt.lost.Add(1)
+		}
+		_ = txn.Delete(tableLeases, e)
+	}
+	txn.Commit()
+}
+
+// checkFence fences p if its confirmation ran out; otherwise it returns
+// the time left until it does (0 when fenced or never confirmed).
+func (m *Manager) checkFence(p *poolState) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := m.clock.Now()
+	if p.confirmedLocked(now, m.cfg) {
+		return p.fenceAt(m.cfg).Sub(now)
+	}
+	if p.fenced {
+		return 0
+	}
+	p.fenced = true
+	m.cnt.fences.Add(1)
+	n := m.fenceLeasesLocked(p)
+	m.log.Warn("lease: holder session not confirmed in time, fenced",
+		slog.String("pool", string(p.id)), slog.Int("leases", n),
+		slog.Time("confirmed_send", p.confirmedSend))
+	return 0
+}
+
+// fenceLeasesLocked closes Done of every unfenced lease of p and marks
+// its row. p.mu is held, so no insert for p runs concurrently.
+func (m *Manager) fenceLeasesLocked(p *poolState) int {
+	txn := m.db.Txn(true)
+	defer txn.Abort()
+	n := 0
+	for _, r := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
+		if r.Fenced {
+			continue
+		}
+		if r.held.finish(ErrFenced) {
+			m.cnt.fencedLeases.Add(1)
+			n++
+		}
+		_ = txn.Insert(tableLeases, r.with(func(r *row) { r.Fenced = true }))
+	}
+	txn.Commit()
+	return n
+}
