@@ -540,10 +540,9 @@ func (e *Engine) serveTokenize(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	var body struct {
-		Model    string          `json:"model"`
-		Prompt   *string         `json:"prompt"`
-		Messages []rawMessage    `json:"messages"`
-		Extra    json.RawMessage `json:"add_special_tokens"`
+		Model    string       `json:"model"`
+		Prompt   *string      `json:"prompt"`
+		Messages []rawMessage `json:"messages"`
 	}
 	if err := decodeBody(hr, w, &body); err != nil {
 		writeError(w, err)
