@@ -274,5 +274,8 @@ func redactURL(raw string) string {
 	if err != nil {
 		return "(unparsable URL)"
 	}
+	if u.User == nil {
+		return raw
+	}
 	return u.Redacted()
 }
