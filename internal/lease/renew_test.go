@@ -1,0 +1,161 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// After the ledger loses its state (memory: a fresh ledger; Redis:
+// FLUSHALL) the manager reconfigures the pool and re-asserts what it holds.
+func TestLedgerLossReassertsHeldLeases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.fastConfig()
+		cfg.LeaseTTL, cfg.RenewInterval = 30*time.Second, time.Second // no renewal in the way
+		m := newManager(t, cfg)
+		var held []*lease.Held
+		for _, kv := range []int64{100, 200, 300} {
+			h, err := m.Acquire(ctxT(t, 5*time.Second), request(kv))
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			held = append(held, h)
+		}
+		epoch := m.Stats().Pools[0].Epoch
+
+		fx.wipe(t)
+		eventually(t, 5*time.Second, "leases re-asserted", func() bool { return m.Stats().Reasserted == 3 })
+
+		st := m.Stats()
+		if st.Pools[0].Epoch == epoch {
+			t.Errorf("epoch still %d after the ledger lost its state", epoch)
+		}
+		if st.Counters.EpochChanges != 1 || st.Counters.Reasserts != 3 || st.Counters.Reconfigures < 1 {
+			t.Errorf("counters epoch changes=%d reasserts=%d reconfigures=%d, want 1, 3, >=1",
+				st.Counters.EpochChanges, st.Counters.Reasserts, st.Counters.Reconfigures)
+		}
+		ls := ledgerStats(t, fx.fault)
+		if ls.Leases != 3 || ls.Counters[ledger.CounterReasserts] != 3 || ls.Engines[0].ReservedKV != 600 {
+			t.Errorf("ledger: leases=%d reasserts=%d reserved kv=%d, want 3, 3, 600",
+				ls.Leases, ls.Counters[ledger.CounterReasserts], ls.Engines[0].ReservedKV)
+		}
+		for _, h := range held {
+			if err := h.Err(); err != nil {
+				t.Errorf("lease %s: Err = %v, want usable", h.Lease().ID, err)
+			}
+			if !h.Lease().Reasserted {
+				t.Errorf("lease %s not flagged reasserted", h.Lease().ID)
+			}
+			if err := h.Release(ledger.Usage{}); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+		}
+		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
+			t.Errorf("ledger leases after release = %d, want 0", got)
+		}
+	})
+}
+
+// A renewal that finds the lease gone while the session is live (a
+// failover that lost the write) re-asserts it.
+func TestRenewReassertsLostLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		m := newManager(t, fx.fastConfig())
+		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		// The ledger loses the lease behind the manager's back.
+		if _, err := fx.fault.Release(ctxT(t, 5*time.Second), h.Lease().Ref(), ledger.Usage{}); err != nil {
+			t.Fatalf("ledger Release: %v", err)
+		}
+		eventually(t, 5*time.Second, "lease re-asserted", func() bool { return h.Lease().Reasserted })
+		if err := h.Err(); err != nil {
+			t.Errorf("Err = %v, want usable", err)
+		}
+		leases, err := fx.fault.List(ctxT(t, 5*time.Second), ledger.Filter{Pool: pool})
+		if err != nil || len(leases) != 1 || leases[0].ID != h.Lease().ID || !leases[0].Reasserted {
+			t.Errorf("ledger List = %+v, %v; want the re-asserted lease %s", leases, err, h.Lease().ID)
+		}
+		if err := h.Release(ledger.Usage{}); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	})
+}
+
+// Background renewal keeps a lease alive well past LeaseTTL.
+func TestRenewKeepsLeasePastTTL(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.fastConfig()
+		m := newManager(t, cfg)
+		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		first := h.Lease().Deadline
+		time.Sleep(5 * cfg.LeaseTTL / 2)
+		if err := h.Err(); err != nil {
+			t.Fatalf("lease ended after %s: %v", 5*cfg.LeaseTTL/2, err)
+		}
+		leases, err := fx.fault.List(ctxT(t, 5*time.Second), ledger.Filter{Pool: pool})
+		if err != nil || len(leases) != 1 || !leases[0].Deadline.After(time.Now()) {
+			t.Fatalf("ledger List = %+v, %v; want the lease with a future deadline", leases, err)
+		}
+		if !h.Lease().Deadline.After(first) {
+			t.Errorf("deadline %s not extended past %s", h.Lease().Deadline, first)
+		}
+		if got := m.Stats().Counters.Renewals; got < 2 {
+			t.Errorf("renewals = %d, want >= 2", got)
+		}
+		if err := h.Release(ledger.Usage{}); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	})
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		m, err := lease.New(fx.fastConfig())
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if err := m.WaitReady(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("WaitReady: %v", err)
+		}
+		var held []*lease.Held
+		for i := 0; i < 5; i++ {
+			h, err := m.Acquire(ctxT(t, 5*time.Second), request(50))
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			held = append(held, h)
+		}
+		if err := m.Close(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := m.Close(context.Background()); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+		for _, h := range held {
+			if !errors.Is(h.Err(), lease.ErrClosed) {
+				t.Errorf("Err = %v, want ErrClosed", h.Err())
+			}
+			if err := h.Release(ledger.Usage{}); err != nil {
+				t.Errorf("Release after Close: %v", err)
+			}
+		}
+		if st := m.Stats(); st.Held != 0 || st.Counters.Releases != 5 {
+			t.Errorf("after Close: held=%d releases=%d, want 0 and 5", st.Held, st.Counters.Releases)
+		}
+		if ls := ledgerStats(t, fx.fault); ls.Leases != 0 {
+			t.Errorf("ledger leases after Close = %d, want 0", ls.Leases)
+		}
+		if _, err := m.Acquire(ctxT(t, time.Second), request(1)); !errors.Is(err, lease.ErrClosed) {
+			t.Errorf("Acquire after Close = %v, want ErrClosed", err)
+		}
+	})
+}
