@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Result summarises one load run.
@@ -110,3 +114,57 @@ func Ratio(a, b float64) string {
 func Micros(d time.Duration) string {
 	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
 }
+
+// PhaseEnv is the environment variable that sets each phase's length.
+const PhaseEnv = "LEASEHOLD_BENCH_PHASE"
+
+// Phase returns each benchmark phase's length: $LEASEHOLD_BENCH_PHASE, or 2s.
+func Phase() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(PhaseEnv)); err == nil && d > 0 {
+		return d
+	}
+	return 2 * time.Second
+}
+
+// Row formats r as a markdown table row: name, callers, ops/s (with the
+// error count if any), p50 and p99 in µs, and the throughput ratio to base
+// (omitted when base is 0).
+func Row(r Result, base float64) string {
+	ratio, errs := "", ""
+	if base > 0 {
+		ratio = Ratio(r.Throughput(), base)
+	}
+	if r.Errors > 0 {
+		errs = fmt.Sprintf(" (%d errors)", r.Errors)
+	}
+	return fmt.Sprintf("| %s | %d | %.0f%s | %s | %s | %s |", r.Name, r.Callers, r.Throughput(), errs,
+		Micros(r.P50), Micros(r.P99), ratio)
+}
+
+// BenchPool returns a pool of four engines so large (ledger.MaxAmount each)
+// that no acquisition is refused: the benchmarks measure what a grant costs,
+// not how often capacity runs out.
+func BenchPool(name ledger.PoolID) ledger.PoolSpec {
+	s := ledger.PoolSpec{
+		Name:       name,
+		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
+		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
+	}
+	for i := 0; i < 4; i++ {
+		s.Engines = append(s.Engines, ledger.EngineSpec{ID: ledger.EngineID(fmt.Sprintf("gpu-%d", i)), KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount})
+	}
+	return s
+}
+
+// BenchRequest is caller c's seq-th acquisition on a BenchPool, holder
+// "h<c>", with a request id unique per tag and seq.
+func BenchRequest(pool ledger.PoolID, c, seq int, tag string) ledger.AcquireRequest {
+	return ledger.AcquireRequest{
+		Pool: pool, Candidates: []ledger.EngineID{"gpu-0", "gpu-1", "gpu-2", "gpu-3"},
+		Tenant: "acme", Priority: "standard", KVTokens: 1000 + int64(seq%3000), Slots: 1,
+		Holder: BenchHolder(c), RequestID: ledger.RequestID(tag + strconv.Itoa(seq)), TTL: time.Hour,
+	}
+}
+
+// BenchHolder is caller c's holder id.
+func BenchHolder(c int) ledger.HolderID { return ledger.HolderID("h" + strconv.Itoa(c)) }

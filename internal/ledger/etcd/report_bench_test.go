@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,35 +24,6 @@ import (
 
 const benchPool = ledger.PoolID("bench")
 
-func benchDuration() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("LEASEHOLD_BENCH_PHASE")); err == nil && d > 0 {
-		return d
-	}
-	return 2 * time.Second
-}
-
-func benchSpec() ledger.PoolSpec {
-	s := ledger.PoolSpec{
-		Name:       benchPool,
-		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
-		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
-	}
-	for i := 0; i < 4; i++ {
-		s.Engines = append(s.Engines, ledger.EngineSpec{ID: ledger.EngineID(fmt.Sprintf("gpu-%d", i)), KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount})
-	}
-	return s
-}
-
-func holder(c int) ledger.HolderID { return ledger.HolderID("h" + strconv.Itoa(c)) }
-
-func benchReq(c, seq int, tag string) ledger.AcquireRequest {
-	return ledger.AcquireRequest{
-		Pool: benchPool, Candidates: []ledger.EngineID{"gpu-0", "gpu-1", "gpu-2", "gpu-3"},
-		Tenant: "acme", Priority: "standard", KVTokens: 1000 + int64(seq%3000), Slots: 1,
-		Holder: holder(c), RequestID: ledger.RequestID(tag + strconv.Itoa(seq)), TTL: time.Hour,
-	}
-}
-
 func BenchmarkReport(b *testing.B) {
 	if testing.Short() {
 		b.Skip("report benchmark: skipped in -short")
@@ -61,7 +31,7 @@ func BenchmarkReport(b *testing.B) {
 	ctx := context.Background()
 	srv := etcdserver.Start(b, b.TempDir())
 	cli := srv.Client(b)
-	d := benchDuration()
+	d := benchkit.Phase()
 	run := 0
 	fresh := func(callers int) *etcd.Ledger {
 		run++
@@ -70,11 +40,11 @@ func BenchmarkReport(b *testing.B) {
 			b.Fatalf("etcd.New: %v", err)
 		}
 		b.Cleanup(func() { l.Close() })
-		if _, err := l.Configure(ctx, benchSpec()); err != nil {
+		if _, err := l.Configure(ctx, benchkit.BenchPool(benchPool)); err != nil {
 			b.Fatalf("configure: %v", err)
 		}
 		for h := 0; h < callers; h++ {
-			if _, err := l.KeepAlive(ctx, benchPool, holder(h), time.Hour); err != nil {
+			if _, err := l.KeepAlive(ctx, benchPool, benchkit.BenchHolder(h), time.Hour); err != nil {
 				b.Fatalf("keepalive: %v", err)
 			}
 		}
@@ -96,7 +66,7 @@ func BenchmarkReport(b *testing.B) {
 		l := fresh(callers)
 		held := make([][]ledger.LeaseRef, callers)
 		acqR := benchkit.Run(ctx, "ledger Acquire", callers, d, func(ctx context.Context, c, seq int) error {
-			g, err := l.Acquire(ctx, benchReq(c, seq, "acq"))
+			g, err := l.Acquire(ctx, benchkit.BenchRequest(benchPool, c, seq, "acq"))
 			if err == nil {
 				held[c] = append(held[c], g.Lease.Ref())
 			}
@@ -110,7 +80,7 @@ func BenchmarkReport(b *testing.B) {
 			return err
 		})
 		arR := benchkit.Run(ctx, "ledger Acquire+Release", callers, d, func(ctx context.Context, c, seq int) error {
-			g, err := l.Acquire(ctx, benchReq(c, seq, "ar"))
+			g, err := l.Acquire(ctx, benchkit.BenchRequest(benchPool, c, seq, "ar"))
 			if err != nil {
 				return err
 			}
@@ -119,12 +89,7 @@ func BenchmarkReport(b *testing.B) {
 		})
 		base := rawR.Throughput()
 		for _, r := range []benchkit.Result{rawR, acqR, relR, arR} {
-			errs := ""
-			if r.Errors > 0 {
-				errs = fmt.Sprintf(" (%d errors)", r.Errors)
-			}
-			fmt.Fprintf(out, "| %s | %d | %.0f%s | %s | %s | %s |\n", r.Name, r.Callers, r.Throughput(), errs,
-				benchkit.Micros(r.P50), benchkit.Micros(r.P99), benchkit.Ratio(r.Throughput(), base))
+			fmt.Fprintln(out, benchkit.Row(r, base))
 		}
 	}
 	fmt.Print(out.String())

@@ -9,7 +9,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,30 +22,6 @@ import (
 )
 
 const benchPool = ledger.PoolID("bench")
-
-// benchDuration is each phase's length; LEASEHOLD_BENCH_PHASE overrides it.
-func benchDuration() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("LEASEHOLD_BENCH_PHASE")); err == nil && d > 0 {
-		return d
-	}
-	return 2 * time.Second
-}
-
-// benchSpec is a pool so large that no acquisition is ever refused: the
-// benchmark measures the ledger's cost, not its rejections.
-func benchSpec() ledger.PoolSpec {
-	return ledger.PoolSpec{
-		Name: benchPool,
-		Engines: []ledger.EngineSpec{
-			{ID: "gpu-0", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
-			{ID: "gpu-1", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
-			{ID: "gpu-2", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
-			{ID: "gpu-3", KVTokens: ledger.MaxAmount, Slots: ledger.MaxAmount},
-		},
-		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
-		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
-	}
-}
 
 type benchEnv struct {
 	b      *testing.B
@@ -65,23 +40,13 @@ func (e *benchEnv) fresh(callers int) {
 		e.b.Fatalf("flushall: %v", err)
 	}
 	e.led = New(e.client, Options{Options: ledger.Options{RecoveryWindow: -1}})
-	if _, err := e.led.Configure(e.ctx, benchSpec()); err != nil {
+	if _, err := e.led.Configure(e.ctx, benchkit.BenchPool(benchPool)); err != nil {
 		e.b.Fatalf("configure: %v", err)
 	}
 	for h := 0; h < callers; h++ {
-		if _, err := e.led.KeepAlive(e.ctx, benchPool, holder(h), time.Hour); err != nil {
+		if _, err := e.led.KeepAlive(e.ctx, benchPool, benchkit.BenchHolder(h), time.Hour); err != nil {
 			e.b.Fatalf("keepalive: %v", err)
 		}
-	}
-}
-
-func holder(c int) ledger.HolderID { return ledger.HolderID("h" + strconv.Itoa(c)) }
-
-func benchReq(c, seq int, tag string) ledger.AcquireRequest {
-	return ledger.AcquireRequest{
-		Pool: benchPool, Candidates: []ledger.EngineID{"gpu-0", "gpu-1", "gpu-2", "gpu-3"},
-		Tenant: "acme", Priority: "standard", KVTokens: 1000 + int64(seq%3000), Slots: 1,
-		Holder: holder(c), RequestID: ledger.RequestID(tag + strconv.Itoa(seq)), TTL: time.Hour,
 	}
 }
 
@@ -97,7 +62,7 @@ func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
 	}
 	argv := make([][]any, callers)
 	for c := range argv {
-		argv[c] = append([]any{e.led.opts.SweepBatch}, acquireArgv(benchReq(c, 0, tag))...)
+		argv[c] = append([]any{e.led.opts.SweepBatch}, acquireArgv(benchkit.BenchRequest(benchPool, c, 0, tag))...)
 	}
 	const reqArg = 6 // index of the request id in argv (sweep batch first)
 	return func(ctx context.Context, c, seq int) error {
@@ -109,7 +74,7 @@ func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
 
 func (e *benchEnv) acquire(held [][]ledger.LeaseRef, tag string) benchkit.Op {
 	return func(ctx context.Context, c, seq int) error {
-		g, err := e.led.Acquire(ctx, benchReq(c, seq, tag))
+		g, err := e.led.Acquire(ctx, benchkit.BenchRequest(benchPool, c, seq, tag))
 		if err == nil && held != nil {
 			held[c] = append(held[c], g.Lease.Ref())
 		}
@@ -129,7 +94,7 @@ func (e *benchEnv) release(held [][]ledger.LeaseRef) benchkit.Op {
 
 func (e *benchEnv) acquireRelease(tag string) benchkit.Op {
 	return func(ctx context.Context, c, seq int) error {
-		g, err := e.led.Acquire(ctx, benchReq(c, seq, tag))
+		g, err := e.led.Acquire(ctx, benchkit.BenchRequest(benchPool, c, seq, tag))
 		if err != nil {
 			return err
 		}
@@ -149,7 +114,7 @@ func (e *benchEnv) preload(n int) {
 	for done := 0; done < n; {
 		p := e.client.Pipeline()
 		for i := 0; i < batch && done < n; i, done = i+1, done+1 {
-			argv := append([]any{e.led.opts.SweepBatch}, acquireArgv(benchReq(done%16, done, "pre"))...)
+			argv := append([]any{e.led.opts.SweepBatch}, acquireArgv(benchkit.BenchRequest(benchPool, done%16, done, "pre"))...)
 			p.EvalSha(e.ctx, sha, k, argv...)
 		}
 		if _, err := p.Exec(e.ctx); err != nil {
@@ -198,19 +163,6 @@ func (e *benchEnv) serverTime(f func()) (time.Duration, int64) {
 	return time.Duration(usec) * time.Microsecond / time.Duration(calls), calls
 }
 
-func row(r benchkit.Result, base float64) string {
-	ratio := ""
-	if base > 0 {
-		ratio = benchkit.Ratio(r.Throughput(), base)
-	}
-	errs := ""
-	if r.Errors > 0 {
-		errs = fmt.Sprintf(" (%d errors)", r.Errors)
-	}
-	return fmt.Sprintf("| %s | %d | %.0f%s | %s | %s | %s |", r.Name, r.Callers, r.Throughput(), errs,
-		benchkit.Micros(r.P50), benchkit.Micros(r.P99), ratio)
-}
-
 func BenchmarkReport(b *testing.B) {
 	if testing.Short() {
 		b.Skip("report benchmark: skipped in -short")
@@ -219,7 +171,7 @@ func BenchmarkReport(b *testing.B) {
 	srv := redisserver.Start(b)
 	client := srv.Client()
 	e := &benchEnv{b: b, ctx: ctx, srv: srv, client: client}
-	d := benchDuration()
+	d := benchkit.Phase()
 	out := &strings.Builder{}
 	fmt.Fprintf(out, "\n### Redis ledger (redis-server %s, %s per phase)\n\n", redisVersion(ctx, client), d)
 	fmt.Fprintln(out, "| operation | callers | ops/s | p50 µs | p99 µs | vs raw EVALSHA acquire |")
@@ -236,7 +188,7 @@ func BenchmarkReport(b *testing.B) {
 		arR := benchkit.Run(ctx, "ledger Acquire+Release", callers, d, e.acquireRelease("ar"))
 		base := rawR.Throughput()
 		for _, r := range []benchkit.Result{rawR, acqR, relR, arR} {
-			fmt.Fprintln(out, row(r, base))
+			fmt.Fprintln(out, benchkit.Row(r, base))
 		}
 		if callers == 64 {
 			acq64, raw64 = acqR.Throughput(), base
@@ -313,7 +265,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
 	})
 	measure("acquire", func(i int) error {
-		g, err := led.Acquire(ctx, benchReq(i%16, i, "st"))
+		g, err := led.Acquire(ctx, benchkit.BenchRequest(benchPool, i%16, i, "st"))
 		leases = append(leases, g.Lease)
 		return err
 	})
@@ -334,7 +286,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		return err
 	})
 	measure("keepalive", func(i int) error {
-		_, err := led.KeepAlive(ctx, benchPool, holder(i%16), time.Hour)
+		_, err := led.KeepAlive(ctx, benchPool, benchkit.BenchHolder(i%16), time.Hour)
 		return err
 	})
 	measure("observe", func(i int) error {
@@ -350,7 +302,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		return led.SetDraining(ctx, benchPool, "gpu-3", i%2 == 0)
 	})
 	measure("configure", func(i int) error {
-		_, err := led.Configure(ctx, benchSpec())
+		_, err := led.Configure(ctx, benchkit.BenchPool(benchPool))
 		return err
 	})
 	return out
