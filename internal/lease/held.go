@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -23,6 +24,11 @@ type Held struct {
 	lease ledger.Lease
 	err   error // set when doneC closes
 	gone  bool  // the ledger no longer has it: Release skips the call
+
+	// opMu serializes a re-assertion's ledger call against Release, so a
+	// lease released meanwhile is never re-inserted. It guards releasing.
+	opMu      sync.Mutex
+	releasing bool
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -48,13 +54,17 @@ func (h *Held) Err() error {
 	return h.err
 }
 
-// finish closes Done with err unless it is closed; it reports whether this
-// call closed it.
-func (h *Held) finish(err error) bool {
+// finish closes Done with err unless it is closed, counting it in c (if
+// not nil) first so that whoever sees Done closed sees the count. It
+// reports whether this call closed it.
+func (h *Held) finish(err error, c *atomic.Uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err != nil {
 		return false
+	}
+	if c != nil {
+		c.Add(1)
 	}
 	h.err = err
 	close(h.doneC)
@@ -62,11 +72,11 @@ func (h *Held) finish(err error) bool {
 }
 
 // lose marks the lease as gone from the ledger and closes Done with err.
-func (h *Held) lose(err error) bool {
+func (h *Held) lose(err error, c *atomic.Uint64) bool {
 	h.mu.Lock()
 	h.gone = true
 	h.mu.Unlock()
-	return h.finish(err)
+	return h.finish(err, c)
 }
 
 // Release gives the lease back with the request's actual usage and removes
@@ -83,9 +93,12 @@ func (h *Held) Release(usage ledger.Usage) error {
 
 func (h *Held) release(ctx context.Context, usage ledger.Usage, closeDone bool) error {
 	h.releaseOnce.Do(func() {
+		h.opMu.Lock()
+		h.releasing = true
+		h.opMu.Unlock()
 		deadline := h.m.remove(h)
 		if closeDone {
-			h.finish(ErrReleased)
+			h.finish(ErrReleased, nil)
 		}
 		h.mu.Lock()
 		ref, gone := h.lease.Ref(), h.gone

@@ -179,9 +179,14 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 	}
 	h, err := m.insert(p, gen, g.Lease, send, req.TTL)
 	if err != nil {
-		// Granted, but no longer usable (fenced meanwhile, closed): give
-		// it back now rather than let it run to its deadline.
-		m.releaseLease(g.Lease.Ref(), ledger.Usage{}, send.Add(req.TTL))
+		// Granted, but no longer usable: give it back rather than let it
+		// run to its deadline. Fenced, the ledger is likely unreachable:
+		// the maintenance loop retries, off the request path.
+		if errors.Is(err, ErrFenced) {
+			m.addOrphan(orphan{ref: g.Lease.Ref(), until: send.Add(req.TTL)})
+		} else {
+			m.releaseLease(g.Lease.Ref(), ledger.Usage{}, send.Add(req.TTL))
+		}
 		return nil, fmt.Errorf("acquire %s in pool %s: %w", req.RequestID, req.Pool, err)
 	}
 	return h, nil
@@ -249,7 +254,7 @@ func (m *Manager) Stats() Stats {
 
 // Close stops the loops and waits for them, then releases every held lease
 // (closing its Done with ErrClosed) under ctx, each release also bounded by
-// ReleaseTimeout. Holder sessions are left to expire: nothing is held under
+// ReleaseTimeout, and retries pending releases once. Holder sessions are left to expire: nothing is held under
 // them any more. Later calls return the first call's result.
 func (m *Manager) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
@@ -274,12 +279,14 @@ func (m *Manager) Close(ctx context.Context) error {
 				continue
 			}
 			h := raw.(*row).held
-			h.finish(ErrClosed)
+			h.finish(ErrClosed, nil)
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if err := h.release(ctx, ledger.Usage{}, false); err != nil {
+				rctx, cancel := context.WithTimeout(ctx, m.cfg.ReleaseTimeout)
+				defer cancel()
+				if err := h.release(rctx, ledger.Usage{}, false); err != nil {
 					errsMu.Lock()
 					errs = append(errs, err)
 					errsMu.Unlock()

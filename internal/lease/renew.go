@@ -163,6 +163,11 @@ func (m *Manager) reassert(p *poolState, r *row) bool {
 	if !ok {
 		return true // fenced or a new incarnation: not ours to re-assert
 	}
+	r.held.opMu.Lock()
+	defer r.held.opMu.Unlock()
+	if r.held.releasing {
+		return true
+	}
 	ttl := m.jitter(m.cfg.LeaseTTL)
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
 	defer cancel()
@@ -192,12 +197,11 @@ func (m *Manager) reassert(p *poolState, r *row) bool {
 
 // loseRow drops a lease the ledger no longer has and closes its Done.
 func (m *Manager) loseRow(r *row, err error) {
-	if r.held.lose(err) {
-		m.cnt.lost.Add(1)
+	m.remove(r.held)
+	if r.held.lose(err, &m.cnt.lost) {
 		m.log.Warn("lease: lease lost", slog.String("pool", string(r.Pool)),
 			slog.String("lease", string(r.ID)), slog.Any("error", err))
 	}
-	m.remove(r.held)
 }
 
 // parallel runs f on each row, RenewConcurrency at a time, and waits.

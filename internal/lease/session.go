@@ -246,27 +246,29 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 	if gen != p.gen {
 		return
 	}
-	old := p.holder
+	oldHolder := p.holder
 	p.gen++
 	p.holder = holderID(m.cfg.HolderName, newSuffix())
 	p.confirmedSend = time.Time{}
 	p.fenced = true
 	p.reassert = false
 	m.log.Warn("lease: holder session expired, starting a new incarnation",
-		slog.String("pool", string(p.id)), slog.String("old_holder", string(old)), slog.String("holder", string(p.holder)))
+		slog.String("pool", string(p.id)), slog.String("old_holder", string(oldHolder)), slog.String("holder", string(p.holder)))
 
 	txn := m.db.Txn(true)
 	defer txn.Abort()
+	var old []*row
 	for _, e := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
 		if e.Gen >= p.gen {
 			continue
 		}
-		if e.held.lose(ErrLeaseLost) {
-			m.cnt.lost.Add(1)
-		}
+		old = append(old, e)
 		_ = txn.Delete(tableLeases, e)
 	}
 	txn.Commit()
+	for _, e := range old {
+		e.held.lose(ErrLeaseLost, &m.cnt.lost)
+	}
 }
 
 // checkFence fences p if its confirmation ran out; otherwise it returns
@@ -295,17 +297,20 @@ func (m *Manager) checkFence(p *poolState) time.Duration {
 func (m *Manager) fenceLeasesLocked(p *poolState) int {
 	txn := m.db.Txn(true)
 	defer txn.Abort()
-	n := 0
+	var fenced []*row
 	for _, r := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
 		if r.Fenced {
 			continue
 		}
-		if r.held.finish(ErrFenced) {
-			m.cnt.fencedLeases.Add(1)
-			n++
-		}
+		fenced = append(fenced, r)
 		_ = txn.Insert(tableLeases, r.with(func(r *row) { r.Fenced = true }))
 	}
 	txn.Commit()
+	n := 0
+	for _, r := range fenced {
+		if r.held.finish(ErrFenced, &m.cnt.fencedLeases) {
+			n++
+		}
+	}
 	return n
 }
