@@ -12,8 +12,8 @@ func Example() {
 pools:
   - name: llama-3-70b
     engines:
-      - {id: gpu-0, url: "http://10.0.0.10:8000", kv_tokens: 400000, slots: 256}
-      - {id: gpu-1, url: "http://10.0.0.11:8000", slots: 256}   # capacity from metrics
+      - {id: gpu-0, url: "http://127.0.0.1:9001", kv_tokens: 400000, slots: 256}
+      - {id: gpu-1, url: "http://127.0.0.1:9002", slots: 256}   # capacity from metrics
 tenants:
   - {name: acme, api_keys: ["sk-acme-1"], kv_share: 0.5}
 priorities:
@@ -39,7 +39,7 @@ priorities:
 	}
 	// Output:
 	// tenant: acme true default priority: interactive
-	// fleet: engine KV capacity unknown: pool llama-3-70b engine gpu-1: kv_tokens is not configured and its vllm metrics at http://10.0.0.11:8000/metrics have not reported a capacity yet
+	// fleet: engine KV capacity unknown: pool llama-3-70b engine gpu-1: kv_tokens is not configured and its vllm metrics at http://127.0.0.1:9002/metrics have not reported a capacity yet
 	// gpu-0 400000 256
 	// gpu-1 415195 256
 }

@@ -105,7 +105,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatalf("pool llama-3-70b = %+v, %v", p, ok)
 	}
 	if e := p.Engines[1]; !e.KVFromMetrics || e.KVTokens != 0 || e.Headroom != 0.9 || e.StalePolicy != ledger.StaleBlock ||
-		e.MetricsURL != "http://10.0.0.11:8000/metrics" {
+		e.MetricsURL != "http://127.0.0.1:9002/metrics" {
 		t.Errorf("gpu-1 = %+v, want discovered capacity, headroom 0.9, block, default metrics URL", e)
 	}
 	q, _ := f.Pool("qwen-2.5-7b")
