@@ -259,4 +259,3 @@ func TestLoopbackOnlyWithoutToken(t *testing.T) {
 	// synthetic peer addresses (config_test.go): tests send traffic to
 	// loopback only.
 }
-
