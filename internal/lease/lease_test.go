@@ -112,3 +112,25 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 		}
 	})
 }
+
+// An Acquire abandoned with its outcome unknown (every reply lost) leaves
+// no reservation behind: the manager finds the grant by request id and
+// releases it in the background.
+func TestAbandonedAcquireIsReleased(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		m := newManager(t, fx.fastConfig())
+		fx.fault.dropAcquire.Store(3) // AcquireAttempts defaults to 3
+		if _, err := m.Acquire(ctxT(t, 5*time.Second), request(100)); !errors.Is(err, errUnreachable) {
+			t.Fatalf("Acquire = %v, want the transport error", err)
+		}
+		if got := ledgerStats(t, fx.fault).Leases; got != 1 {
+			t.Fatalf("ledger leases after three lost replies = %d, want 1 (replayed, not tripled)", got)
+		}
+		eventually(t, 5*time.Second, "abandoned grant released", func() bool {
+			return ledgerStats(t, fx.fault).Leases == 0
+		})
+		if c := m.Stats().Counters; c.Rejections[lease.RejectError] != 1 || c.AcquireRetries != 2 {
+			t.Errorf("rejections[error]=%d retries=%d, want 1 and 2", c.Rejections[lease.RejectError], c.AcquireRetries)
+		}
+	})
+}

@@ -137,12 +137,19 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 	}
 	req.Holder = holder
 
+	// The deadline counts from the first send: a replay does not extend
+	// it, so the first send time bounds it from below.
 	var (
-		g    ledger.Grant
-		send time.Time
+		g         ledger.Grant
+		send      time.Time
+		firstSend = m.clock.Now()
 	)
 	for attempt := 1; ; attempt++ {
-		send = m.clock.Now()
+		if attempt > 1 {
+			send = m.clock.Now()
+		} else {
+			send = firstSend
+		}
 		actx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 		g, err = m.l.Acquire(actx, req)
 		cancel()
@@ -177,7 +184,7 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 	if g.Replayed {
 		m.cnt.replays.Add(1)
 	}
-	h, err := m.insert(p, gen, g.Lease, send, req.TTL)
+	h, err := m.insert(p, gen, g.Lease, firstSend, req.TTL)
 	if err != nil {
 		// Granted, but no longer usable: give it back rather than let it
 		// run to its deadline. Fenced, the ledger is likely unreachable:

@@ -25,6 +25,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -120,13 +121,7 @@ func (m *Manager) keepAliveLoop(p *poolState) {
 		p.mu.Lock()
 		holder, gen := p.holder, p.gen
 		p.mu.Unlock()
-		go func() {
-			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
-			defer cancel()
-			send := m.clock.Now()
-			s, err := m.l.KeepAlive(ctx, p.id, holder, m.cfg.SessionTTL)
-			results <- kaResult{send: send, gen: gen, session: s, err: err}
-		}()
+		go func() { results <- m.keepAlive(p, holder, gen) }()
 	}
 	for {
 		select {
@@ -157,6 +152,34 @@ func (m *Manager) keepAliveLoop(p *poolState) {
 			}
 		}
 	}
+}
+
+// keepAlive runs in a goroutine the loop owns (so the fence timer never
+// waits for the ledger). When the ledger lost the pool it calls
+// Reconfigure and keeps alive again.
+func (m *Manager) keepAlive(p *poolState, holder ledger.HolderID, gen uint64) kaResult {
+	call := func() kaResult {
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+		defer cancel()
+		send := m.clock.Now()
+		s, err := m.l.KeepAlive(ctx, p.id, holder, m.cfg.SessionTTL)
+		return kaResult{send: send, gen: gen, session: s, err: err}
+	}
+	r := call()
+	if !errors.Is(r.err, ledger.ErrUnknownPool) || m.cfg.Reconfigure == nil {
+		return r
+	}
+	m.cnt.keepAliveFails.Add(1)
+	m.cnt.reconfigures.Add(1)
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+	defer cancel()
+	if err := m.cfg.Reconfigure(ctx, p.id); err != nil {
+		m.log.Warn("lease: reconfigure after the ledger lost the pool failed",
+			slog.String("pool", string(p.id)), slog.Any("error", err))
+		r.err = errors.Join(r.err, fmt.Errorf("reconfigure: %w", err))
+		return r
+	}
+	return call()
 }
 
 // onKeepAlive applies a KeepAlive result; true asks for another KeepAlive
@@ -204,23 +227,6 @@ func (m *Manager) onKeepAlive(p *poolState, r kaResult) bool {
 		m.cnt.keepAliveFails.Add(1)
 		m.cnt.expiredSessions.Add(1)
 		m.newIncarnation(p, r.gen, r.err)
-		return true
-
-	case errors.Is(r.err, ledger.ErrUnknownPool):
-		m.cnt.keepAliveFails.Add(1)
-		m.setLastErr(p, r.err)
-		if m.cfg.Reconfigure == nil {
-			return false
-		}
-		m.cnt.reconfigures.Add(1)
-		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
-		defer cancel()
-		if err := m.cfg.Reconfigure(ctx, p.id); err != nil {
-			m.setLastErr(p, errors.Join(r.err, err))
-			m.log.Warn("lease: reconfigure after the ledger lost the pool failed",
-				slog.String("pool", string(p.id)), slog.Any("error", err))
-			return false
-		}
 		return true
 
 	default:
