@@ -69,7 +69,9 @@ func (m *Manager) reassertPending() {
 	for _, p := range m.poolOrder {
 		p.mu.Lock()
 		due := p.reassert && p.confirmedLocked(m.clock.Now(), m.cfg)
-		p.reassert = false
+		if due {
+			p.reassert = false // else kept for a later tick
+		}
 		gen := p.gen
 		p.mu.Unlock()
 		if !due {
