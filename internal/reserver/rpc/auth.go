@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -17,7 +18,7 @@ import (
 	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
 )
 
-// role is what a token may do.
+// role is what a token or certificate identity may do.
 type role int
 
 const (
@@ -48,13 +49,27 @@ type credential struct {
 	who    principal
 }
 
-// authenticator checks bearer tokens against the configured credentials.
+// authenticator checks bearer tokens against the configured credentials
+// and maps verified client certificates to principals. It is immutable
+// after newAuthenticator, so handlers share it without locking.
 type authenticator struct {
-	creds []credential // empty: loopback only
+	creds []credential // bearer tokens
+	// clientCerts: the transport verifies client certificates, and a
+	// verified one identifies a caller that sends no token.
+	clientCerts bool
+	// certRoles maps admin and audit certificate identities to their role;
+	// any other verified identity is a router.
+	certRoles map[string]role
 }
 
 func newAuthenticator(c Config) *authenticator {
-	a := &authenticator{}
+	a := &authenticator{clientCerts: c.ClientCerts, certRoles: map[string]role{}}
+	for _, id := range c.AdminIdentities {
+		a.certRoles[id] = roleAdmin
+	}
+	for _, id := range c.AuditIdentities {
+		a.certRoles[id] = roleAudit
+	}
 	add := func(tok string, p principal) {
 		if tok != "" {
 			a.creds = append(a.creds, credential{digest: sha256.Sum256([]byte(tok)), who: p})
@@ -73,9 +88,18 @@ func newAuthenticator(c Config) *authenticator {
 	return a
 }
 
-// authenticate returns the caller, or the status refusing it.
+// loopbackOnly reports whether neither tokens nor client certificates are
+// configured, so that only loopback peers are served.
+func (a *authenticator) loopbackOnly() bool { return len(a.creds) == 0 && !a.clientCerts }
+
+// authenticate returns the caller, or the status refusing it. In order:
+// with no credentials configured, a loopback peer is admin and any other
+// peer is refused; an authorization header is checked as a bearer token
+// (explicit, so it wins over a certificate, and a bad one is refused even
+// when a good certificate came with it); else a verified client
+// certificate names the caller; else the call is Unauthenticated.
 func (a *authenticator) authenticate(ctx context.Context) (principal, *status.Status) {
-	if len(a.creds) == 0 {
+	if a.loopbackOnly() {
 		p, _ := peer.FromContext(ctx)
 		if p != nil && isLoopback(p.Addr) {
 			return principal{role: roleAdmin}, nil
@@ -85,12 +109,29 @@ func (a *authenticator) authenticate(ctx context.Context) (principal, *status.St
 			from = p.Addr.String()
 		}
 		return principal{}, wire.AuthStatus(wire.ReasonLoopbackOnly, fmt.Sprintf(
-			"reserver: no token is configured (set LEASEHOLD_TOKEN on the reserver and its routers), so it serves loopback clients only; refusing %s", from))
+			"reserver: no token and no client CA is configured (set LEASEHOLD_TOKEN on the reserver and its routers, or --tls-client-ca-file for mTLS), so it serves loopback clients only; refusing %s", from))
 	}
-	tok, ok := bearer(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	if vals := md.Get("authorization"); len(vals) > 0 {
+		return a.token(vals)
+	}
+	if a.clientCerts {
+		if id, ok := verifiedIdentity(ctx); ok {
+			return a.certPrincipal(id)
+		}
+		return principal{}, wire.AuthStatus(wire.ReasonUnauthenticated,
+			`reserver: no credentials: send metadata "authorization: Bearer <token>" or a client certificate signed by the reserver's client CA`)
+	}
+	return principal{}, wire.AuthStatus(wire.ReasonUnauthenticated,
+		`reserver: missing bearer token: send metadata "authorization: Bearer <token>"`)
+}
+
+// token checks the values of the authorization metadata.
+func (a *authenticator) token(vals []string) (principal, *status.Status) {
+	tok, ok := bearer(vals)
 	if !ok {
 		return principal{}, wire.AuthStatus(wire.ReasonUnauthenticated,
-			`reserver: missing bearer token: send metadata "authorization: Bearer <token>"`)
+			`reserver: malformed authorization: send exactly one "authorization: Bearer <token>"`)
 	}
 	d := sha256.Sum256([]byte(tok))
 	found, who := 0, principal{}
@@ -107,10 +148,57 @@ func (a *authenticator) authenticate(ctx context.Context) (principal, *status.St
 	return who, nil
 }
 
-// bearer returns the token of the authorization metadata.
-func bearer(ctx context.Context) (string, bool) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+// certPrincipal maps a verified certificate identity to its principal: an
+// admin or audit identity, else the router of that name.
+func (a *authenticator) certPrincipal(id string) (principal, *status.Status) {
+	if id == "" {
+		return principal{}, wire.AuthStatus(wire.ReasonUnauthenticated,
+			"reserver: the client certificate names no identity (no DNS SAN and no CommonName)")
+	}
+	if r, ok := a.certRoles[id]; ok {
+		return principal{role: r}, nil
+	}
+	if err := checkRouterName(id); err != nil {
+		return principal{}, wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf(
+			"reserver: client certificate identity %q is not an admin or audit identity and cannot be a router name: %v", id, err))
+	}
+	return principal{role: roleRouter, router: id}, nil
+}
+
+// verifiedIdentity returns the identity of the peer's client certificate —
+// its first DNS SAN, else its CommonName — when the TLS handshake verified
+// it against the client CA (VerifiedChains non-empty). A certificate that
+// was presented but not verified is no identity.
+func verifiedIdentity(ctx context.Context) (string, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return "", false
+	}
+	var info credentials.TLSInfo
+	switch ai := p.AuthInfo.(type) {
+	case credentials.TLSInfo:
+		info = ai
+	case *credentials.TLSInfo:
+		if ai == nil {
+			return "", false
+		}
+		info = *ai
+	default:
+		return "", false
+	}
+	chains := info.State.VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 || chains[0][0] == nil {
+		return "", false
+	}
+	leaf := chains[0][0]
+	if len(leaf.DNSNames) > 0 {
+		return leaf.DNSNames[0], true
+	}
+	return leaf.Subject.CommonName, true
+}
+
+// bearer returns the token of the authorization metadata values.
+func bearer(vals []string) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}
@@ -152,8 +240,8 @@ func authorize(p principal, method string, acc access, holder ledger.HolderID) *
 		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf(
 			"reserver: %s: router %q may act only for holder %q or %q, not %q", method, p.router, p.router, p.router+"/...", h))
 	case acc == accessHolder:
-		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s: an audit token may only read (Pools, List, Stats)", method))
+		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s: an audit token or identity may only read (Pools, List, Stats)", method))
 	default:
-		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s needs the shared (LEASEHOLD_TOKEN) or an admin token", method))
+		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s needs the shared (LEASEHOLD_TOKEN) or an admin token, or an admin certificate identity", method))
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// Config is the reserver's token configuration. The zero value configures no
-// token: the server then serves loopback peers only.
+// Config is the reserver's authentication configuration: bearer tokens and
+// client-certificate identities. The zero value configures neither: the
+// server then serves loopback peers only.
 type Config struct {
 	// Token is the shared router token (env LEASEHOLD_TOKEN). It may do
 	// everything, including the admin methods. Optional.
@@ -22,16 +23,35 @@ type Config struct {
 	RouterTokens map[string]string
 	// AuditTokens may only read (Pools, List, Stats). Optional.
 	AuditTokens []string
+
+	// ClientCerts says that the server's transport credentials verify
+	// client certificates against a client CA (reserver
+	// --tls-client-ca-file): a caller that sends no bearer token is then
+	// identified by its verified certificate (see the package doc), and the
+	// loopback-only rule no longer applies. The Server does not set up TLS
+	// itself: set ClientCerts only together with grpc.Creds whose
+	// tls.Config has ClientCAs and ClientAuth RequireAndVerifyClientCert
+	// (or VerifyClientCertIfGiven). A certificate the handshake did not
+	// verify against ClientCAs is never an identity. Default false.
+	ClientCerts bool
+	// AdminIdentities are certificate identities (first DNS SAN, else
+	// CommonName) with every right, like an admin token. Need ClientCerts.
+	// Optional.
+	AdminIdentities []string
+	// AuditIdentities are certificate identities that may only read
+	// (Pools, List, Stats). Need ClientCerts. Optional.
+	AuditIdentities []string
 }
 
-// empty reports whether no token is configured.
-func (c Config) empty() bool {
-	return c.Token == "" && len(c.AdminTokens) == 0 && len(c.RouterTokens) == 0 && len(c.AuditTokens) == 0
+// hasTokens reports whether any bearer token is configured.
+func (c Config) hasTokens() bool {
+	return c.Token != "" || len(c.AdminTokens) > 0 || len(c.RouterTokens) > 0 || len(c.AuditTokens) > 0
 }
 
-// Validate rejects empty tokens, a token given to two principals, and router
-// names that are not usable holder-id prefixes. Errors name the field, never
-// the token.
+// Validate rejects empty tokens, a token given to two principals, router
+// names that are not usable holder-id prefixes, and certificate identities
+// that are empty, listed twice or given without ClientCerts. Errors name
+// the field, never the token.
 func (c Config) Validate() error {
 	seen := map[string]string{} // token -> where it was configured
 	add := func(where, tok string) error {
@@ -68,6 +88,36 @@ func (c Config) Validate() error {
 	for i, t := range c.AuditTokens {
 		if err := add(fmt.Sprintf("audit_tokens[%d]", i), t); err != nil {
 			return err
+		}
+	}
+	return c.validateIdentities()
+}
+
+// validateIdentities checks the admin and audit certificate identities.
+// They are names, not secrets, so errors quote them.
+func (c Config) validateIdentities() error {
+	if !c.ClientCerts && len(c.AdminIdentities)+len(c.AuditIdentities) > 0 {
+		return errors.New("rpc config: admin_identities and audit_identities name client certificates, but client certificates are not verified (set a client CA)")
+	}
+	seen := map[string]string{} // identity -> where it was listed
+	for _, l := range []struct {
+		field string
+		ids   []string
+	}{{"admin_identities", c.AdminIdentities}, {"audit_identities", c.AuditIdentities}} {
+		for i, id := range l.ids {
+			where := fmt.Sprintf("%s[%d]", l.field, i)
+			if id == "" {
+				return fmt.Errorf("rpc config: %s is empty", where)
+			}
+			for j := 0; j < len(id); j++ {
+				if b := id[j]; b < 0x21 || b == 0x7f {
+					return fmt.Errorf("rpc config: %s = %q contains a space or control character", where, id)
+				}
+			}
+			if prev, ok := seen[id]; ok {
+				return fmt.Errorf("rpc config: %s = %q is already listed as %s; an identity has one role", where, id, prev)
+			}
+			seen[id] = where
 		}
 	}
 	return nil

@@ -2,6 +2,9 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -30,6 +34,12 @@ func TestConfigValidate(t *testing.T) {
 		{"router name with slash", "contains '/'", Config{RouterTokens: map[string]string{"r/1": "c"}}},
 		{"empty router name", "empty router name", Config{RouterTokens: map[string]string{"": "c"}}},
 		{"whitespace", "contains whitespace", Config{Token: "a b"}},
+		{"client certs alone", "", Config{ClientCerts: true}},
+		{"identities", "", Config{ClientCerts: true, AdminIdentities: []string{"ops"}, AuditIdentities: []string{"audit"}}},
+		{"identities without client certs", "client certificates are not verified", Config{AdminIdentities: []string{"ops"}}},
+		{"empty identity", "audit_identities[0] is empty", Config{ClientCerts: true, AuditIdentities: []string{""}}},
+		{"identity with space", "admin_identities[0]", Config{ClientCerts: true, AdminIdentities: []string{"o ps"}}},
+		{"identity in both lists", "already listed as admin_identities[0]", Config{ClientCerts: true, AdminIdentities: []string{"x"}, AuditIdentities: []string{"x"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -131,6 +141,68 @@ func TestAuthenticate(t *testing.T) {
 				t.Fatalf("authenticate = %+v, %v; want %+v, %s", p, st.Err(), tc.want, tc.code)
 			}
 		})
+	}
+}
+
+// tlsPeer is a remote peer whose TLS handshake presented leaf, verified
+// against the client CA or not.
+func tlsPeer(leaf *x509.Certificate, verified bool) *peer.Peer {
+	st := tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+	if verified {
+		st.VerifiedChains = [][]*x509.Certificate{{leaf}}
+	}
+	return &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 1}, AuthInfo: credentials.TLSInfo{State: st}}
+}
+
+func TestAuthenticateClientCert(t *testing.T) {
+	cert := func(cn string, dns ...string) *x509.Certificate {
+		return &x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns}
+	}
+	ctx := func(p *peer.Peer, auth ...string) context.Context {
+		c := peer.NewContext(context.Background(), p)
+		if len(auth) > 0 {
+			c = metadata.NewIncomingContext(c, metadata.Pairs("authorization", auth[0]))
+		}
+		return c
+	}
+	loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}
+	certs := newAuthenticator(Config{ClientCerts: true, AdminIdentities: []string{"ops"}, AuditIdentities: []string{"aud"}})
+	both := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, ClientCerts: true})
+	tokensOnly := newAuthenticator(Config{Token: "s"})
+	none := newAuthenticator(Config{})
+	for _, tc := range []struct {
+		name string
+		a    *authenticator
+		ctx  context.Context
+		code codes.Code
+		want principal
+	}{
+		{"SAN is the router", certs, ctx(tlsPeer(cert("cn", "router-a", "router-b"), true)), codes.OK, principal{role: roleRouter, router: "router-a"}},
+		{"CommonName without SAN", certs, ctx(tlsPeer(cert("router-c"), true)), codes.OK, principal{role: roleRouter, router: "router-c"}},
+		{"admin identity", certs, ctx(tlsPeer(cert("ops"), true)), codes.OK, principal{role: roleAdmin}},
+		{"audit identity", certs, ctx(tlsPeer(cert("x", "aud"), true)), codes.OK, principal{role: roleAudit}},
+		{"unverified certificate", certs, ctx(tlsPeer(cert("ops", "ops"), false)), codes.Unauthenticated, principal{}},
+		{"no certificate, loopback", certs, ctx(loop), codes.Unauthenticated, principal{}},
+		{"no identity in certificate", certs, ctx(tlsPeer(cert(""), true)), codes.Unauthenticated, principal{}},
+		{"identity unusable as router", certs, ctx(tlsPeer(cert("a/b"), true)), codes.PermissionDenied, principal{}},
+		{"no tokens configured, token sent", certs, ctx(tlsPeer(cert("ops"), true), "Bearer s"), codes.Unauthenticated, principal{}},
+		{"token wins", both, ctx(tlsPeer(cert("r2"), true), "Bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"router token wins", both, ctx(tlsPeer(cert("r2"), true), "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
+		{"unknown token, good certificate", both, ctx(tlsPeer(cert("r2"), true), "Bearer nope"), codes.Unauthenticated, principal{}},
+		{"malformed authorization, good certificate", both, ctx(tlsPeer(cert("r2"), true), "Basic s"), codes.Unauthenticated, principal{}},
+		{"certificate alone, tokens configured too", both, ctx(tlsPeer(cert("r2"), true)), codes.OK, principal{role: roleRouter, router: "r2"}},
+		{"certificates not configured: ignored", tokensOnly, ctx(tlsPeer(cert("r2"), true)), codes.Unauthenticated, principal{}},
+		{"nothing configured: remote certificate still refused", none, ctx(tlsPeer(cert("ops"), true)), codes.PermissionDenied, principal{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, st := tc.a.authenticate(tc.ctx)
+			if st.Code() != tc.code || p != tc.want {
+				t.Fatalf("authenticate = %+v, %v; want %+v, %s", p, st.Err(), tc.want, tc.code)
+			}
+		})
+	}
+	if !none.loopbackOnly() || certs.loopbackOnly() || tokensOnly.loopbackOnly() {
+		t.Errorf("loopbackOnly: none=%v certs=%v tokens=%v, want true false false", none.loopbackOnly(), certs.loopbackOnly(), tokensOnly.loopbackOnly())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
@@ -16,13 +17,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// serve serves a fresh memory ledger with cfg on a TCP listener at addr
-// ("127.0.0.1:0" for loopback) until the test ends, and returns the ledger
-// (for checks behind the server's back) and the reserver's URL.
-func serve(t *testing.T, cfg rpc.Config, addr string) (*memory.Ledger, string) {
+// serve serves a fresh memory ledger with cfg and opts (credentials) on a
+// TCP listener at addr ("127.0.0.1:0" for loopback) until the test ends,
+// and returns the ledger (for checks behind the server's back) and the
+// reserver's URL.
+func serve(t *testing.T, cfg rpc.Config, addr string, opts ...grpc.ServerOption) (*memory.Ledger, string) {
 	t.Helper()
 	l := memory.New(ledger.Options{RecoveryWindow: -1}, nil)
-	g, err := rpc.NewGRPCServer(l, cfg)
+	g, err := rpc.NewGRPCServer(l, cfg, opts...)
 	if err != nil {
 		t.Fatalf("NewGRPCServer: %v", err)
 	}

@@ -34,9 +34,9 @@ func New(l ledger.Ledger, cfg Config) (*Server, error) {
 	return &Server{l: l, auth: newAuthenticator(cfg)}, nil
 }
 
-// LoopbackOnly reports whether no token is configured, so that only loopback
-// peers are served.
-func (s *Server) LoopbackOnly() bool { return len(s.auth.creds) == 0 }
+// LoopbackOnly reports whether neither a token nor client certificates are
+// configured, so that only loopback peers are served.
+func (s *Server) LoopbackOnly() bool { return s.auth.loopbackOnly() }
 
 // Register registers s on g.
 func (s *Server) Register(g grpc.ServiceRegistrar) { pb.RegisterLedgerServer(g, s) }

@@ -1,0 +1,267 @@
+package rpc_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/reserver/rpc"
+)
+
+// testCA is a certificate authority made for one test; its files live in
+// the test's temporary directory.
+type testCA struct {
+	dir    string
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	caFile string
+	serial int64
+}
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &testCA{dir: t.TempDir(), cert: cert, key: key, serial: 1}
+	ca.caFile = writePEM(t, ca.dir, name+"-ca.pem", "CERTIFICATE", der)
+	return ca
+}
+
+// issue signs a leaf certificate; DNS SANs, CommonName and usage come from
+// the arguments. It returns the PEM files and the parsed key pair.
+func (ca *testCA) issue(t *testing.T, file, cn string, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.serial),
+		Subject:      pkix.Name{CommonName: cn},
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile = writePEM(t, ca.dir, file+".pem", "CERTIFICATE", der)
+	keyFile = writePEM(t, ca.dir, file+"-key.pem", "EC PRIVATE KEY", kder)
+	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, pair
+}
+
+func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// mtlsServer serves cfg over TLS on loopback, requiring client
+// certificates signed by ca, with a server certificate for 127.0.0.1.
+func mtlsServer(t *testing.T, ca *testCA, cfg rpc.Config) (ledger.Ledger, string) {
+	t.Helper()
+	_, _, pair := ca.issue(t, "server", "reserver", nil, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	creds := credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	})
+	return serve(t, cfg, "127.0.0.1:0", grpc.Creds(creds))
+}
+
+// tlsClient dials url verifying the server against ca, presenting the
+// client certificate in certFile/keyFile (none when empty) and token.
+func tlsClient(t *testing.T, url string, ca *testCA, certFile, keyFile, token string) *remote.Ledger {
+	t.Helper()
+	c, err := remote.Dial(url, remote.Options{Token: token, CAFile: ca.caFile, CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		t.Fatalf("Dial(%s): %v", url, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestMTLSIdentities(t *testing.T) {
+	ca := newTestCA(t, "leasehold-clients")
+	l, url := mtlsServer(t, ca, rpc.Config{
+		ClientCerts:     true,
+		AdminIdentities: []string{"ops-admin"},
+		AuditIdentities: []string{"auditor"},
+	})
+	ctx := t.Context()
+	// The admin certificate has no SAN: its CommonName is its identity.
+	adminCert, adminKey, _ := ca.issue(t, "admin", "ops-admin", nil, nil, x509.ExtKeyUsageClientAuth)
+	// A router certificate's first DNS SAN wins over its CommonName.
+	aCert, aKey, _ := ca.issue(t, "router-a", "ignored-cn", []string{"router-a", "router-b"}, nil, x509.ExtKeyUsageClientAuth)
+	bCert, bKey, _ := ca.issue(t, "router-b", "router-b", nil, nil, x509.ExtKeyUsageClientAuth)
+	auditCert, auditKey, _ := ca.issue(t, "auditor", "x", []string{"auditor"}, nil, x509.ExtKeyUsageClientAuth)
+
+	admin := tlsClient(t, url, ca, adminCert, adminKey, "")
+	if _, err := admin.Configure(ctx, spec); err != nil {
+		t.Fatalf("Configure with an admin identity: %v", err)
+	}
+	b := tlsClient(t, url, ca, bCert, bKey, "")
+	if _, err := b.KeepAlive(ctx, "p", "router-b/x", time.Minute); err != nil {
+		t.Fatalf("KeepAlive for router-b/x as router-b: %v", err)
+	}
+	bg, err := b.Acquire(ctx, acquireReq("router-b/x", "b-1"))
+	if err != nil {
+		t.Fatalf("Acquire for router-b/x as router-b: %v", err)
+	}
+
+	a := tlsClient(t, url, ca, aCert, aKey, "")
+	before := state(t, l)
+	for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
+		err := calls(a, "router-b/x", bg.Lease)[name](ctx)
+		wantCode(t, name+" for router-b/x as router-a", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	}
+	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
+		err := calls(a, "router-a/x", bg.Lease)[name](ctx)
+		wantCode(t, name+" as router-a", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	}
+	if after := state(t, l); after != before {
+		t.Errorf("refused calls changed the ledger:\n got %s\nwant %s", after, before)
+	}
+
+	if _, err := a.KeepAlive(ctx, "p", "router-a/x", time.Minute); err != nil {
+		t.Fatalf("KeepAlive for router-a/x as router-a: %v", err)
+	}
+	g, err := a.Acquire(ctx, acquireReq("router-a/x", "a-1"))
+	if err != nil {
+		t.Fatalf("Acquire for router-a/x as router-a: %v", err)
+	}
+	if _, err := a.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
+		t.Errorf("Release of its own lease as router-a: %v", err)
+	}
+	if _, err := a.List(ctx, ledger.Filter{}); err != nil {
+		t.Errorf("List as router-a: %v", err)
+	}
+
+	au := tlsClient(t, url, ca, auditCert, auditKey, "")
+	if _, err := au.Stats(ctx, "p"); err != nil {
+		t.Errorf("Stats as the audit identity: %v", err)
+	}
+	_, err = au.KeepAlive(ctx, "p", "auditor", time.Minute)
+	wantCode(t, "KeepAlive as the audit identity", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	_, err = au.Configure(ctx, spec)
+	wantCode(t, "Configure as the audit identity", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+
+	// The admin identity may act for any holder.
+	if _, err := admin.Renew(ctx, bg.Lease.Ref(), time.Minute); err != nil {
+		t.Errorf("Renew of router-b's lease as the admin identity: %v", err)
+	}
+}
+
+// TestMTLSTokenWins: with tokens and a client CA, a token that is sent
+// decides, whatever the certificate says; without one the certificate does.
+func TestMTLSTokenWins(t *testing.T) {
+	ca := newTestCA(t, "leasehold-clients")
+	cfg := authConfig()
+	cfg.ClientCerts = true
+	_, url := mtlsServer(t, ca, cfg)
+	ctx := t.Context()
+	aCert, aKey, _ := ca.issue(t, "router-a", "router-a", []string{"router-a"}, nil, x509.ExtKeyUsageClientAuth)
+
+	if _, err := tlsClient(t, url, ca, aCert, aKey, sharedToken).Configure(ctx, spec); err != nil {
+		t.Fatalf("Configure with router-a's certificate and the shared token: %v", err)
+	}
+	asB := tlsClient(t, url, ca, aCert, aKey, tokB)
+	if _, err := asB.KeepAlive(ctx, "p", "router-b/1", time.Minute); err != nil {
+		t.Errorf("KeepAlive for router-b/1 with router-b's token over router-a's certificate: %v", err)
+	}
+	_, err := asB.KeepAlive(ctx, "p", "router-a/1", time.Minute)
+	wantCode(t, "KeepAlive for router-a/1 with router-b's token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	_, err = tlsClient(t, url, ca, aCert, aKey, "not-a-token").KeepAlive(ctx, "p", "router-a/1", time.Minute)
+	wantCode(t, "KeepAlive with an unknown token and a good certificate", err, codes.Unauthenticated, remote.ErrUnauthenticated)
+	if _, err := tlsClient(t, url, ca, aCert, aKey, "").KeepAlive(ctx, "p", "router-a/1", time.Minute); err != nil {
+		t.Errorf("KeepAlive for router-a/1 with router-a's certificate alone: %v", err)
+	}
+}
+
+// TestMTLSRefused: without a certificate, or with one the client CA did not
+// sign, nothing is served.
+func TestMTLSRefused(t *testing.T) {
+	ca := newTestCA(t, "leasehold-clients")
+	l, url := mtlsServer(t, ca, rpc.Config{ClientCerts: true, AdminIdentities: []string{"ops-admin"}})
+	other := newTestCA(t, "someone-else")
+	// Same names as the trusted ones, signed by the other CA.
+	uCert, uKey, _ := other.issue(t, "untrusted-admin", "ops-admin", []string{"ops-admin"}, nil, x509.ExtKeyUsageClientAuth)
+	for _, tc := range []struct {
+		name            string
+		certFile, keyFl string
+	}{
+		{"no client certificate", "", ""},
+		{"untrusted client certificate", uCert, uKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tlsClient(t, url, ca, tc.certFile, tc.keyFl, "")
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			for name, call := range calls(c, "ops-admin", ledger.Lease{Pool: "p", Engine: "e1"}) {
+				err := call(ctx)
+				if code := status.Code(err); code != codes.Unavailable && code != codes.Unauthenticated {
+					t.Errorf("%s: %v (code %s), want the handshake to fail (Unavailable) or Unauthenticated", name, err, code)
+				}
+			}
+		})
+	}
+	if ps, err := l.Pools(t.Context()); err != nil || len(ps) != 0 {
+		t.Errorf("Pools after refused calls = %v, %v; want none configured", ps, err)
+	}
+}
