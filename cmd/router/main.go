@@ -1,0 +1,92 @@
+// Command router is a Leasehold router replica: an OpenAI-compatible proxy
+// that leases KV-token and slot capacity from the shared ledger before it
+// dispatches each request to a GPU engine. The wiring lives in
+// internal/route; this file parses, starts, waits for a signal and shuts
+// down in order.
+//
+//	router --ledger URL --config FLEET.yaml --listen ADDR --id NAME [--admission=ledger|local]
+//
+// Every flag can also be set from the environment: --queue-depth is
+// LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
+// reserver (grpc:// ledgers).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/route"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	cfg, err := route.ParseFlags(os.Args[1:], os.LookupEnv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 2
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("router", cfg.ID)
+
+	f, err := fleet.Load(cfg.FleetFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "router: --config:", err)
+		return 2
+	}
+	var l ledger.Ledger
+	if cfg.Admission == route.AdmissionLedger {
+		token, _ := os.LookupEnv("LEASEHOLD_TOKEN")
+		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: remote.Options{Token: token}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "router: --ledger:", err)
+			return 2
+		}
+		defer l.Close()
+	}
+
+	sigC := make(chan os.Signal, 2)
+	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigC)
+
+	r, err := route.New(cfg, route.Options{Fleet: f, Ledger: l, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 2
+	}
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		return 1
+	}
+	code := 0
+	select {
+	case sig := <-sigC:
+		log.Info("shutting down", "signal", sig.String())
+	case err := <-r.Err():
+		log.Error("server failed; shutting down", "err", err)
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+	defer cancel()
+	if err := r.Shutdown(sctx); err != nil {
+		log.Error("shutdown", "err", err)
+		code = 1
+	}
+	log.Info("stopped")
+	return code
+}

@@ -1,0 +1,252 @@
+package route
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// EnvPrefix prefixes the environment variable of every flag: --queue-depth
+// is also LEASEHOLD_QUEUE_DEPTH. A flag given on the command line wins.
+const EnvPrefix = "LEASEHOLD_"
+
+// Admission modes.
+const (
+	// AdmissionLedger leases every request from the shared ledger (the
+	// default and the point of Leasehold).
+	AdmissionLedger = "ledger"
+	// AdmissionLocal is the BASELINE of today's routers, kept for
+	// comparison only: admit against a scraped engine-metrics snapshot plus
+	// this router's own additions. N routers over-admit up to N times.
+	AdmissionLocal = "local"
+)
+
+// Config is the router process's settings. Register the flags with
+// RegisterFlags, apply the environment with ApplyEnv, then Validate.
+type Config struct {
+	// Ledger is the --ledger URL (required in ledger admission).
+	Ledger string
+	// FleetFile is the fleet YAML (--config); required.
+	FleetFile string
+	// Listen is the HTTP listen address (default 127.0.0.1:8080; port 0
+	// picks a free one).
+	Listen string
+	// ID names this router (--id); holder ids are "<ID>/<random>".
+	// Required.
+	ID string
+	// Admission is "ledger" (default) or "local" (baseline, see
+	// AdmissionLocal).
+	Admission string
+
+	// Overcommit reserves a learned high quantile of completion lengths
+	// (capped by max_tokens) instead of max_tokens. Off by default: with it
+	// the ledger no longer bounds the engines' worst case.
+	Overcommit bool
+	// OvercommitQuantile is that quantile, in (0, 1) (default 0.95).
+	OvercommitQuantile float64
+	// PromptMargin is how many mean absolute deviations above the
+	// calibrated prompt-token ratio the estimate is taken (default 2).
+	PromptMargin float64
+
+	// MaxBodyBytes bounds a request body (default 4 MiB).
+	MaxBodyBytes int64
+	// MaxModelLen is the engines' context length in tokens: the most
+	// prompt + output of one sequence, and the reservation per sequence
+	// when a request gives no max_tokens (default 8192).
+	MaxModelLen int64
+	// MaxN bounds a request's n (default 128).
+	MaxN int
+	// AffinityBytes is how many leading prompt bytes pick the preferred
+	// engine by rendezvous hashing (default 256; 0 disables affinity).
+	AffinityBytes int
+	// AffinityBonus is added to the preferred engine's free-capacity
+	// score, a fraction in [0, 1] (default 0.15).
+	AffinityBonus float64
+
+	// QueueDepth bounds the requests waiting for capacity per pool
+	// (default 64; 0 rejects at once).
+	QueueDepth int
+	// QueueTimeout bounds a request's wait for capacity (default 5s).
+	QueueTimeout time.Duration
+	// QueueQuota also queues tenant-quota rejections (default false: they
+	// are answered 429 at once).
+	QueueQuota bool
+
+	// UpstreamTimeout bounds one upstream exchange, streaming included
+	// (default 10m).
+	UpstreamTimeout time.Duration
+	// ScrapeInterval is the local admission's metrics scrape interval
+	// (default 1s).
+	ScrapeInterval time.Duration
+	// ShutdownTimeout bounds draining in-flight requests on shutdown
+	// (default 30s).
+	ShutdownTimeout time.Duration
+	// ReadyTimeout bounds the wait for the first holder session at start;
+	// the router serves (unready) meanwhile (default 30s).
+	ReadyTimeout time.Duration
+	// LogLevel is debug, info, warn or error (default info).
+	LogLevel string
+}
+
+// Defaults returns a Config with every default set.
+func Defaults() Config {
+	return Config{
+		Listen:             "127.0.0.1:8080",
+		Admission:          AdmissionLedger,
+		OvercommitQuantile: 0.95,
+		PromptMargin:       2,
+		MaxBodyBytes:       4 << 20,
+		MaxModelLen:        8192,
+		MaxN:               128,
+		AffinityBytes:      256,
+		AffinityBonus:      0.15,
+		QueueDepth:         64,
+		QueueTimeout:       5 * time.Second,
+		UpstreamTimeout:    10 * time.Minute,
+		ScrapeInterval:     time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		ReadyTimeout:       30 * time.Second,
+		LogLevel:           "info",
+	}
+}
+
+// RegisterFlags registers c's flags on fs, with c's values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Ledger, "ledger", c.Ledger, "ledger URL: memory://, redis://host:port/db, etcd://host:port, grpc://host:port")
+	fs.StringVar(&c.FleetFile, "config", c.FleetFile, "fleet file (YAML); required")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
+	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<random>); required")
+	fs.StringVar(&c.Admission, "admission", c.Admission, "ledger, or local: the over-admitting BASELINE of today's routers, for comparison only")
+	fs.BoolVar(&c.Overcommit, "overcommit", c.Overcommit, "reserve a learned completion-length quantile instead of max_tokens")
+	fs.Float64Var(&c.OvercommitQuantile, "overcommit-quantile", c.OvercommitQuantile, "completion-length quantile reserved with --overcommit, in (0, 1)")
+	fs.Float64Var(&c.PromptMargin, "prompt-margin", c.PromptMargin, "prompt estimate: mean absolute deviations added to the calibrated ratio")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted")
+	fs.Int64Var(&c.MaxModelLen, "max-model-len", c.MaxModelLen, "engines' context length in tokens (prompt + output of one sequence)")
+	fs.IntVar(&c.MaxN, "max-n", c.MaxN, "largest n (choices per request) accepted")
+	fs.IntVar(&c.AffinityBytes, "affinity-bytes", c.AffinityBytes, "leading prompt bytes hashed for engine affinity (0 disables)")
+	fs.Float64Var(&c.AffinityBonus, "affinity-bonus", c.AffinityBonus, "score bonus of the affinity engine, in [0, 1]")
+	fs.IntVar(&c.QueueDepth, "queue-depth", c.QueueDepth, "requests waiting for capacity per pool (0: reject at once)")
+	fs.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for capacity")
+	fs.BoolVar(&c.QueueQuota, "queue-quota", c.QueueQuota, "also queue tenant-quota rejections")
+	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "bound on one upstream exchange, streaming included")
+	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
+	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long to wait for the first holder session before giving up")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+}
+
+// EnvName returns the environment variable of a flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ApplyEnv sets every flag of fs not given on the command line from its
+// environment variable (EnvName), if set. Call it after fs.Parse.
+func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v, ok := lookup(EnvName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// ParseFlags parses args and the environment into a validated Config.
+func ParseFlags(args []string, lookup func(string) (string, bool), out interface{ Write([]byte) (int, error) }) (Config, error) {
+	c := Defaults()
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := ApplyEnv(fs, lookup); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate rejects settings the router cannot run with, naming the flag and
+// what is allowed.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.FleetFile == "" {
+		bad("--config: the fleet file is required (or env %s)", EnvName("config"))
+	}
+	switch c.Admission {
+	case AdmissionLedger:
+		if c.Ledger == "" {
+			bad("--ledger: required with --admission=ledger (memory://, redis://host:port/db, etcd://host:port, grpc://host:port)")
+		}
+	case AdmissionLocal:
+	default:
+		bad("--admission = %q: want ledger or local", c.Admission)
+	}
+	if c.ID == "" || len(c.ID) > ledger.MaxIDLen-17 || strings.ContainsAny(c.ID, " \t\r\n") {
+		bad("--id = %q: required, 1..%d bytes, no spaces", c.ID, ledger.MaxIDLen-17)
+	}
+	if c.Listen == "" {
+		bad("--listen: must not be empty")
+	}
+	if !(c.OvercommitQuantile > 0 && c.OvercommitQuantile < 1) {
+		bad("--overcommit-quantile = %v: want (0, 1)", c.OvercommitQuantile)
+	}
+	if !(c.PromptMargin >= 0 && c.PromptMargin <= 10) {
+		bad("--prompt-margin = %v: want 0..10", c.PromptMargin)
+	}
+	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 1<<30 {
+		bad("--max-body-bytes = %d: want 1024..%d", c.MaxBodyBytes, 1<<30)
+	}
+	if c.MaxModelLen < 16 || c.MaxModelLen > ledger.MaxAmount {
+		bad("--max-model-len = %d: want 16..%d", c.MaxModelLen, ledger.MaxAmount)
+	}
+	if c.MaxN < 1 || c.MaxN > 1024 {
+		bad("--max-n = %d: want 1..1024", c.MaxN)
+	}
+	if c.AffinityBytes < 0 {
+		bad("--affinity-bytes = %d: want >= 0", c.AffinityBytes)
+	}
+	if !(c.AffinityBonus >= 0 && c.AffinityBonus <= 1) {
+		bad("--affinity-bonus = %v: want [0, 1]", c.AffinityBonus)
+	}
+	if c.QueueDepth < 0 {
+		bad("--queue-depth = %d: want >= 0", c.QueueDepth)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"--queue-timeout", c.QueueTimeout, 0},
+		{"--upstream-timeout", c.UpstreamTimeout, time.Second},
+		{"--scrape-interval", c.ScrapeInterval, 10 * time.Millisecond},
+		{"--shutdown-timeout", c.ShutdownTimeout, 0},
+		{"--ready-timeout", c.ReadyTimeout, 0},
+	} {
+		if d.v < d.min {
+			bad("%s = %s: must be at least %s", d.flag, d.v, d.min)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("--log-level = %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}

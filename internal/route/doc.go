@@ -1,0 +1,48 @@
+// Package route owns the router's HTTP proxy: the OpenAI-compatible front
+// (POST /v1/chat/completions and /v1/completions, streaming and not; GET
+// /v1/models, /healthz, /readyz, /metrics) that leases capacity from the
+// shared ledger before it dispatches a request to an engine.
+//
+// # A request's way through
+//
+//  1. Authenticate: Authorization: Bearer <key> names the tenant
+//     (fleet.TenantForKey); no or unknown key is 401.
+//  2. Validate (request.go): JSON object, model, messages or prompt,
+//     max_tokens (1..MaxModelLen), n (1..MaxN), stream options, priority
+//     (X-Priority header, else the body's "priority", else the fleet's
+//     default). Every refusal is a 4xx naming the field, before any lease.
+//  3. Estimate (estimate.go): KV tokens = (prompt + output reservation) × n,
+//     slots = n, with the prompt calibrated from engines' reported usage.
+//  4. Rank (rank.go): the pool's engines by free capacity in this router's
+//     view, with prompt-prefix affinity by rendezvous hashing.
+//  5. Acquire once over the ranked candidates (lease.Manager; or the local
+//     baseline). Capacity rejections wait in a bounded per-pool queue
+//     (queue.go); the final rejection is 503 (capacity) or 429 (tenant
+//     quota) with a jittered Retry-After and the ledger's reason as code;
+//     ReasonTooLarge is 400. A ledger that cannot confirm a grant (fenced,
+//     unreachable) is 503 ledger_unavailable: fail-closed.
+//  6. Dispatch (proxy.go): proxy to the granted engine, streaming with
+//     flushes; when streaming, stream_options.include_usage is injected so
+//     the actual usage is known (and its chunk dropped if the client did
+//     not ask). Dispatch selects on the lease's Done: a fenced or lost lease
+//     cancels the upstream request and ends the client's answer with an
+//     error. The lease is released once, with the actual usage, on every
+//     way out, under its own bounded context.
+//
+// The statuses and codes of every error are one table, toAPIError
+// (errors.go).
+//
+// # Admission modes
+//
+// "ledger" (the default) is Leasehold. "local" is the BASELINE of today's
+// routers, kept only to measure the gap: each router admits against the
+// last scrape of the engines' metrics plus its own dispatches since, with
+// nothing shared, so N routers over-admit. It logs a warning at start.
+//
+// # Not here
+//
+// The ledger's semantics (internal/ledger), holder sessions, renewal and
+// fencing (internal/lease), and reconciliation from telemetry (the
+// reserver) are not this package's. Block leases are not implemented.
+// Batches of several prompts in one completions request are refused.
+package route

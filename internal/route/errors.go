@@ -1,0 +1,134 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// Router errors, checked with errors.Is.
+var (
+	// ErrUnauthorized: no bearer key, or one no tenant owns.
+	ErrUnauthorized = errors.New("route: missing or unknown API key")
+	// ErrForbidden: the tenant may not use the pool.
+	ErrForbidden = errors.New("route: tenant may not use this model")
+	// ErrUnknownModel: the request's model names no pool.
+	ErrUnknownModel = errors.New("route: unknown model")
+	// ErrUnknownPriority: X-Priority or "priority" names no class.
+	ErrUnknownPriority = errors.New("route: unknown priority")
+	// ErrBodyTooLarge: the body exceeds MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("route: request body too large")
+	// ErrShuttingDown: the router is draining.
+	ErrShuttingDown = errors.New("route: shutting down")
+	// ErrUpstream: the engine could not be reached or failed mid-answer.
+	ErrUpstream = errors.New("route: upstream engine failed")
+	// ErrUpstreamTimeout: the engine did not finish within UpstreamTimeout.
+	ErrUpstreamTimeout = errors.New("route: upstream engine timed out")
+)
+
+// apiError is an error's HTTP answer.
+type apiError struct {
+	status int
+	typ    string
+	code   string
+	param  string
+	msg    string
+	// retryAfter, when > 0, is sent jittered as Retry-After.
+	retryAfter time.Duration
+}
+
+// toAPIError maps every error the request path returns to its HTTP answer:
+// the one table of statuses and codes.
+//
+//	validation (badRequest)          400 invalid_request_error  invalid_request (param names the field)
+//	unknown priority                 400 invalid_request_error  invalid_priority
+//	ledger ReasonTooLarge            400 invalid_request_error  too_large (can never fit)
+//	missing/unknown API key          401 authentication_error   invalid_api_key
+//	tenant not allowed in the pool   403 permission_error       model_not_allowed
+//	unknown model                    404 not_found_error        model_not_found
+//	body too large                   413 invalid_request_error  body_too_large
+//	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After
+//	capacity (other reasons)         503 capacity_error         <reason>, Retry-After
+//	fenced, ledger unreachable/error 503 service_unavailable    ledger_unavailable, Retry-After
+//	lease lost while dispatching     503 service_unavailable    lease_lost
+//	shutting down                    503 service_unavailable    shutting_down
+//	engine unreachable / failed      502 upstream_error         upstream_error
+//	engine timeout                   504 upstream_error         upstream_timeout
+func toAPIError(err error) *apiError {
+	var br *badRequest
+	if errors.As(err, &br) {
+		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_request", param: br.param, msg: br.msg}
+	}
+	if rej := ledger.AsRejection(err); rej != nil {
+		switch {
+		case rej.Reason == ledger.ReasonTooLarge:
+			return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: string(rej.Reason), param: "max_tokens",
+				msg: "the request can never fit: it needs more KV-cache tokens or slots than any engine (or the tenant's quota) allows; lower max_tokens or n"}
+		case rej.Reason.Quota():
+			return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: string(rej.Reason),
+				msg: "tenant quota exhausted: " + string(rej.Reason), retryAfter: rej.RetryAfter}
+		default:
+			return &apiError{status: http.StatusServiceUnavailable, typ: "capacity_error", code: string(rej.Reason),
+				msg: "no engine capacity: " + string(rej.Reason), retryAfter: rej.RetryAfter}
+		}
+	}
+	switch {
+	case errors.Is(err, ErrUnknownPriority):
+		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_priority", param: "priority", msg: err.Error()}
+	case errors.Is(err, ErrUnauthorized):
+		return &apiError{status: http.StatusUnauthorized, typ: "authentication_error", code: "invalid_api_key", msg: "missing or unknown API key (Authorization: Bearer <key>)"}
+	case errors.Is(err, ErrForbidden):
+		return &apiError{status: http.StatusForbidden, typ: "permission_error", code: "model_not_allowed", param: "model", msg: err.Error()}
+	case errors.Is(err, ErrUnknownModel):
+		return &apiError{status: http.StatusNotFound, typ: "not_found_error", code: "model_not_found", param: "model", msg: err.Error()}
+	case errors.Is(err, ErrBodyTooLarge):
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "body_too_large", msg: err.Error()}
+	case errors.Is(err, ErrShuttingDown):
+		return &apiError{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "shutting_down", msg: err.Error(), retryAfter: time.Second}
+	case errors.Is(err, lease.ErrLeaseLost):
+		return &apiError{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "lease_lost", msg: err.Error(), retryAfter: time.Second}
+	case errors.Is(err, ErrUpstreamTimeout):
+		return &apiError{status: http.StatusGatewayTimeout, typ: "upstream_error", code: "upstream_timeout", msg: err.Error()}
+	case errors.Is(err, ErrUpstream):
+		return &apiError{status: http.StatusBadGateway, typ: "upstream_error", code: "upstream_error", msg: err.Error()}
+	}
+	// Fenced, closed, unknown session, transport failure, deadline: the
+	// ledger cannot confirm a grant, so admit nothing (fail-closed).
+	return &apiError{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "ledger_unavailable",
+		msg: "the capacity ledger is unavailable; not admitting (fail-closed)", retryAfter: time.Second}
+}
+
+// jitterRetryAfter spreads a hint over 0.5-1.5× and rounds up to whole
+// seconds, at least 1.
+func jitterRetryAfter(d time.Duration) int {
+	j := time.Duration(float64(d) * (0.5 + rand.Float64()))
+	return max(1, int((j+time.Second-1)/time.Second))
+}
+
+// writeError answers with ae's status and an OpenAI-style body.
+func writeError(w http.ResponseWriter, ae *apiError) {
+	if ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(jitterRetryAfter(ae.retryAfter)))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.status)
+	_ = json.NewEncoder(w).Encode(errorBody(ae))
+}
+
+func errorBody(ae *apiError) map[string]any {
+	var param any
+	if ae.param != "" {
+		param = ae.param
+	}
+	return map[string]any{"error": map[string]any{"message": ae.msg, "type": ae.typ, "code": ae.code, "param": param}}
+}
+
+// isTimeout reports whether err is a context deadline.
+func isTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }

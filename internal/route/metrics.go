@@ -1,0 +1,119 @@
+package route
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// metrics are the router's, all leasehold_router_*, in one registry per
+// Router. Labels are bounded: pools and engines come from the fleet file
+// ("" for a request naming no known pool), codes and reasons from fixed
+// sets.
+type metrics struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec   // pool, status, code
+	grants     *prometheus.CounterVec   // pool
+	rejections *prometheus.CounterVec   // pool, reason
+	queueDepth *prometheus.GaugeVec     // pool
+	queueWait  *prometheus.HistogramVec // pool, outcome
+	holdSecs   *prometheus.HistogramVec // pool
+	upstream   *prometheus.HistogramVec // pool, engine, stream
+	firstByte  *prometheus.HistogramVec // pool, engine
+	estRatio   *prometheus.GaugeVec     // pool
+}
+
+func newMetrics() *metrics {
+	const ns, sub = "leasehold", "router"
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
+			Help: "Inference requests answered, by pool, HTTP status and error code (\"\" on success)."}, []string{"pool", "status", "code"}),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "grants_total",
+			Help: "Capacity grants (leases, or local admissions in the baseline mode)."}, []string{"pool"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejections_total",
+			Help: "Requests finally refused capacity, by ledger reason, queue_full, or ledger_unavailable."}, []string{"pool", "reason"}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_depth",
+			Help: "Requests waiting for capacity."}, []string{"pool"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "queue_wait_seconds",
+			Help: "Time requests waited for capacity, by outcome (granted, rejected, cancelled).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"pool", "outcome"}),
+		holdSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lease_hold_seconds",
+			Help: "Time from grant to release.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"pool"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "upstream_seconds",
+			Help: "Whole upstream exchange, streaming included.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"pool", "engine", "stream"}),
+		firstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "upstream_first_byte_seconds",
+			Help: "Time until the engine's response headers.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}, []string{"pool", "engine"}),
+		estRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "prompt_estimate_ratio",
+			Help: "Calibrated prompt tokens per raw (bytes/4) estimate, margin included."}, []string{"pool"}),
+	}
+	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// registerAdmitter adds the fenced gauge and, in ledger admission, the
+// lease manager's counters, read at scrape time.
+func (m *metrics) registerAdmitter(a admitter, pools []ledger.PoolID) {
+	for _, p := range pools {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasehold", Subsystem: "router", Name: "fenced",
+			Help: "1 while the pool's holder session is unconfirmed (no new grants; held leases cancelled).", ConstLabels: prometheus.Labels{"pool": string(p)}},
+			func() float64 {
+				if a.fenced(p) {
+					return 1
+				}
+				return 0
+			}))
+	}
+	if la, ok := a.(*ledgerAdmitter); ok {
+		m.reg.MustRegister(&leaseCollector{m: la.m})
+	}
+}
+
+// leaseCollector exports lease.Manager's counters.
+type leaseCollector struct{ m *lease.Manager }
+
+var (
+	leaseDescs = map[string]*prometheus.Desc{}
+	leaseNames = []struct{ name, help string }{
+		{"lease_renewals_total", "Lease renewals."},
+		{"lease_renew_failures_total", "Failed lease renewals."},
+		{"lease_reasserts_total", "Leases re-asserted after ledger loss."},
+		{"lease_lost_total", "Leases lost (Done closed with ErrLeaseLost)."},
+		{"lease_fences_total", "Times a pool's session fenced itself."},
+		{"lease_fenced_leases_total", "Leases cancelled by fencing."},
+		{"lease_release_failures_total", "Releases left to retry in the background."},
+		{"lease_acquire_retries_total", "Acquire re-sends after a lost reply."},
+		{"keepalive_failures_total", "Failed holder-session keepalives."},
+	}
+	leaseHeld = prometheus.NewDesc("leasehold_router_leases_held", "Leases this router holds.", nil, nil)
+)
+
+func init() {
+	for _, n := range leaseNames {
+		leaseDescs[n.name] = prometheus.NewDesc("leasehold_router_"+n.name, n.help, nil, nil)
+	}
+}
+
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range leaseDescs {
+		ch <- d
+	}
+	ch <- leaseHeld
+}
+
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.Stats()
+	k := s.Counters
+	for name, v := range map[string]uint64{
+		"lease_renewals_total": k.Renewals, "lease_renew_failures_total": k.RenewFailures,
+		"lease_reasserts_total": k.Reasserts, "lease_lost_total": k.Lost, "lease_fences_total": k.Fences,
+		"lease_fenced_leases_total": k.FencedLeases, "lease_release_failures_total": k.ReleaseFailures,
+		"lease_acquire_retries_total": k.AcquireRetries, "keepalive_failures_total": k.KeepAliveFails,
+	} {
+		ch <- prometheus.MustNewConstMetric(leaseDescs[name], prometheus.CounterValue, float64(v))
+	}
+	ch <- prometheus.MustNewConstMetric(leaseHeld, prometheus.GaugeValue, float64(s.Held))
+}

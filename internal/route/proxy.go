@@ -1,0 +1,416 @@
+package route
+
+// The request path: authenticate, read and validate (no lease is taken for
+// a request refused here), estimate, rank, acquire (queueing on capacity
+// rejections), dispatch, release. Dispatch selects on the ticket's Done:
+// when the lease is fenced, lost or revoked the upstream request is
+// cancelled (closing the engine connection aborts it) and the client's
+// answer ends with an error. The lease is released exactly once, with the
+// actual usage when the engine reported it, on every way out: completion,
+// upstream error, timeout, client disconnect, revocation; the release runs
+// under its own bounded context, never the request's.
+
+import (
+	"bufio"
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// maxUpstreamBody bounds a non-streaming answer read from an engine.
+const maxUpstreamBody = 64 << 20
+
+// outcome is what a request's answer was, for metrics.
+type outcome struct {
+	pool   ledger.PoolID
+	status int
+	code   string
+}
+
+func (r *Router) serveInference(w http.ResponseWriter, hr *http.Request, chat bool) {
+	r.inflight.Add(1)
+	defer r.inflight.Add(-1)
+	out, err := r.serve(w, hr, chat)
+	if err != nil {
+		ae := toAPIError(err)
+		writeError(w, ae)
+		out.status, out.code = ae.status, ae.code
+	}
+	r.met.requests.WithLabelValues(string(out.pool), strconv.Itoa(out.status), out.code).Inc()
+}
+
+// serve answers one inference request. On error nothing was written and
+// the caller answers with toAPIError(err).
+func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outcome, error) {
+	var out outcome
+	if r.draining.Load() {
+		return out, ErrShuttingDown
+	}
+	tenant, err := r.authenticate(hr)
+	if err != nil {
+		return out, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, hr.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return out, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, mbe.Limit)
+		}
+		return out, badf("", "reading the body: %v", err)
+	}
+	req, err := parseRequest(body, chat, limits{maxModelLen: r.cfg.MaxModelLen, maxN: r.cfg.MaxN}, r.cfg.AffinityBytes)
+	if err != nil {
+		return out, err
+	}
+	p := r.pools[req.model]
+	if p == nil {
+		return out, fmt.Errorf("%w: %q is not served here (GET /v1/models lists the models)", ErrUnknownModel, req.model)
+	}
+	out.pool = req.model
+	if !r.tenant(tenant).InPool(req.model) {
+		return out, fmt.Errorf("%w: %q", ErrForbidden, req.model)
+	}
+	prio, err := r.priority(hr, req)
+	if err != nil {
+		return out, err
+	}
+	kv, slots, _ := p.est.demand(req, r.cfg.MaxModelLen, r.cfg.Overcommit)
+	if kv > ledger.MaxAmount {
+		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
+	}
+	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.ratio())
+
+	areq := ledger.AcquireRequest{
+		Pool: req.model, Candidates: rank(r.adm.views(req.model), req.prefix, r.cfg.AffinityBonus),
+		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
+	}
+	t, err := r.acquire(hr.Context(), p, areq)
+	if err != nil {
+		reason := "ledger_unavailable"
+		if rej := ledger.AsRejection(err); rej != nil {
+			reason = string(rej.Reason)
+		} else if hr.Context().Err() != nil {
+			reason = "client_gone"
+		}
+		r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
+		return out, err
+	}
+	r.met.grants.WithLabelValues(string(req.model)).Inc()
+	status, code := r.dispatch(w, hr, p, req, t)
+	out.status, out.code = status, code
+	return out, nil
+}
+
+// priority is X-Priority, else the body's "priority", else the fleet's
+// default; it must name a configured class.
+func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
+	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
+	if name == "" {
+		name = req.priority
+	}
+	if name == "" {
+		return r.fleet.DefaultPriority, nil
+	}
+	for _, p := range r.fleet.Priorities {
+		if p.Name == name {
+			return name, nil
+		}
+	}
+	names := make([]string, 0, len(r.fleet.Priorities))
+	for _, p := range r.fleet.Priorities {
+		names = append(names, string(p.Name))
+	}
+	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
+}
+
+// acquire admits areq, waiting in p's queue on capacity rejections (see
+// queue.go). The last rejection is returned when the wait ends.
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (ticket, error) {
+	var (
+		elem     *list.Element
+		since    time.Time
+		deadline *time.Timer
+	)
+	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
+	waited := func(outcome string) {
+		if elem != nil {
+			p.q.leave(elem)
+			gauge.Dec()
+			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(time.Since(since).Seconds())
+			deadline.Stop()
+			elem = nil
+		}
+	}
+	for {
+		t, err := r.adm.admit(ctx, areq)
+		if err == nil {
+			if elem != nil {
+				waited("granted")
+				p.q.notify() // pass the wake-up on: there may be room for more
+			}
+			return t, nil
+		}
+		rej := ledger.AsRejection(err)
+		if rej == nil || rej.Reason == ledger.ReasonTooLarge || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
+			waited("rejected")
+			return nil, err
+		}
+		if elem == nil {
+			if r.cfg.QueueTimeout <= 0 {
+				return nil, err
+			}
+			if elem = p.q.enter(); elem == nil {
+				r.met.rejections.WithLabelValues(string(areq.Pool), "queue_full").Inc()
+				return nil, err
+			}
+			gauge.Inc()
+			since = time.Now()
+			deadline = time.NewTimer(r.cfg.QueueTimeout)
+		}
+		hint := rej.RetryAfter
+		if hint <= 0 {
+			hint = time.Second
+		}
+		retry := time.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
+		select {
+		case <-elem.Value.(chan struct{}):
+		case <-retry.C:
+		case <-deadline.C:
+			retry.Stop()
+			waited("rejected")
+			return nil, err
+		case <-ctx.Done():
+			retry.Stop()
+			waited("cancelled")
+			return nil, ctx.Err()
+		case <-r.stopC:
+			retry.Stop()
+			waited("cancelled")
+			return nil, ErrShuttingDown
+		}
+		retry.Stop()
+	}
+}
+
+// usageOf reads an OpenAI usage object.
+type usageJSON struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// dispatch proxies req to t's engine and releases t. It always writes the
+// answer and returns its status and error code.
+func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t ticket) (status int, code string) {
+	granted := time.Now()
+	engine := t.engine()
+	var (
+		usage  ledger.Usage
+		known  bool  // usage reported by the engine
+		chunks int64 // stream chunks with choices, when usage is unknown
+	)
+	defer func() {
+		if !known {
+			usage = ledger.Usage{CompletionTokens: chunks}
+		}
+		_ = t.release(usage) // bounded, own context; retried in background
+		r.met.holdSecs.WithLabelValues(string(req.model)).Observe(time.Since(granted).Seconds())
+		p.q.notify()
+		if known {
+			p.est.observePrompt(req, usage.PromptTokens)
+			p.est.observeCompletion(usage.CompletionTokens / req.n)
+		}
+	}()
+
+	// ctx ends with the client, the upstream timeout, or the lease.
+	ctx, cancelTimeout := context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		select {
+		case <-t.done():
+			cancel(t.err())
+		case <-stopWatch:
+		}
+	}()
+	// failure classifies an upstream error by what ended ctx.
+	failure := func(err error) error {
+		switch cause := context.Cause(ctx); {
+		case ctx.Err() == nil:
+			return fmt.Errorf("%w: engine %s: %v", ErrUpstream, engine, err)
+		case t.err() != nil:
+			return fmt.Errorf("lease on engine %s ended while dispatching: %w", engine, t.err())
+		case errors.Is(cause, ErrUpstreamTimeout):
+			return fmt.Errorf("%w: engine %s after %s", ErrUpstreamTimeout, engine, r.cfg.UpstreamTimeout)
+		default:
+			return fmt.Errorf("client gone: %w", hr.Context().Err())
+		}
+	}
+	answer := func(err error) (int, string) {
+		if hr.Context().Err() != nil {
+			return 499, "client_gone" // nobody to answer
+		}
+		ae := toAPIError(err)
+		writeError(w, ae)
+		return ae.status, ae.code
+	}
+
+	body, err := req.upstreamBody()
+	if err != nil {
+		return answer(badf("", "re-encoding the body: %v", err))
+	}
+	path := "/v1/completions"
+	if req.chat {
+		path = "/v1/chat/completions"
+	}
+	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.urls[engine]+path, bytes.NewReader(body))
+	if err != nil {
+		return answer(fmt.Errorf("%w: %v", ErrUpstream, err))
+	}
+	ureq.Header.Set("Content-Type", "application/json")
+	if id := hr.Header.Get("X-Request-Id"); id != "" {
+		ureq.Header.Set("X-Request-Id", id)
+	}
+	start := time.Now()
+	resp, err := r.client.Do(ureq)
+	if err != nil {
+		return answer(failure(err))
+	}
+	defer resp.Body.Close()
+	r.met.firstByte.WithLabelValues(string(req.model), string(engine)).Observe(time.Since(start).Seconds())
+	defer func() {
+		r.met.upstream.WithLabelValues(string(req.model), string(engine), strconv.FormatBool(req.stream)).Observe(time.Since(start).Seconds())
+	}()
+
+	w.Header().Set("X-Leasehold-Engine", string(engine))
+	if !req.stream || resp.StatusCode != http.StatusOK {
+		data, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
+		if err != nil {
+			return answer(failure(err))
+		}
+		if resp.StatusCode == http.StatusOK {
+			var u struct {
+				Usage *usageJSON `json:"usage"`
+			}
+			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
+				usage, known = ledger.Usage{PromptTokens: u.Usage.PromptTokens, CompletionTokens: u.Usage.CompletionTokens}, true
+			}
+		}
+		copyHeader(w.Header(), resp.Header, "Content-Type")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(data)
+		code := ""
+		if resp.StatusCode != http.StatusOK {
+			code = "upstream_" + strconv.Itoa(resp.StatusCode)
+		}
+		return resp.StatusCode, code
+	}
+
+	// Streaming: pass events through as they come, flushing whenever the
+	// engine has nothing more buffered; drop the usage chunk the router
+	// asked for when the client did not.
+	copyHeader(w.Header(), resp.Header, "Content-Type", "Cache-Control")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	br := bufio.NewReaderSize(resp.Body, 32<<10)
+	var event bytes.Buffer
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			event.Write(line) // a long line: keep reading it
+			continue
+		}
+		if len(line) > 0 {
+			event.Write(line)
+		}
+		if err == nil && len(bytes.TrimSpace(line)) > 0 {
+			continue // inside an event
+		}
+		if event.Len() > 0 {
+			keep, u, hasChoices := inspectEvent(event.Bytes())
+			if u != nil {
+				usage, known = ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}, true
+				keep = keep || req.includeUsage
+			}
+			if hasChoices {
+				chunks++
+			}
+			if keep {
+				if _, werr := w.Write(event.Bytes()); werr != nil {
+					return 499, "client_gone"
+				}
+			}
+			event.Reset()
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) && ctx.Err() == nil {
+				_ = rc.Flush()
+				return http.StatusOK, ""
+			}
+			ferr := failure(err)
+			if hr.Context().Err() != nil {
+				return 499, "client_gone"
+			}
+			// Headers are gone: end the stream with an error event.
+			ae := toAPIError(ferr)
+			b, _ := json.Marshal(errorBody(ae))
+			_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+			_ = rc.Flush()
+			return ae.status, ae.code
+		}
+		if br.Buffered() == 0 {
+			if rc.Flush() != nil {
+				return 499, "client_gone"
+			}
+		}
+	}
+}
+
+// inspectEvent looks at one SSE event: keep is false for the usage-only
+// chunk (which the caller keeps if the client asked for it), u is its
+// usage, hasChoices reports a chunk carrying output.
+func inspectEvent(ev []byte) (keep bool, u *usageJSON, hasChoices bool) {
+	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
+	if !ok {
+		return true, nil, false
+	}
+	data = bytes.TrimSpace(data)
+	if bytes.Equal(data, []byte("[DONE]")) {
+		return true, nil, false
+	}
+	if !bytes.Contains(data, []byte(`"usage"`)) {
+		return true, nil, bytes.Contains(data, []byte(`"index"`))
+	}
+	var c struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *usageJSON        `json:"usage"`
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return true, nil, false
+	}
+	if c.Usage != nil && len(c.Choices) == 0 {
+		return false, c.Usage, false
+	}
+	return true, c.Usage, len(c.Choices) > 0
+}
+
+func copyHeader(dst, src http.Header, names ...string) {
+	for _, n := range names {
+		if v := src.Get(n); v != "" {
+			dst.Set(n, v)
+		}
+	}
+}

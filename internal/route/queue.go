@@ -1,0 +1,62 @@
+package route
+
+// The wait queue. A request refused for capacity (and, with QueueQuota,
+// for quota) waits in its pool's bounded queue instead of failing at once:
+// it retries when this router releases a lease in the pool (one waiter is
+// woken per release, oldest first, and a waiter that then succeeds passes
+// the wake-up on, since one release may make room for several) or after
+// the ledger's retry hint, jittered, whichever comes first, until
+// QueueTimeout. Releases by other routers are not seen; the hint covers
+// them. A full queue rejects at once. Newcomers try the ledger before
+// queueing, so the queue is not strictly FIFO.
+
+import (
+	"container/list"
+	"sync"
+)
+
+// waitQueue is one pool's queue. Safe for concurrent use.
+type waitQueue struct {
+	depth int
+
+	// mu guards waiters.
+	mu      sync.Mutex
+	waiters list.List // of chan struct{} (cap 1), oldest first
+}
+
+// enter adds a waiter; nil when the queue is full.
+func (q *waitQueue) enter() *list.Element {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiters.Len() >= q.depth {
+		return nil
+	}
+	return q.waiters.PushBack(make(chan struct{}, 1))
+}
+
+// leave removes a waiter.
+func (q *waitQueue) leave(e *list.Element) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.waiters.Remove(e)
+}
+
+// notify wakes the oldest waiter not already woken.
+func (q *waitQueue) notify() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for e := q.waiters.Front(); e != nil; e = e.Next() {
+		select {
+		case e.Value.(chan struct{}) <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// len is the number of waiters.
+func (q *waitQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiters.Len()
+}

@@ -1,0 +1,292 @@
+package route
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// The request as the router needs it: validated before any lease is taken,
+// so that a request rejected here never touches the ledger. The body is
+// kept as a map of raw fields and forwarded re-encoded, with the router's
+// own field ("priority") removed and stream_options.include_usage set.
+
+// limits bound what parseRequest accepts.
+type limits struct {
+	maxModelLen int64
+	maxN        int
+}
+
+// request is a validated inference request.
+type request struct {
+	chat  bool
+	model ledger.PoolID
+	// priority is the body's "priority", "" if absent.
+	priority ledger.PriorityName
+	// maxTokens is the explicit max_tokens (max_completion_tokens for
+	// chat), 0 when absent.
+	maxTokens int64
+	n         int64
+	stream    bool
+	// includeUsage is what the client asked for in stream_options.
+	includeUsage bool
+
+	// promptBytes is the text bytes of the prompt (messages' content and
+	// roles, or the prompt string); promptMessages counts chat messages;
+	// promptTokens is the exact count when the prompt is token ids.
+	promptBytes    int64
+	promptMessages int64
+	promptTokens   int64
+	// prefix is the prompt's leading bytes, for engine affinity.
+	prefix []byte
+
+	fields map[string]json.RawMessage
+}
+
+// badRequest is a validation error naming the offending field.
+type badRequest struct {
+	param string
+	msg   string
+}
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(param, format string, a ...any) error {
+	return &badRequest{param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+// parseRequest validates body as a chat (chat = true) or completions
+// request. prefixBytes bounds the kept prompt prefix.
+func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return nil, badf("", "invalid JSON body: %v", err)
+	}
+	if fields == nil {
+		return nil, badf("", "the body must be a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badf("", "invalid JSON body: trailing data after the object")
+	}
+	r := &request{chat: chat, fields: fields, n: 1}
+
+	var model string
+	if err := field(fields, "model", &model); err != nil {
+		return nil, err
+	}
+	if model == "" {
+		return nil, badf("model", "model is required")
+	}
+	r.model = ledger.PoolID(model)
+
+	if raw, ok := fields["priority"]; ok && !isNull(raw) {
+		var p string
+		if json.Unmarshal(raw, &p) != nil || p == "" {
+			return nil, badf("priority", "priority must be the name of a priority class")
+		}
+		r.priority = ledger.PriorityName(p)
+	}
+
+	var prefix []byte
+	if chat {
+		if err := r.parseMessages(fields["messages"], &prefix, prefixBytes); err != nil {
+			return nil, err
+		}
+	} else if err := r.parsePrompt(fields["prompt"], &prefix, prefixBytes); err != nil {
+		return nil, err
+	}
+	r.prefix = prefix
+
+	mtName := "max_tokens"
+	raw, ok := fields["max_tokens"]
+	if chat {
+		if rc, okc := fields["max_completion_tokens"]; okc && !isNull(rc) {
+			mtName, raw, ok = "max_completion_tokens", rc, true
+		}
+	}
+	if ok && !isNull(raw) {
+		v, err := intField(mtName, raw)
+		if err != nil {
+			return nil, err
+		}
+		if v < 1 || v > lim.maxModelLen || v > ledger.MaxAmount {
+			return nil, badf(mtName, "%s = %d, want 1..%d (the engines' context length)", mtName, v, min(lim.maxModelLen, ledger.MaxAmount))
+		}
+		r.maxTokens = v
+	}
+	if raw, ok := fields["n"]; ok && !isNull(raw) {
+		v, err := intField("n", raw)
+		if err != nil {
+			return nil, err
+		}
+		if v < 1 || v > int64(lim.maxN) {
+			return nil, badf("n", "n = %d, want 1..%d", v, lim.maxN)
+		}
+		r.n = v
+	}
+	if raw, ok := fields["best_of"]; ok && !isNull(raw) {
+		v, err := intField("best_of", raw)
+		if err != nil {
+			return nil, err
+		}
+		if v < r.n || v > int64(lim.maxN) {
+			return nil, badf("best_of", "best_of = %d, want n..%d", v, lim.maxN)
+		}
+		r.n = v // the engine runs best_of sequences
+	}
+	if err := field(fields, "stream", &r.stream); err != nil {
+		return nil, err
+	}
+	if raw, ok := fields["stream_options"]; ok && !isNull(raw) {
+		if !r.stream {
+			return nil, badf("stream_options", "stream_options is only allowed with stream = true")
+		}
+		var so struct {
+			IncludeUsage *bool `json:"include_usage"`
+		}
+		if json.Unmarshal(raw, &so) != nil {
+			return nil, badf("stream_options", "stream_options must be an object with a boolean include_usage")
+		}
+		r.includeUsage = so.IncludeUsage != nil && *so.IncludeUsage
+	}
+	return r, nil
+}
+
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// field decodes an optional field into v, naming it on a type error.
+func field(fields map[string]json.RawMessage, name string, v any) error {
+	raw, ok := fields[name]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return badf(name, "%s has the wrong type: %v", name, err)
+	}
+	return nil
+}
+
+// intField decodes an integer, rejecting fractions and out-of-range values.
+func intField(name string, raw json.RawMessage) (int64, error) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return 0, badf(name, "%s must be an integer", name)
+	}
+	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, badf(name, "%s = %v must be an integer", name, f)
+	}
+	return int64(f), nil
+}
+
+func appendPrefix(prefix *[]byte, max int, s string) {
+	if room := max - len(*prefix); room > 0 {
+		*prefix = append(*prefix, s[:min(len(s), room)]...)
+	}
+}
+
+func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes int) error {
+	var msgs []struct {
+		Role    *string         `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if isNull(raw) {
+		return badf("messages", "messages is required and must not be empty")
+	}
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return badf("messages", "messages must be an array of message objects")
+	}
+	if len(msgs) == 0 {
+		return badf("messages", "messages is required and must not be empty")
+	}
+	for i, m := range msgs {
+		if m.Role == nil || *m.Role == "" {
+			return badf(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
+		}
+		r.promptBytes += int64(len(*m.Role))
+		appendPrefix(prefix, prefixBytes, *m.Role)
+		var text string
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		switch {
+		case isNull(m.Content):
+		case json.Unmarshal(m.Content, &text) == nil:
+			r.promptBytes += int64(len(text))
+			appendPrefix(prefix, prefixBytes, text)
+		case json.Unmarshal(m.Content, &parts) == nil:
+			for _, p := range parts {
+				r.promptBytes += int64(len(p.Text))
+				appendPrefix(prefix, prefixBytes, p.Text)
+			}
+		default:
+			return badf(fmt.Sprintf("messages[%d].content", i), "messages[%d].content must be a string or an array of content parts", i)
+		}
+	}
+	r.promptMessages = int64(len(msgs))
+	return nil
+}
+
+// parsePrompt accepts a string, an array of one string, token ids, or an
+// array of one token-id array. Batches of several prompts are refused: one
+// request is one reservation of n sequences.
+func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes int) error {
+	var s string
+	var ss []string
+	var ids []int64
+	var idss [][]int64
+	switch {
+	case isNull(raw):
+		return badf("prompt", "prompt is required")
+	case json.Unmarshal(raw, &s) == nil:
+	case json.Unmarshal(raw, &ss) == nil && len(ss) == 1:
+		s = ss[0]
+	case json.Unmarshal(raw, &ids) == nil && len(ids) > 0:
+		r.promptTokens = int64(len(ids))
+		appendPrefix(prefix, prefixBytes, string(raw))
+		return nil
+	case json.Unmarshal(raw, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0:
+		r.promptTokens = int64(len(idss[0]))
+		appendPrefix(prefix, prefixBytes, string(raw))
+		return nil
+	default:
+		return badf("prompt", "prompt must be a string or token ids; batches of several prompts are not supported")
+	}
+	if s == "" {
+		return badf("prompt", "prompt must not be empty")
+	}
+	r.promptBytes = int64(len(s))
+	appendPrefix(prefix, prefixBytes, s)
+	return nil
+}
+
+// upstreamBody returns the body to send to the engine: the client's fields
+// without "priority" (a router field; vLLM gives it another meaning), and
+// with stream_options.include_usage set when streaming so the router
+// learns the actual usage.
+func (r *request) upstreamBody() ([]byte, error) {
+	out := make(map[string]json.RawMessage, len(r.fields)+1)
+	for k, v := range r.fields {
+		if k != "priority" {
+			out[k] = v
+		}
+	}
+	if r.stream && !r.includeUsage {
+		so := map[string]json.RawMessage{}
+		if raw, ok := r.fields["stream_options"]; ok && !isNull(raw) {
+			_ = json.Unmarshal(raw, &so)
+		}
+		so["include_usage"] = json.RawMessage("true")
+		b, err := json.Marshal(so)
+		if err != nil {
+			return nil, err
+		}
+		out["stream_options"] = b
+	}
+	return json.Marshal(out)
+}

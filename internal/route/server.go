@@ -1,0 +1,299 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// Options are a Router's collaborators.
+type Options struct {
+	// Fleet is the loaded fleet file. Required.
+	Fleet *fleet.Fleet
+	// Ledger is the shared ledger; required in ledger admission, unused in
+	// local. The Router does not close it.
+	Ledger ledger.Ledger
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Transport carries upstream requests and scrapes; nil means a
+	// dedicated http.Transport.
+	Transport http.RoundTripper
+	// LeaseConfig, when set, adjusts the lease.Manager configuration built
+	// from the fleet file (tests shorten timings).
+	LeaseConfig func(*lease.Config)
+}
+
+// Router is one router replica: the HTTP proxy that leases before it
+// dispatches. Start it, then Shutdown.
+type Router struct {
+	cfg    Config
+	fleet  *fleet.Fleet
+	ledger ledger.Ledger
+	log    *slog.Logger
+	client *http.Client
+	met    *metrics
+	opts   Options
+
+	pools map[ledger.PoolID]*poolRT
+	specs []ledger.PoolSpec
+	adm   admitter
+
+	srv     *http.Server
+	ln      net.Listener
+	errC    chan error    // Serve's result
+	stopC   chan struct{} // closed at shutdown: queued waiters give up
+	started time.Time
+
+	draining atomic.Bool
+	inflight atomic.Int64 // inference requests being served
+}
+
+// poolRT is one pool's request-path state.
+type poolRT struct {
+	pool fleet.Pool
+	urls map[ledger.EngineID]string
+	est  *estimator
+	q    *waitQueue
+}
+
+// New checks cfg and builds a Router; Start runs it.
+func New(cfg Config, opts Options) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Fleet == nil {
+		return nil, errors.New("route: Options.Fleet is required")
+	}
+	if cfg.Admission == AdmissionLedger && opts.Ledger == nil {
+		return nil, errors.New("route: Options.Ledger is required with --admission=ledger")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	tr := opts.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+		}
+	}
+	r := &Router{
+		cfg: cfg, fleet: opts.Fleet, ledger: opts.Ledger, log: opts.Logger, opts: opts,
+		client: &http.Client{Transport: tr},
+		met:    newMetrics(),
+		pools:  map[ledger.PoolID]*poolRT{},
+		errC:   make(chan error, 1), stopC: make(chan struct{}),
+	}
+	for _, p := range opts.Fleet.Pools {
+		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile),
+			q: &waitQueue{depth: cfg.QueueDepth}}
+		for _, e := range p.Engines {
+			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
+		}
+		r.pools[p.Name] = rt
+	}
+	return r, nil
+}
+
+// Start applies the fleet to the ledger (ledger admission), starts the
+// holder sessions or the baseline's scraper, and serves on cfg.Listen. It
+// returns once serving; /readyz turns ready when the first holder session
+// of every pool is confirmed (or, local, the first scrape is done).
+func (r *Router) Start(ctx context.Context) error {
+	r.started = time.Now()
+	specs, err := r.poolSpecs(ctx)
+	if err != nil {
+		return err
+	}
+	r.specs = specs
+	var pools []ledger.PoolID
+	for _, s := range specs {
+		pools = append(pools, s.Name)
+	}
+	switch r.cfg.Admission {
+	case AdmissionLocal:
+		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
+			"several routers WILL over-admit the fleet. Use only to measure the gap.")
+		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
+	default:
+		byName := map[ledger.PoolID]ledger.PoolSpec{}
+		for _, s := range specs {
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
+			_, err := r.ledger.Configure(cctx, s)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("configure pool %s in the ledger: %w", s.Name, err)
+			}
+			byName[s.Name] = s
+		}
+		lc := lease.Config{
+			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
+			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
+			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
+			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error {
+				_, err := r.ledger.Configure(ctx, byName[pool])
+				return err
+			},
+		}
+		if r.opts.LeaseConfig != nil {
+			r.opts.LeaseConfig(&lc)
+		}
+		m, err := lease.New(lc)
+		if err != nil {
+			return fmt.Errorf("lease manager: %w", err)
+		}
+		r.adm = &ledgerAdmitter{m: m, caps: capacities(specs)}
+	}
+	r.met.registerAdmitter(r.adm, pools)
+	for name := range r.pools {
+		r.met.queueDepth.WithLabelValues(string(name)).Set(0)
+	}
+
+	ln, err := net.Listen("tcp", r.cfg.Listen)
+	if err != nil {
+		_ = r.adm.close(ctx)
+		return fmt.Errorf("listen on %s: %w", r.cfg.Listen, err)
+	}
+	r.ln = ln
+	r.srv = &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
+	go func() { r.errC <- r.srv.Serve(ln) }()
+	r.log.Info("router serving", "addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(specs))
+	return nil
+}
+
+// poolSpecs builds the ledger specs, discovering from the engines' metrics
+// the capacity of engines whose kv_tokens the file omits.
+func (r *Router) poolSpecs(ctx context.Context) ([]ledger.PoolSpec, error) {
+	discovered := map[telemetry.EngineKey]int64{}
+	sc := telemetry.Scraper{Client: r.client}
+	for _, p := range r.fleet.Pools {
+		for _, e := range p.Engines {
+			if !e.KVFromMetrics {
+				continue
+			}
+			s, _, err := sc.Scrape(ctx, e.MetricsURL, e.Format)
+			if err == nil && s.Known.Has(telemetry.KnownKVTotal) {
+				discovered[telemetry.EngineKey{Pool: p.Name, Engine: e.ID}] = s.KVTokensTotal
+			}
+		}
+	}
+	return r.fleet.PoolSpecs(discovered)
+}
+
+// Addr is the listening address, once started.
+func (r *Router) Addr() string { return r.ln.Addr().String() }
+
+// Err delivers the server's failure, if it stops on its own.
+func (r *Router) Err() <-chan error { return r.errC }
+
+// Ready reports whether the router admits: not draining, and every pool's
+// holder session confirmed (or the baseline's first scrape done).
+func (r *Router) Ready() bool { return !r.draining.Load() && r.adm != nil && r.adm.ready() }
+
+// Handler returns the router's HTTP API.
+func (r *Router) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, true) })
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, false) })
+	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !r.Ready() {
+			http.Error(w, "not ready: draining, or holder session not confirmed (fenced or starting)", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r.met.reg, promhttp.HandlerOpts{Registry: r.met.reg}))
+	return mux
+}
+
+func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
+	tenant, err := r.authenticate(hr)
+	if err != nil {
+		writeError(w, toAPIError(err))
+		return
+	}
+	t := r.tenant(tenant)
+	data := []map[string]any{}
+	for _, p := range r.fleet.Pools {
+		if t.InPool(p.Name) {
+			data = append(data, map[string]any{"id": string(p.Name), "object": "model", "created": r.started.Unix(), "owned_by": "leasehold"})
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+}
+
+// authenticate maps the bearer key to its tenant.
+func (r *Router) authenticate(hr *http.Request) (ledger.TenantID, error) {
+	key, ok := strings.CutPrefix(hr.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "", ErrUnauthorized
+	}
+	t, ok := r.fleet.TenantForKey(strings.TrimSpace(key))
+	if !ok {
+		return "", ErrUnauthorized
+	}
+	return t, nil
+}
+
+func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {
+	for _, t := range r.fleet.Tenants {
+		if t.Name == name {
+			return t
+		}
+	}
+	return fleet.Tenant{Pools: []ledger.PoolID{""}}
+}
+
+// Shutdown stops in order: mark unready, stop accepting and drain
+// in-flight requests (bounded by ctx), cut what is left (their leases are
+// released as their handlers end), release remaining leases and end the
+// holder sessions.
+func (r *Router) Shutdown(ctx context.Context) error {
+	r.draining.Store(true)
+	close(r.stopC)
+	var errs []error
+	if r.srv != nil {
+		if err := r.srv.Shutdown(ctx); err != nil {
+			r.log.Warn("drain timed out; cutting requests still in flight", "in_flight", r.inflight.Load())
+			_ = r.srv.Close()
+		}
+		// Handlers of cut connections release on their way out.
+		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for r.inflight.Load() > 0 && wait.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+	}
+	if r.adm != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := r.adm.close(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("release leases: %w", err))
+		}
+		cancel()
+	}
+	if t, ok := r.client.Transport.(*http.Transport); ok {
+		t.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
