@@ -52,11 +52,22 @@ type Config struct {
 
 	// TLSCertFile and TLSKeyFile serve gRPC over TLS (both or neither);
 	// TLSClientCAFile additionally requires client certificates signed by
-	// it (mTLS). HTTPTLS serves HTTP with the same certificate.
+	// it (mTLS), and a verified certificate then authenticates a gRPC caller
+	// that sends no token: its first DNS SAN, else its CommonName, is the
+	// router of that name unless listed in AdminIdentities or
+	// AuditIdentities. HTTPTLS serves HTTP with the same certificate (HTTP
+	// does not ask for client certificates; the audit takes tokens).
 	TLSCertFile     string
 	TLSKeyFile      string
 	TLSClientCAFile string
 	HTTPTLS         bool
+	// AdminIdentities and AuditIdentities are client-certificate
+	// identities with admin rights or read-only rights
+	// (--admin-identities, --audit-identities, comma-separated; env
+	// LEASEHOLD_ADMIN_IDENTITIES, LEASEHOLD_AUDIT_IDENTITIES). They need
+	// TLSClientCAFile. Optional; they are names, not secrets.
+	AdminIdentities []string
+	AuditIdentities []string
 
 	// ReconcileInterval is the pause between telemetry rounds (default 2s).
 	ReconcileInterval time.Duration
@@ -114,8 +125,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AuditTokensFile, "audit-tokens-file", c.AuditTokensFile, "read-only audit tokens, one per line (also env "+EnvAuditTokens+", comma-separated)")
 	fs.StringVar(&c.TLSCertFile, "tls-cert-file", c.TLSCertFile, "PEM certificate: serve gRPC over TLS")
 	fs.StringVar(&c.TLSKeyFile, "tls-key-file", c.TLSKeyFile, "PEM key of --tls-cert-file")
-	fs.StringVar(&c.TLSClientCAFile, "tls-client-ca-file", c.TLSClientCAFile, "PEM CAs: require gRPC client certificates they sign (mTLS)")
+	fs.StringVar(&c.TLSClientCAFile, "tls-client-ca-file", c.TLSClientCAFile, "PEM CAs: require gRPC client certificates they sign (mTLS); a verified certificate authenticates a caller without a token (first DNS SAN, else CN: a router name unless in --admin-identities/--audit-identities)")
 	fs.BoolVar(&c.HTTPTLS, "http-tls", c.HTTPTLS, "serve HTTP over TLS with --tls-cert-file too")
+	fs.Var(listFlag{&c.AdminIdentities}, "admin-identities", "client-certificate identities (first DNS SAN, else CN) with admin rights, comma-separated; needs --tls-client-ca-file")
+	fs.Var(listFlag{&c.AuditIdentities}, "audit-identities", "client-certificate identities that may only read, comma-separated; needs --tls-client-ca-file")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "pause between engine telemetry rounds")
 	fs.DurationVar(&c.ScrapeTimeout, "scrape-timeout", c.ScrapeTimeout, "timeout of one engine metrics scrape")
 	fs.DurationVar(&c.ReapplyInterval, "reapply-interval", c.ReapplyInterval, "how often pools are checked for a new epoch and unconfigured pools retried")
@@ -195,6 +208,11 @@ func (c *Config) LoadSecrets(lookup func(string) (string, bool)) error {
 
 func splitList(lookup func(string) (string, bool), env string) []string {
 	v, _ := lookup(env)
+	return splitComma(v)
+}
+
+// splitComma splits a comma-separated list, dropping blanks.
+func splitComma(v string) []string {
 	var out []string
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -202,6 +220,21 @@ func splitList(lookup func(string) (string, bool), env string) []string {
 		}
 	}
 	return out
+}
+
+// listFlag is a comma-separated list flag; setting it replaces the list.
+type listFlag struct{ dst *[]string }
+
+func (f listFlag) String() string {
+	if f.dst == nil {
+		return ""
+	}
+	return strings.Join(*f.dst, ",")
+}
+
+func (f listFlag) Set(v string) error {
+	*f.dst = splitComma(v)
+	return nil
 }
 
 // readTokens reads one token per line, skipping blank and '#' lines.
@@ -224,9 +257,14 @@ func readTokens(path string) ([]string, error) {
 	return out, nil
 }
 
-// RPCConfig returns the token configuration of the gRPC service.
+// RPCConfig returns the authentication configuration of the gRPC service:
+// the tokens, and certificate identities when --tls-client-ca-file makes
+// the transport verify client certificates.
 func (c *Config) RPCConfig() rpc.Config {
-	return rpc.Config{Token: c.Token, AdminTokens: c.AdminTokens, RouterTokens: c.RouterTokens, AuditTokens: c.AuditTokens}
+	return rpc.Config{
+		Token: c.Token, AdminTokens: c.AdminTokens, RouterTokens: c.RouterTokens, AuditTokens: c.AuditTokens,
+		ClientCerts: c.TLSClientCAFile != "", AdminIdentities: c.AdminIdentities, AuditIdentities: c.AuditIdentities,
+	}
 }
 
 // Validate rejects settings the reserver cannot run with, naming the flag
@@ -276,7 +314,12 @@ func (c *Config) Validate() error {
 	default:
 		bad("--log-level = %q: want debug, info, warn or error", c.LogLevel)
 	}
-	if err := c.RPCConfig().Validate(); err != nil {
+	rc := c.RPCConfig()
+	if !rc.ClientCerts && len(rc.AdminIdentities)+len(rc.AuditIdentities) > 0 {
+		bad("--admin-identities and --audit-identities: name client certificates, so they need --tls-client-ca-file")
+		rc.AdminIdentities, rc.AuditIdentities = nil, nil // reported above
+	}
+	if err := rc.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -46,7 +46,18 @@
 // The audit needs a token — the shared LEASEHOLD_TOKEN, an admin, router
 // or audit token — as "Authorization: Bearer <token>" (or as the password
 // of HTTP Basic auth, for browsers). With no token configured it is served
-// to loopback clients only, like the gRPC service.
+// to loopback clients only. HTTP does not ask for client certificates, so
+// a reserver authenticating gRPC callers by mTLS alone
+// (--tls-client-ca-file, no token) still serves its audit to loopback only.
+//
+// # gRPC authentication
+//
+// See internal/reserver/rpc for the whole model. In short: a bearer token
+// that is sent decides; else, with --tls-client-ca-file, the verified
+// client certificate's first DNS SAN (else CommonName) is the router of
+// that name, or an admin or audit principal when listed in
+// --admin-identities or --audit-identities; with neither tokens nor a
+// client CA, loopback clients only.
 //
 // # Hazards
 //

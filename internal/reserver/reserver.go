@@ -204,11 +204,19 @@ func (r *Reserver) Start(ctx context.Context) error {
 	return nil
 }
 
+// authMode describes how gRPC callers are authenticated, for the log.
 func (r *Reserver) authMode() string {
-	if r.httpAuth.loopbackOnly() {
-		return "no token configured: loopback clients only"
+	tokens, certs := !r.httpAuth.loopbackOnly(), r.cfg.TLSClientCAFile != ""
+	switch {
+	case tokens && certs:
+		return "bearer tokens, else verified client certificates"
+	case certs:
+		return "verified client certificates (no token: the HTTP audit serves loopback clients only)"
+	case tokens:
+		return "bearer tokens"
+	default:
+		return "no token or client CA configured: loopback clients only"
 	}
-	return "bearer tokens"
 }
 
 // Reload re-reads and validates the fleet file and re-applies it. A bad

@@ -397,6 +397,32 @@ func TestNewRejectsBadFleet(t *testing.T) {
 	}
 }
 
+func TestParseIdentities(t *testing.T) {
+	cfg, err := reserver.ParseServeFlags([]string{"--config", "f", "--tls-cert-file", "c", "--tls-key-file", "k", "--tls-client-ca-file", "ca",
+		"--audit-identities", "auditor-1, auditor-2"}, env(map[string]string{
+		"LEASEHOLD_ADMIN_IDENTITIES": "ops-1,ops-2,",
+		"LEASEHOLD_AUDIT_IDENTITIES": "ignored", // the flag wins
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := cfg.RPCConfig()
+	if got, want := strings.Join(rc.AdminIdentities, "|"), "ops-1|ops-2"; got != want {
+		t.Errorf("admin identities = %q, want %q", got, want)
+	}
+	if got, want := strings.Join(rc.AuditIdentities, "|"), "auditor-1|auditor-2"; got != want {
+		t.Errorf("audit identities = %q, want %q", got, want)
+	}
+	if !rc.ClientCerts {
+		t.Errorf("RPCConfig().ClientCerts = false with --tls-client-ca-file")
+	}
+	_, err = reserver.ParseServeFlags([]string{"--config", "f", "--tls-cert-file", "c", "--tls-key-file", "k", "--tls-client-ca-file", "ca",
+		"--admin-identities", "x", "--audit-identities", "x"}, env(nil), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "already listed") {
+		t.Errorf("an identity in both lists: %v, want an error", err)
+	}
+}
+
 func TestParseServeFlagsEnv(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := writeFile(t, dir, "token", sharedToken+"\n")
@@ -427,6 +453,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		{"half TLS", []string{"--config", "f", "--tls-cert-file", "c"}, nil, "--tls-key-file"},
 		{"token twice", []string{"--config", "f"}, map[string]string{"LEASEHOLD_TOKEN": "a", "LEASEHOLD_AUDIT_TOKENS": "a"}, "same token"},
 		{"missing config", nil, nil, "--config"},
+		{"identities without client CA", []string{"--config", "f", "--admin-identities", "ops"}, nil, "need --tls-client-ca-file"},
 	} {
 		_, err := reserver.ParseServeFlags(c.args, env(c.env), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
