@@ -32,6 +32,7 @@
 //
 // Without TLS the bearer token crosses the network in the clear; set
 // Options.CAFile (and CertFile/KeyFile for mTLS) wherever the path is not
-// trusted. Identifiers must be valid UTF-8 to cross the wire (protobuf
+// trusted. With mTLS the client certificate alone can authenticate a router
+// (internal/reserver/rpc), so no token need be sent at all. Identifiers must be valid UTF-8 to cross the wire (protobuf
 // strings); others fail with ledger.ErrInvalidArgument.
 package remote

@@ -38,10 +38,13 @@ var (
 const Scheme = "grpc"
 
 // Options configure Dial. The zero value is a plaintext connection without a
-// token, which a reserver accepts only from loopback when it has no token.
+// token, which a reserver accepts only from loopback when it has neither
+// tokens nor a client CA configured.
 type Options struct {
 	// Token is the bearer token sent with every call: the shared
-	// LEASEHOLD_TOKEN or this router's own token. Empty sends none.
+	// LEASEHOLD_TOKEN or this router's own token. Empty sends none. A token
+	// that is sent decides who the caller is, even with a client
+	// certificate.
 	Token string
 	// TLS enables TLS, verifying the reserver against the system roots
 	// unless CAFile is set. Setting CAFile or CertFile implies it.
@@ -49,7 +52,10 @@ type Options struct {
 	// CAFile is a PEM file of CAs that sign the reserver's certificate.
 	CAFile string
 	// CertFile and KeyFile are this client's PEM certificate and key, for
-	// mTLS; both or neither.
+	// mTLS; both or neither. A reserver with a client CA takes the
+	// verified certificate as the caller's identity when no Token is sent:
+	// its first DNS SAN (else CommonName) is the router name, so holder ids
+	// must be that name or start with name + "/".
 	CertFile, KeyFile string
 	// ServerName overrides the name checked in the reserver's certificate;
 	// empty means the host of the target.
