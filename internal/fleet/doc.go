@@ -15,7 +15,11 @@
 // its metrics (telemetry.Reconciler.Discovered) and scaled by its headroom.
 // Engine.KVFromMetrics marks such engines, and PoolSpecs, which builds the
 // ledger.PoolSpec for each pool, takes the discovered capacities and fails,
-// naming the engine, when one has neither.
+// naming the engine, when one has neither. PartialPoolSpec instead builds a
+// pool's spec from the engines whose capacity is known and lists the ones
+// still waiting, so that one engine that is down does not keep its pool
+// unconfigured; a pool with no known engine is still an error. Tenant
+// quotas follow the configured engines and grow as waiting engines join.
 //
 // The package only reads configuration; applying it (ledger.Configure on
 // start and on every new epoch) is the caller's job.

@@ -43,3 +43,29 @@ priorities:
 	// gpu-0 400000 256
 	// gpu-1 415195 256
 }
+
+func ExampleFleet_PartialPoolSpec() {
+	f, err := fleet.Parse([]byte(`
+pools:
+  - name: llama-3-70b
+    engines:
+      - {id: gpu-0, url: "http://127.0.0.1:9001", kv_tokens: 400000, slots: 256}
+      - {id: gpu-1, url: "http://127.0.0.1:9002", slots: 256}   # capacity from metrics
+tenants:
+  - {name: acme, api_keys: ["sk-acme-1"], kv_share: 0.5}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// gpu-1 has not reported yet: the pool is configured with gpu-0 alone,
+	// and acme's quota is half of gpu-0 until gpu-1 joins.
+	spec, waiting, err := f.PartialPoolSpec("llama-3-70b", nil)
+	fmt.Println(len(spec.Engines), spec.Engines[0].ID, err)
+	for _, w := range waiting {
+		fmt.Println("waiting:", w.ID)
+	}
+	// Output:
+	// 1 gpu-0 <nil>
+	// waiting: gpu-1
+}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -414,4 +415,86 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("PoolSpecs of a valid fleet: %v", err)
 		}
 	})
+}
+
+func TestPartialPoolSpec(t *testing.T) {
+	f, err := Parse([]byte(`pools:
+  - name: mixed
+    engines:
+      - {id: fixed, url: "http://h:1", kv_tokens: 1000, slots: 8}
+      - {id: disc-1, url: "http://h:2", slots: 8, headroom: 0.5}
+      - {id: disc-2, url: "http://h:3", slots: 8, headroom: 0.5}
+  - name: discovered-only
+    engines:
+      - {id: d, url: "http://h:4", slots: 8}
+tenants:
+  - {name: acme, api_keys: [k1], kv_share: 0.5}
+priorities:
+  - {name: standard, max_fill: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(pool, engine string) telemetry.EngineKey {
+		return telemetry.EngineKey{Pool: ledger.PoolID(pool), Engine: ledger.EngineID(engine)}
+	}
+	for _, tc := range []struct {
+		name        string
+		pool        ledger.PoolID
+		disc        map[telemetry.EngineKey]int64
+		wantEngines string // "id=kv,..."
+		wantWaiting string // "id,..."
+		wantErr     string // "" for no error
+	}{
+		{"nothing discovered: configured engines only", "mixed", nil, "fixed=1000", "disc-1,disc-2", ""},
+		{"one discovered", "mixed", map[telemetry.EngineKey]int64{key("mixed", "disc-2"): 4000}, "fixed=1000,disc-2=2000", "disc-1", ""},
+		{"all known", "mixed", map[telemetry.EngineKey]int64{key("mixed", "disc-1"): 2000, key("mixed", "disc-2"): 4000}, "fixed=1000,disc-1=1000,disc-2=2000", "", ""},
+		{"capacity under one token waits", "mixed", map[telemetry.EngineKey]int64{key("mixed", "disc-1"): 1, key("mixed", "disc-2"): 4000}, "fixed=1000,disc-2=2000", "disc-1", ""},
+		{"no engine known: not configured", "discovered-only", nil, "", "d", "pool discovered-only engine d: kv_tokens is not configured"},
+		{"unknown pool", "zzz", nil, "", "", `pool "zzz" is not in the fleet file`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, waiting, err := f.PartialPoolSpec(tc.pool, tc.disc)
+			var engines, ids []string
+			for _, e := range spec.Engines {
+				engines = append(engines, fmt.Sprintf("%s=%d", e.ID, e.KVTokens))
+			}
+			for _, w := range waiting {
+				ids = append(ids, string(w.ID))
+				if !errors.Is(w.Err, ErrCapacityUnknown) || !strings.Contains(w.Err.Error(), "engine "+string(w.ID)+":") {
+					t.Errorf("waiting %s: Err = %v, want ErrCapacityUnknown naming the engine", w.ID, w.Err)
+				}
+			}
+			if got := strings.Join(engines, ","); got != tc.wantEngines {
+				t.Errorf("engines = %q, want %q", got, tc.wantEngines)
+			}
+			if got := strings.Join(ids, ","); got != tc.wantWaiting {
+				t.Errorf("waiting = %q, want %q", got, tc.wantWaiting)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("err = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+			case tc.wantErr == "":
+				if len(spec.Tenants) != 1 || len(spec.Priorities) != 1 {
+					t.Errorf("spec tenants %v, priorities %v; want acme and standard", spec.Tenants, spec.Priorities)
+				}
+				if err := ledger.ValidatePoolSpec(spec); err != nil {
+					t.Errorf("partial spec is invalid: %v", err)
+				}
+			}
+			// PoolSpec stays all or nothing.
+			full, ferr := f.PoolSpec(tc.pool, tc.disc)
+			if tc.wantErr == "" && tc.wantWaiting == "" {
+				if ferr != nil || !reflect.DeepEqual(full, spec) {
+					t.Errorf("PoolSpec = %+v, %v; want the same spec as PartialPoolSpec", full, ferr)
+				}
+			} else if ferr == nil || len(full.Engines) != 0 {
+				t.Errorf("PoolSpec with engines waiting = %+v, %v; want no spec and an error", full, ferr)
+			} else if tc.wantWaiting != "" && !errors.Is(ferr, ErrCapacityUnknown) {
+				t.Errorf("PoolSpec error %v does not match ErrCapacityUnknown", ferr)
+			}
+		})
+	}
 }

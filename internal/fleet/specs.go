@@ -47,27 +47,74 @@ func (f *Fleet) PoolSpecs(discovered map[telemetry.EngineKey]int64) ([]ledger.Po
 	return specs, nil
 }
 
-// PoolSpec returns one pool's ledger configuration; see PoolSpecs.
+// PoolSpec returns one pool's ledger configuration; see PoolSpecs. It is
+// all or nothing: while any engine's capacity is unknown it returns an
+// error naming every such engine (errors.Is ErrCapacityUnknown) and no
+// spec. PartialPoolSpec configures the engines that are known instead.
 func (f *Fleet) PoolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]int64) (ledger.PoolSpec, error) {
+	spec, waiting, err := f.poolSpec(name, discovered)
+	if err != nil {
+		return ledger.PoolSpec{}, err
+	}
+	if len(waiting) > 0 {
+		return ledger.PoolSpec{}, waitingErr(waiting)
+	}
+	return spec, nil
+}
+
+// WaitingEngine is an engine a partial pool configuration leaves out
+// because its capacity is not known yet.
+type WaitingEngine struct {
+	ID ledger.EngineID
+	// Err names the engine and says why (no capacity reported yet, or the
+	// discovered capacity times headroom is under one token); it matches
+	// ErrCapacityUnknown.
+	Err error
+}
+
+// PartialPoolSpec returns one pool's ledger configuration with only the
+// engines whose capacity is known — configured kv_tokens, or discovered
+// from their metrics — and, in file order, the engines it left out. One
+// engine whose metrics are not up yet then does not keep the whole pool
+// unconfigured; configure the pool again once it reports (the spec then
+// includes it: Configure is idempotent and keeps leases).
+//
+// A pool with no known engine is not configured: the error names every
+// engine and matches ErrCapacityUnknown, and waiting lists them too. An
+// unknown pool or an invalid spec is an error as in PoolSpec.
+//
+// Tenant quotas are kv_share (and slot_share) of the configured engines'
+// capacity, so a tenant's quota grows when a waiting engine is added. That
+// is safe — a quota never exceeds the capacity actually configured, and
+// each engine is still limited by its own capacity — but a tenant may get
+// less than its share of the whole pool until every engine has reported.
+func (f *Fleet) PartialPoolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]int64) (spec ledger.PoolSpec, waiting []WaitingEngine, err error) {
+	return f.poolSpec(name, discovered)
+}
+
+// poolSpec builds the pool's spec from the engines whose capacity is known
+// and lists the others. With no engine known it returns the waiting
+// engines' errors; otherwise the spec is valid.
+func (f *Fleet) poolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]int64) (ledger.PoolSpec, []WaitingEngine, error) {
 	p, ok := f.Pool(name)
 	if !ok {
-		return ledger.PoolSpec{}, fmt.Errorf("fleet: pool %q is not in the fleet file", name)
+		return ledger.PoolSpec{}, nil, fmt.Errorf("fleet: pool %q is not in the fleet file", name)
 	}
 	spec := ledger.PoolSpec{Name: p.Name, RetryAfter: p.RetryAfter}
-	var errs []error
+	var waiting []WaitingEngine
 	for _, e := range p.Engines {
 		kv := e.KVTokens
 		if e.KVFromMetrics {
 			total := discovered[telemetry.EngineKey{Pool: p.Name, Engine: e.ID}]
 			if total <= 0 {
-				errs = append(errs, fmt.Errorf("%w: pool %s engine %s: kv_tokens is not configured and its %s metrics at %s have not reported a capacity yet",
-					ErrCapacityUnknown, p.Name, e.ID, e.Format, e.MetricsURL))
+				waiting = append(waiting, WaitingEngine{ID: e.ID, Err: fmt.Errorf("%w: pool %s engine %s: kv_tokens is not configured and its %s metrics at %s have not reported a capacity yet",
+					ErrCapacityUnknown, p.Name, e.ID, e.Format, e.MetricsURL)})
 				continue
 			}
 			kv = min(int64(math.Floor(float64(total)*e.Headroom)), ledger.MaxAmount)
 			if kv < 1 {
-				errs = append(errs, fmt.Errorf("%w: pool %s engine %s: discovered capacity %d × headroom %v is less than one token",
-					ErrCapacityUnknown, p.Name, e.ID, total, e.Headroom))
+				waiting = append(waiting, WaitingEngine{ID: e.ID, Err: fmt.Errorf("%w: pool %s engine %s: discovered capacity %d × headroom %v is less than one token",
+					ErrCapacityUnknown, p.Name, e.ID, total, e.Headroom)})
 				continue
 			}
 		}
@@ -76,8 +123,8 @@ func (f *Fleet) PoolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]
 			StaleAfter: e.StaleAfter, StalePolicy: e.StalePolicy,
 		})
 	}
-	if len(errs) > 0 {
-		return ledger.PoolSpec{}, errors.Join(errs...)
+	if len(spec.Engines) == 0 && len(waiting) > 0 {
+		return ledger.PoolSpec{}, waiting, waitingErr(waiting)
 	}
 	for _, t := range f.Tenants {
 		if t.InPool(p.Name) {
@@ -86,9 +133,18 @@ func (f *Fleet) PoolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]
 	}
 	spec.Priorities = append([]ledger.PrioritySpec(nil), f.Priorities...)
 	if err := ledger.ValidatePoolSpec(spec); err != nil {
-		return ledger.PoolSpec{}, fmt.Errorf("fleet: pool %s: %w", p.Name, err)
+		return ledger.PoolSpec{}, waiting, fmt.Errorf("fleet: pool %s: %w", p.Name, err)
 	}
-	return spec, nil
+	return spec, waiting, nil
+}
+
+// waitingErr joins the waiting engines' errors.
+func waitingErr(waiting []WaitingEngine) error {
+	errs := make([]error, len(waiting))
+	for i, w := range waiting {
+		errs[i] = w.Err
+	}
+	return errors.Join(errs...)
 }
 
 // Targets returns the engines the reconciler scrapes: every engine whose
