@@ -266,7 +266,7 @@ var never = make(chan struct{})
 
 type localTicket struct{ id ledger.EngineID }
 
-func (t localTicket) engine() ledger.EngineID     { return t.id }
-func (t localTicket) done() <-chan struct{}       { return never }
-func (t localTicket) err() error                  { return nil }
+func (t localTicket) engine() ledger.EngineID    { return t.id }
+func (t localTicket) done() <-chan struct{}      { return never }
+func (t localTicket) err() error                 { return nil }
 func (t localTicket) release(ledger.Usage) error { return nil }

@@ -38,7 +38,7 @@ func newMetrics() *metrics {
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_depth",
 			Help: "Requests waiting for capacity."}, []string{"pool"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "queue_wait_seconds",
-			Help: "Time requests waited for capacity, by outcome (granted, rejected, cancelled).",
+			Help:    "Time requests waited for capacity, by outcome (granted, rejected, cancelled).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"pool", "outcome"}),
 		holdSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lease_hold_seconds",
 			Help: "Time from grant to release.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"pool"}),
