@@ -9,9 +9,14 @@
 // New validates the Config, loads the fleet file (an invalid file is an
 // error naming the field), opens the ledger and listens. Start applies the
 // fleet — Configure per pool; when an engine's KV capacity must be
-// discovered from its metrics, one telemetry round runs first, and pools
-// whose capacity is still unknown stay pending and are retried — then
-// serves gRPC and HTTP and starts the loops:
+// discovered from its metrics, one telemetry round runs first. A pool is
+// configured with the engines whose capacity is known; an engine still
+// unknown waits (logged, listed on /readyz) and joins when its metrics
+// report, and tenant quotas, a share of the configured engines, grow then.
+// An engine another reserver on the same store already configured is kept,
+// never removed by this reserver's narrower view. A pool with no known
+// engine stays pending and is retried — then serves gRPC and HTTP and
+// starts the loops:
 //
 //   - reconcile: every ReconcileInterval one round of scrapes, each sample
 //     passed to Observe; failures are counted, discovered capacity merged.
@@ -39,7 +44,7 @@
 //
 //	GET /metrics     Prometheus, this process's registry (open)
 //	GET /healthz     the process is up (open)
-//	GET /readyz      serving and the ledger answers; lists pending pools (open)
+//	GET /readyz      serving and the ledger answers; lists pending pools and waiting engines (open)
 //	GET /v1/audit    audit.Report as JSON; ?pool=&engine=&holder=&tenant=
 //	GET /            the same report as an HTML page, refreshed by a meta tag
 //

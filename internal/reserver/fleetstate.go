@@ -5,9 +5,13 @@ package reserver
 // safe: at start, on SIGHUP, when a pool's epoch changes (the store lost
 // its state and someone configured it again), when the ledger no longer
 // knows a pool (wiped store) and when discovered capacity changes a spec.
-// A pool whose engines' capacity must be discovered from their metrics is
-// pending until the reconciler has scraped it, and retried every
-// ReapplyInterval. The check is periodic (Stats per pool) and also kicked
+// An engine whose capacity must be discovered from its metrics is left out
+// of its pool's spec until the reconciler has scraped it (fleet
+// PartialPoolSpec): the pool is configured with the engines that are known,
+// and the waiting engine joins when its capacity arrives, which changes the
+// spec and re-applies it. A pool with no known engine stays pending and is
+// retried every ReapplyInterval. Tenant quotas follow the configured
+// engines, so they grow as engines join (never beyond the pool). The check is periodic (Stats per pool) and also kicked
 // when an Observe reports ErrUnknownPool.
 //
 // Reconciliation needs no leader election: Observe is idempotent by
@@ -19,6 +23,7 @@ import (
 	"errors"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,12 +52,15 @@ type fleetState struct {
 	applyMu sync.Mutex
 
 	// mu guards every field below.
-	mu          sync.Mutex
-	fleet       *fleet.Fleet
-	rec         *telemetry.Reconciler // nil when no engine is scraped
-	discovered  map[telemetry.EngineKey]int64
-	applied     map[ledger.PoolID]appliedPool
-	pending     map[ledger.PoolID]string // pool -> why it is not configured
+	mu         sync.Mutex
+	fleet      *fleet.Fleet
+	rec        *telemetry.Reconciler // nil when no engine is scraped
+	discovered map[telemetry.EngineKey]int64
+	applied    map[ledger.PoolID]appliedPool
+	pending    map[ledger.PoolID]string // pool -> why it is not configured
+	// waiting lists, per applied pool, the engines its applied spec leaves
+	// out because their capacity is unknown.
+	waiting     map[ledger.PoolID][]fleet.WaitingEngine
 	lastAttempt map[telemetry.EngineKey]time.Time
 }
 
@@ -61,6 +69,7 @@ func newFleetState(r *Reserver, fl *fleet.Fleet) (*fleetState, error) {
 		r: r, kickC: make(chan struct{}, 1), fleet: fl,
 		discovered: map[telemetry.EngineKey]int64{}, applied: map[ledger.PoolID]appliedPool{},
 		pending: map[ledger.PoolID]string{}, lastAttempt: map[telemetry.EngineKey]time.Time{},
+		waiting: map[ledger.PoolID][]fleet.WaitingEngine{},
 	}
 	rec, err := fs.newReconciler(fl)
 	if err != nil {
@@ -87,22 +96,29 @@ func (fs *fleetState) newReconciler(fl *fleet.Fleet) (*telemetry.Reconciler, err
 }
 
 // observer passes observations to the ledger. For a pool not configured
-// yet it swallows ErrUnknownPool, so that the reconciler keeps the sample
-// and its discovered capacity; for a configured pool ErrUnknownPool means
-// the store lost it, and the applier is kicked.
+// yet it swallows ErrUnknownPool, and for an engine its pool's applied spec
+// leaves out (waiting for its capacity) ErrUnknownEngine, so that the
+// reconciler keeps the sample and its discovered capacity. For a configured
+// pool or engine those errors mean the store lost it, and the applier is
+// kicked.
 type observer struct{ fs *fleetState }
 
 func (o observer) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	res, err := o.fs.r.ledger.Observe(ctx, obs)
-	if errors.Is(err, ledger.ErrUnknownPool) {
-		o.fs.mu.Lock()
-		_, applied := o.fs.applied[obs.Pool]
-		o.fs.mu.Unlock()
-		if !applied {
-			return ledger.Observed{}, nil
-		}
-		o.fs.kick()
+	unknownPool, unknownEngine := errors.Is(err, ledger.ErrUnknownPool), errors.Is(err, ledger.ErrUnknownEngine)
+	if !unknownPool && !unknownEngine {
+		return res, err
 	}
+	o.fs.mu.Lock()
+	ap, applied := o.fs.applied[obs.Pool]
+	o.fs.mu.Unlock()
+	if unknownPool && !applied {
+		return ledger.Observed{}, nil
+	}
+	if unknownEngine && applied && !slices.ContainsFunc(ap.spec.Engines, func(e ledger.EngineSpec) bool { return e.ID == obs.Engine }) {
+		return ledger.Observed{}, nil
+	}
+	o.fs.kick()
 	return res, err
 }
 
@@ -113,12 +129,12 @@ func (fs *fleetState) kick() {
 	}
 }
 
-// startup applies the fleet; when a pool waits for discovered capacity it
-// runs one telemetry round and applies again.
+// startup applies the fleet; when a pool or engine waits for discovered
+// capacity it runs one telemetry round and applies again.
 func (fs *fleetState) startup(ctx context.Context) {
 	fs.applyAll(ctx, true)
 	fs.mu.Lock()
-	waiting, rec := len(fs.pending) > 0, fs.rec
+	waiting, rec := len(fs.pending) > 0 || len(fs.waiting) > 0, fs.rec
 	fs.mu.Unlock()
 	if waiting && rec != nil {
 		fs.round(ctx, rec)
@@ -219,9 +235,10 @@ func (fs *fleetState) maintainLoop(ctx context.Context) {
 	}
 }
 
-// applyAll configures every pool of the fleet whose spec is known. Unless
-// force is set, a pool already applied with the same spec is configured
-// again only when the ledger reports another epoch or does not know it.
+// applyAll configures every pool of the fleet with the engines whose
+// capacity is known. Unless force is set, a pool already applied with the
+// same spec is configured again only when the ledger reports another epoch
+// or does not know it.
 func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 	fs.applyMu.Lock()
 	defer fs.applyMu.Unlock()
@@ -230,7 +247,21 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 	fs.mu.Unlock()
 	log, l := fs.r.log, fs.r.ledger
 	for _, p := range fl.Pools {
-		spec, err := fl.PoolSpec(p.Name, disc)
+		spec, waiting, err := fl.PartialPoolSpec(p.Name, disc)
+		if err == nil && len(waiting) > 0 {
+			// Keep what another reserver already configured: this
+			// reserver's narrower view must not remove engines.
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			st, serr := l.Stats(cctx, p.Name)
+			cancel()
+			switch {
+			case serr == nil:
+				spec, waiting = keepConfigured(fl, p.Name, spec, waiting, st)
+			case !errors.Is(serr, ledger.ErrUnknownPool):
+				log.Warn("pool check before a partial configure failed; retrying", "pool", p.Name, "err", serr)
+				continue
+			}
+		}
 		if err != nil {
 			fs.setPending(p.Name, err, "pending")
 			continue
@@ -239,6 +270,7 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 		prev, ok := fs.applied[p.Name]
 		fs.mu.Unlock()
 		if !force && ok && reflect.DeepEqual(prev.spec, spec) {
+			fs.setWaiting(p.Name, waiting) // same engines; the reasons may have changed
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
 			st, err := l.Stats(cctx, p.Name)
 			cancel()
@@ -267,9 +299,77 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 		delete(fs.pending, p.Name)
 		fs.mu.Unlock()
 		if !ok || prev.epoch != ep || !reflect.DeepEqual(prev.spec, spec) {
-			log.Info("pool configured", "pool", p.Name, "epoch", ep, "engines", len(spec.Engines), "tenants", len(spec.Tenants))
+			log.Info("pool configured", "pool", p.Name, "epoch", ep, "engines", len(spec.Engines),
+				"waiting_engines", len(waiting), "tenants", len(spec.Tenants))
+		}
+		fs.setWaiting(p.Name, waiting)
+	}
+}
+
+// keepConfigured adds to a partial spec the waiting engines that the ledger
+// already has configured (another reserver, sharing the store, discovered
+// their capacity), so that a reserver that cannot scrape an engine yet does
+// not remove it from the pool; it returns the spec and the engines still
+// waiting. Engines stay in fleet file order. (A pool with no engine known
+// here is not configured at all, so it removes nothing.)
+func keepConfigured(fl *fleet.Fleet, pool ledger.PoolID, spec ledger.PoolSpec, waiting []fleet.WaitingEngine,
+	st ledger.PoolStats) (ledger.PoolSpec, []fleet.WaitingEngine) {
+	inLedger := map[ledger.EngineID]ledger.EngineSpec{}
+	for _, e := range st.Engines {
+		if !e.Removed && e.Spec.KVTokens > 0 {
+			inLedger[e.Spec.ID] = e.Spec
 		}
 	}
+	byID := map[ledger.EngineID]ledger.EngineSpec{}
+	for _, e := range spec.Engines {
+		byID[e.ID] = e
+	}
+	var still []fleet.WaitingEngine
+	for _, w := range waiting {
+		if e, ok := inLedger[w.ID]; ok {
+			byID[w.ID] = e
+		} else {
+			still = append(still, w)
+		}
+	}
+	if len(still) == len(waiting) {
+		return spec, waiting
+	}
+	p, _ := fl.Pool(pool)
+	spec.Engines = spec.Engines[:0:0]
+	for _, e := range p.Engines {
+		if es, ok := byID[e.ID]; ok {
+			spec.Engines = append(spec.Engines, es)
+		}
+	}
+	return spec, still
+}
+
+// setWaiting records the engines an applied pool's spec leaves out,
+// logging when the set changes: a warning naming them while some wait, and
+// a note when the last one has joined.
+func (fs *fleetState) setWaiting(pool ledger.PoolID, waiting []fleet.WaitingEngine) {
+	fs.mu.Lock()
+	prev := fs.waiting[pool]
+	if len(waiting) == 0 {
+		delete(fs.waiting, pool)
+	} else {
+		fs.waiting[pool] = waiting
+	}
+	fs.mu.Unlock()
+	if slices.EqualFunc(prev, waiting, func(a, b fleet.WaitingEngine) bool { return a.ID == b.ID }) {
+		return
+	}
+	if len(waiting) == 0 {
+		fs.r.log.Info("every engine of the pool is configured", "pool", pool)
+		return
+	}
+	ids, why := make([]string, len(waiting)), make([]string, len(waiting))
+	for i, w := range waiting {
+		ids[i], why[i] = string(w.ID), w.Err.Error()
+	}
+	fs.r.log.Warn("pool configured without engines whose capacity is unknown; they join when their metrics report one (tenant quotas grow then)",
+		"pool", pool, "waiting", strings.Join(ids, ","), "why", strings.Join(why, "; "))
 }
 
 // setPending records why a pool is not configured, logging when the
@@ -316,6 +416,7 @@ func (fs *fleetState) replace(ctx context.Context, fl *fleet.Fleet) {
 		if !keep[p.Name] {
 			delete(fs.applied, p.Name)
 			delete(fs.pending, p.Name)
+			delete(fs.waiting, p.Name)
 			fs.r.log.Warn("pool removed from the fleet file; the ledger keeps its state and leases", "pool", p.Name)
 		}
 	}
@@ -357,6 +458,14 @@ func (fs *fleetState) pendingPools() map[ledger.PoolID]string {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return maps.Clone(fs.pending)
+}
+
+// waitingEngines returns, per configured pool, the engines left out of it
+// until their capacity is known.
+func (fs *fleetState) waitingEngines() map[ledger.PoolID][]fleet.WaitingEngine {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return maps.Clone(fs.waiting)
 }
 
 // scrapes returns the reconciler's view for the audit.

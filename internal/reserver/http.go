@@ -42,8 +42,9 @@ func (r *Reserver) handler() http.Handler {
 }
 
 // readyz is 200 while the reserver serves and its ledger answers; pools
-// still waiting for configuration are listed but do not make it unready
-// (one engine without telemetry must not take every pool down).
+// still waiting for configuration, and engines left out of their pool until
+// their capacity is known, are listed but do not make it unready (one
+// engine without telemetry must not take every pool down).
 func (r *Reserver) readyz(w http.ResponseWriter, req *http.Request) {
 	if !r.ready.Load() {
 		http.Error(w, "not ready: starting or shutting down", http.StatusServiceUnavailable)
@@ -64,6 +65,17 @@ func (r *Reserver) readyz(w http.ResponseWriter, req *http.Request) {
 	slices.Sort(names)
 	for _, p := range names {
 		fmt.Fprintf(w, "pool %s not configured: %s\n", p, pending[ledger.PoolID(p)])
+	}
+	waiting := r.fleetSt.waitingEngines()
+	names = names[:0]
+	for p := range waiting {
+		names = append(names, string(p))
+	}
+	slices.Sort(names)
+	for _, p := range names {
+		for _, e := range waiting[ledger.PoolID(p)] {
+			fmt.Fprintf(w, "pool %s engine %s waiting: not configured until its capacity is known: %s\n", p, e.ID, e.Err)
+		}
 	}
 }
 

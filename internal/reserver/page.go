@@ -27,10 +27,19 @@ type pagePending struct {
 	Why  string
 }
 
+// pageWaiting is an engine left out of its configured pool until its
+// capacity is known.
+type pageWaiting struct {
+	Pool   ledger.PoolID
+	Engine ledger.EngineID
+	Why    string
+}
+
 type pageData struct {
 	Report  audit.Report
 	Engines []pageEngine
 	Pending []pagePending
+	Waiting []pageWaiting
 	Refresh int
 }
 
@@ -61,6 +70,17 @@ func (r *Reserver) page(w http.ResponseWriter, req *http.Request) {
 		d.Pending = append(d.Pending, pagePending{p, why})
 	}
 	slices.SortFunc(d.Pending, func(a, b pagePending) int { return strings.Compare(string(a.Pool), string(b.Pool)) })
+	for p, ws := range r.fleetSt.waitingEngines() {
+		for _, e := range ws {
+			d.Waiting = append(d.Waiting, pageWaiting{p, e.ID, e.Err.Error()})
+		}
+	}
+	slices.SortFunc(d.Waiting, func(a, b pageWaiting) int {
+		if c := strings.Compare(string(a.Pool), string(b.Pool)); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.Engine), string(b.Engine))
+	})
 	var buf bytes.Buffer
 	if err := pageTmpl.Execute(&buf, d); err != nil {
 		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)

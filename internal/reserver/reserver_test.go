@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,5 +526,135 @@ func TestRedisWipeReapplied(t *testing.T) {
 			t.Fatalf("pool not re-applied after the wipe: %+v %v", st2, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPartialPool: an engine whose metrics are down at startup does not
+// keep its pool unconfigured: the pool serves with the known engines, the
+// waiting one is listed on /readyz and joins when its metrics report, and
+// tenant quotas grow with it. A pool with no known engine stays pending.
+func TestPartialPool(t *testing.T) {
+	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up atomic.Bool
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !up.Load() {
+			http.Error(w, "engine starting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write(fixture)
+	}))
+	defer eng.Close()
+	yaml := `
+pools:
+  - name: llama
+    engines:
+      - {id: gpu-0, url: "http://127.0.0.1:1", kv_tokens: 10000, slots: 8, stale_after: 0s}
+      - {id: gpu-1, url: "` + eng.URL + `", slots: 8, stale_after: 10s}
+  - name: solo
+    engines:
+      - {id: only, url: "` + eng.URL + `", slots: 8, stale_after: 10s}
+tenants:
+  - {name: acme, api_keys: [sk-acme], kv_share: 0.5}
+priorities:
+  - {name: standard, max_fill: 1}
+lease:
+  session_ttl: 2s
+  recovery_window: 0s
+`
+	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", yaml), nil)
+	ctx := context.Background()
+	l := r.Ledger()
+
+	st, err := l.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatalf("Stats(llama) with gpu-1 down: %v; want the pool configured with gpu-0", err)
+	}
+	if len(st.Engines) != 1 || st.Engines[0].Spec.ID != "gpu-0" {
+		t.Fatalf("llama engines = %+v, want gpu-0 alone", st.Engines)
+	}
+	if got, want := st.Tenants[0].QuotaKV, int64(5000); got != want {
+		t.Errorf("acme quota with gpu-0 alone = %d, want %d (half of gpu-0)", got, want)
+	}
+	if _, err := l.Stats(ctx, "solo"); !errors.Is(err, ledger.ErrUnknownPool) {
+		t.Errorf("Stats(solo) with its only engine down = %v, want ErrUnknownPool (not configured)", err)
+	}
+	keepAlive(t, l, "router-a", time.Minute)
+	lease := acquire(t, l, "router-a", "r1", "gpu-0", 1000)
+	code, body := get(t, r, "/readyz", "")
+	for _, want := range []string{"ready", "pool llama engine gpu-1 waiting", eng.URL + "/metrics", "pool solo not configured"} {
+		if code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("/readyz = %d %q, want 200 containing %q", code, body, want)
+		}
+	}
+
+	up.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err = l.Stats(ctx, "llama")
+		_, soloErr := l.Stats(ctx, "solo")
+		if err == nil && len(st.Engines) == 2 && soloErr == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gpu-1 did not join llama, or solo was not configured: %+v, %v, %v", st, err, soloErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// 28833 blocks × 16 tokens × headroom 0.9
+	if got, want := st.Engines[1].Spec.KVTokens, int64(415195); got != want {
+		t.Errorf("gpu-1 capacity = %d, want %d", got, want)
+	}
+	if got, want := st.Tenants[0].QuotaKV, int64((10000+415195)/2); got != want {
+		t.Errorf("acme quota with both engines = %d, want %d", got, want)
+	}
+	if st.Engines[0].ReservedKV != 1000 || st.Engines[0].Leases != 1 {
+		t.Errorf("gpu-0 after gpu-1 joined: reserved %d in %d leases, want the lease of %d tokens kept", st.Engines[0].ReservedKV, st.Engines[0].Leases, lease.KVTokens)
+	}
+	if _, body := get(t, r, "/readyz", ""); strings.Contains(string(body), "waiting") || strings.Contains(string(body), "not configured") {
+		t.Errorf("/readyz after every engine reported = %q, want nothing pending", body)
+	}
+}
+
+// TestPartialPoolKeepsOthersEngines runs two reservers on one Redis: the
+// second cannot scrape gpu-1 yet, but the first has configured it, so the
+// second's partial configuration must keep it rather than remove it.
+func TestPartialPoolKeepsOthersEngines(t *testing.T) {
+	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up atomic.Bool
+	up.Store(true)
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !up.Load() {
+			http.Error(w, "unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write(fixture)
+	}))
+	defer eng.Close()
+	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
+		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
+	fleetFile := writeFile(t, t.TempDir(), "fleet.yaml", yaml)
+	rs := redisserver.Start(t)
+	redisLedger := func(c *reserver.Config) { c.Ledger = rs.URL() }
+	a := start(t, fleetFile, redisLedger)
+	st, err := a.Ledger().Stats(context.Background(), "llama")
+	if err != nil || len(st.Engines) != 2 {
+		t.Fatalf("first reserver: %+v, %v; want gpu-0 and gpu-1 configured", st, err)
+	}
+
+	up.Store(false) // the second reserver cannot scrape gpu-1
+	b := start(t, fleetFile, redisLedger)
+	time.Sleep(200 * time.Millisecond) // a few reapply and reconcile rounds of b
+	st, err = b.Ledger().Stats(context.Background(), "llama")
+	if err != nil || len(st.Engines) != 2 || st.Engines[1].Removed || st.Engines[1].Spec.KVTokens != 415195 {
+		t.Fatalf("after the second reserver started: %+v, %v; want gpu-1 kept with 415195 tokens", st.Engines, err)
+	}
+	if _, body := get(t, b, "/readyz", ""); strings.Contains(string(body), "waiting") {
+		t.Errorf("second reserver /readyz = %q; gpu-1 is configured in the ledger, want it not listed as waiting", body)
 	}
 }
