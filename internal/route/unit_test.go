@@ -1,0 +1,191 @@
+package route
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
+	e := newEstimator(2, 0.95)
+	r := &request{promptBytes: 400, promptMessages: 2, n: 2, maxTokens: 100}
+	raw := rawPrompt(400, 2) // 100 + 11
+	if got := e.promptTokens(r); got != int64(raw*ratioInitial+0.999) {
+		t.Errorf("cold estimate %d, want raw %v × %v", got, raw, ratioInitial)
+	}
+	for range 50 {
+		e.observePrompt(r, 120)
+	}
+	got := e.promptTokens(r)
+	if got < 120 || got > 130 {
+		t.Errorf("calibrated to a steady 120: estimate %d, want 120..130", got)
+	}
+	kv, slots, _ := e.demand(r, 2048, false)
+	if kv != (got+100)*2 || slots != 2 {
+		t.Errorf("demand kv %d slots %d, want %d and 2", kv, slots, (got+100)*2)
+	}
+	// Token-id prompts are exact; a missing max_tokens reserves the context.
+	ids := &request{promptTokens: 30, n: 1}
+	if kv, _, _ := e.demand(ids, 2048, false); kv != 2048 {
+		t.Errorf("no max_tokens: kv %d, want the whole context 2048", kv)
+	}
+}
+
+func TestEstimatorOvercommitQuantile(t *testing.T) {
+	e := newEstimator(2, 0.9)
+	r := &request{promptTokens: 10, n: 1, maxTokens: 1000}
+	if out := e.outputTokens(r, 2048, 10, true); out != 1000 {
+		t.Errorf("before %d completions: %d, want max_tokens", completionMinSeen, out)
+	}
+	for i := range 100 {
+		e.observeCompletion(int64(i + 1)) // 1..100
+	}
+	if out := e.outputTokens(r, 2048, 10, true); out < 85 || out > 95 {
+		t.Errorf("p90 of 1..100 = %d, want about 90", out)
+	}
+	if out := e.outputTokens(&request{promptTokens: 10, n: 1, maxTokens: 40}, 2048, 10, true); out != 40 {
+		t.Errorf("capped by max_tokens: %d, want 40", out)
+	}
+	if out := e.outputTokens(r, 2048, 10, false); out != 1000 {
+		t.Errorf("without overcommit: %d, want max_tokens", out)
+	}
+}
+
+func TestRankFreeCapacityAndAffinity(t *testing.T) {
+	views := []engineView{
+		{id: "a", capKV: 100, capSlots: 10, usedKV: 90},
+		{id: "b", capKV: 100, capSlots: 10, usedKV: 10},
+		{id: "c", capKV: 100, capSlots: 10, usedKV: 50, usedSlots: 9},
+	}
+	if got := rank(views, nil, 0.15); got[0] != "b" || got[2] == "b" {
+		t.Errorf("rank without affinity %v, want b first", got)
+	}
+	// Equal free capacity: the same prefix always prefers the same engine,
+	// and different prefixes spread.
+	even := []engineView{{id: "a", capKV: 1, capSlots: 1}, {id: "b", capKV: 1, capSlots: 1}, {id: "c", capKV: 1, capSlots: 1}}
+	firsts := map[ledger.EngineID]int{}
+	for i := range 60 {
+		p := []byte(strings.Repeat("x", i))
+		first := rank(even, p, 0.15)[0]
+		if again := rank(even, p, 0.15)[0]; again != first {
+			t.Fatalf("prefix %d: %s then %s", i, first, again)
+		}
+		firsts[first]++
+	}
+	if len(firsts) != 3 {
+		t.Errorf("affinity over 60 prefixes picked %v, want all three engines", firsts)
+	}
+	// The bonus does not outweigh a large difference in free capacity.
+	for i := range 20 {
+		if got := rank(views, []byte{byte(i)}, 0.15); got[0] != "b" {
+			t.Errorf("prefix %d: %v, want b (80%% free) before a 10%%-free preferred engine", i, got)
+		}
+	}
+}
+
+func TestRetryAfterJitter(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		s := jitterRetryAfter(4 * time.Second)
+		if s < 2 || s > 6 {
+			t.Fatalf("Retry-After %d for a 4s hint, want 2..6", s)
+		}
+		seen[s] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("Retry-After values %v: not jittered", seen)
+	}
+	if s := jitterRetryAfter(100 * time.Millisecond); s != 1 {
+		t.Errorf("Retry-After %d for 100ms, want at least 1", s)
+	}
+}
+
+func TestErrorTable(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{&ledger.Rejection{Reason: ledger.ReasonTenantKV, RetryAfter: time.Second}, 429, "tenant_kv_quota"},
+		{&ledger.Rejection{Reason: ledger.ReasonTenantSlots, RetryAfter: time.Second}, 429, "tenant_slot_quota"},
+		{&ledger.Rejection{Reason: ledger.ReasonEngineKV, RetryAfter: time.Second}, 503, "engine_kv"},
+		{&ledger.Rejection{Reason: ledger.ReasonRecovering, RetryAfter: time.Second}, 503, "recovering"},
+		{&ledger.Rejection{Reason: ledger.ReasonTooLarge}, 400, "too_large"},
+		{ErrUnauthorized, 401, "invalid_api_key"},
+		{ledger.ErrClosed, 503, "ledger_unavailable"},
+		{ErrUpstreamTimeout, 504, "upstream_timeout"},
+	} {
+		if ae := toAPIError(tc.err); ae.status != tc.status || ae.code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, ae.status, ae.code, tc.status, tc.code)
+		}
+	}
+}
+
+func TestConfigValidateNamesFlags(t *testing.T) {
+	c := Defaults()
+	c.Admission, c.QueueDepth, c.MaxN = "yolo", -1, 0
+	err := c.Validate()
+	for _, want := range []string{"--config", "--admission", "--id", "--queue-depth", "--max-n"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	c, err = ParseFlags([]string{"--config", "f.yaml", "--id", "r1"}, func(k string) (string, bool) {
+		return map[string]string{"LEASEHOLD_LEDGER": "memory://", "LEASEHOLD_QUEUE_DEPTH": "7"}[k], k == "LEASEHOLD_LEDGER" || k == "LEASEHOLD_QUEUE_DEPTH"
+	}, &strings.Builder{})
+	if err != nil || c.Ledger != "memory://" || c.QueueDepth != 7 {
+		t.Errorf("env config: %+v, %v", c, err)
+	}
+}
+
+// FuzzParseRequest: no input panics, and an accepted request is within
+// its limits and forwards a body without the router's fields.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`,
+		`{"model":"m","prompt":"x","n":3,"stream":true,"stream_options":{"include_usage":false},"priority":"batch"}`,
+		`{"model":"m","prompt":[1,2,3],"best_of":4,"n":2}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"max_completion_tokens":1e3}`,
+		`{"model":"m","prompt":[[1]],"max_tokens":-1}`, `[]`, `null`, `{"model":{}}`, `{"model":"m","prompt":"a"}{}`,
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	lim := limits{maxModelLen: 2048, maxN: 16}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		r, err := parseRequest(body, chat, lim, 64)
+		if err != nil {
+			if _, ok := err.(*badRequest); !ok {
+				t.Fatalf("error %T %v, want *badRequest", err, err)
+			}
+			return
+		}
+		if r.model == "" || r.n < 1 || r.n > 16 || r.maxTokens < 0 || r.maxTokens > 2048 || len(r.prefix) > 64 {
+			t.Fatalf("accepted out of limits: %+v", r)
+		}
+		if r.promptBytes < 0 || (r.promptTokens == 0 && r.promptBytes == 0 && !chat) {
+			t.Fatalf("completions request with no prompt accepted: %q", body)
+		}
+		kv, slots, _ := newEstimator(2, 0.95).demand(r, 2048, false)
+		if kv < 1 || kv > 2048*16 || slots != r.n {
+			t.Fatalf("demand kv %d slots %d for %+v", kv, slots, r)
+		}
+		out, err := r.upstreamBody()
+		if err != nil {
+			t.Fatalf("upstream body: %v", err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("upstream body is not a JSON object: %v", err)
+		}
+		if _, ok := m["priority"]; ok {
+			t.Fatalf("priority forwarded: %s", out)
+		}
+		if r.stream && !strings.Contains(string(m["stream_options"]), `"include_usage":true`) {
+			t.Fatalf("streaming without include_usage: %s", out)
+		}
+	})
+}
