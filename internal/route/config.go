@@ -76,6 +76,11 @@ type Config struct {
 	// are answered 429 at once).
 	QueueQuota bool
 
+	// AbortGrace is how long a lease outlives a cut upstream request
+	// (client gone, fenced, timeout) before it is released, so the engine
+	// has noticed the closed connection and aborted before the capacity
+	// is granted again (default 250ms).
+	AbortGrace time.Duration
 	// UpstreamTimeout bounds one upstream exchange, streaming included
 	// (default 10m).
 	UpstreamTimeout time.Duration
@@ -106,6 +111,7 @@ func Defaults() Config {
 		AffinityBonus:      0.15,
 		QueueDepth:         64,
 		QueueTimeout:       5 * time.Second,
+		AbortGrace:         250 * time.Millisecond,
 		UpstreamTimeout:    10 * time.Minute,
 		ScrapeInterval:     time.Second,
 		ShutdownTimeout:    30 * time.Second,
@@ -132,6 +138,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.QueueDepth, "queue-depth", c.QueueDepth, "requests waiting for capacity per pool (0: reject at once)")
 	fs.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for capacity")
 	fs.BoolVar(&c.QueueQuota, "queue-quota", c.QueueQuota, "also queue tenant-quota rejections")
+	fs.DurationVar(&c.AbortGrace, "abort-grace", c.AbortGrace, "how long a cut request's lease is kept so the engine aborts it first")
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "bound on one upstream exchange, streaming included")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
@@ -234,6 +241,7 @@ func (c *Config) Validate() error {
 		min  time.Duration
 	}{
 		{"--queue-timeout", c.QueueTimeout, 0},
+		{"--abort-grace", c.AbortGrace, 0},
 		{"--upstream-timeout", c.UpstreamTimeout, time.Second},
 		{"--scrape-interval", c.ScrapeInterval, 10 * time.Millisecond},
 		{"--shutdown-timeout", c.ShutdownTimeout, 0},

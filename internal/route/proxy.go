@@ -5,7 +5,9 @@ package route
 // rejections), dispatch, release. Dispatch selects on the ticket's Done:
 // when the lease is fenced, lost or revoked the upstream request is
 // cancelled (closing the engine connection aborts it) and the client's
-// answer ends with an error. The lease is released exactly once, with the
+// answer ends with an error. A cut request keeps its lease AbortGrace
+// longer, so the engine has aborted it before the capacity is granted
+// again. The lease is released exactly once, with the
 // actual usage when the engine reported it, on every way out: completion,
 // upstream error, timeout, client disconnect, revocation; the release runs
 // under its own bounded context, never the request's.
@@ -170,8 +172,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 				return nil, err
 			}
 			if elem = p.q.enter(); elem == nil {
-				r.met.rejections.WithLabelValues(string(areq.Pool), "queue_full").Inc()
-				return nil, err
+				return nil, err // queue full: answer the ledger's reason now
 			}
 			gauge.Inc()
 			since = time.Now()
@@ -214,13 +215,20 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	granted := time.Now()
 	engine := t.engine()
 	var (
-		usage  ledger.Usage
-		known  bool  // usage reported by the engine
-		chunks int64 // stream chunks with choices, when usage is unknown
+		usage    ledger.Usage
+		known    bool  // usage reported by the engine
+		chunks   int64 // stream chunks with choices, when usage is unknown
+		sent     bool  // the engine may have accepted the request
+		finished bool  // the engine's answer was read to its end
 	)
 	defer func() {
 		if !known {
 			usage = ledger.Usage{CompletionTokens: chunks}
+		}
+		if sent && !finished && r.cfg.AbortGrace > 0 {
+			// The connection was cut: give the engine time to notice and
+			// abort before the capacity can be granted again.
+			time.Sleep(r.cfg.AbortGrace)
 		}
 		_ = t.release(usage) // bounded, own context; retried in background
 		r.met.holdSecs.WithLabelValues(string(req.model)).Observe(time.Since(granted).Seconds())
@@ -284,6 +292,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		ureq.Header.Set("X-Request-Id", id)
 	}
 	start := time.Now()
+	sent = true
 	resp, err := r.client.Do(ureq)
 	if err != nil {
 		return answer(failure(err))
@@ -300,6 +309,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if err != nil {
 			return answer(failure(err))
 		}
+		finished = true
 		if resp.StatusCode == http.StatusOK {
 			var u struct {
 				Usage *usageJSON `json:"usage"`
@@ -357,6 +367,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && ctx.Err() == nil {
+				finished = true
 				_ = rc.Flush()
 				return http.StatusOK, ""
 			}
