@@ -1,0 +1,26 @@
+// Package chaos runs Leasehold fleets as real processes on loopback, drives
+// OpenAI traffic through them, injects faults on a schedule and checks the
+// guarantees of DESIGN.md against the engines' own ground truth.
+//
+// It is shaped like etcd's tests/robustness:
+//
+//   - scenario.go: the YAML scenario (topology, workload, fault timeline,
+//     checks) and its short CI variant;
+//   - cluster.go: builds the binaries once and starts the topology
+//     (reserver, redis-server, enginesims, routers) on free loopback ports;
+//   - proxy.go: the in-process TCP fault proxy that partitions a router
+//     from the ledger or an engine (drop, latency, reset);
+//   - traffic.go: the client pool (closed loop or open arrival rate);
+//   - failpoint.go: the fault timeline (kill/stop/cont a router, kill the
+//     reserver, restart Redis, partitions, stale telemetry, engine crash,
+//     clock offset, duplicate retries);
+//   - record.go: the JSONL event log (requests, faults, samples of every
+//     engine's /admin/stats and the reserver audit);
+//   - validate.go: the checks, each a verdict with its figure;
+//   - report.go: the table, the JSON report and the usage chart.
+//
+// Every run writes its resolved scenario (seed included), event log, report
+// and chart under a run directory; Replay reruns the same schedule from it.
+// The chaos package owns the processes it starts and stops every one of them
+// before Run returns.
+package chaos

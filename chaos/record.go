@@ -1,0 +1,351 @@
+package chaos
+
+// The event log: one JSON object per line, each with "type" and "t"
+// (seconds since load start). Types: request, fault, engine (a sample of
+// one engine's /admin/stats), audit (a sample of the reserver's
+// /v1/audit), reclaim (a killed holder's leases gone). The recorder keeps
+// what the checks need in memory as it writes.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RequestEvent is one client request's outcome.
+type RequestEvent struct {
+	Type      string  `json:"type"` // "request"
+	T         float64 `json:"t"`    // start
+	End       float64 `json:"end"`
+	LatencyMS float64 `json:"latency_ms"`
+	Router    string  `json:"router"`
+	Tenant    string  `json:"tenant"`
+	Priority  string  `json:"priority,omitempty"`
+	Endpoint  string  `json:"endpoint"`
+	Stream    bool    `json:"stream,omitempty"`
+	Prompt    int     `json:"prompt_tokens"`
+	MaxTokens int     `json:"max_tokens"`
+	// Status is the HTTP status (0: no response).
+	Status int `json:"status"`
+	// Code is the OpenAI error code of a rejection.
+	Code       string `json:"code,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+	// Err is a transport error, or a stream cut before its end.
+	Err string `json:"err,omitempty"`
+	// Duplicate marks the second copy sent under duplicate_retries.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// FaultEvent is one fault step.
+type FaultEvent struct {
+	Type   string  `json:"type"` // "fault"
+	T      float64 `json:"t"`
+	Kind   string  `json:"kind"`
+	Target string  `json:"target,omitempty"`
+	// Phase is inject or heal.
+	Phase  string `json:"phase"`
+	Detail string `json:"detail,omitempty"`
+	Err    string `json:"err,omitempty"`
+}
+
+// EngineSample is one engine's ground truth at T.
+type EngineSample struct {
+	Type             string  `json:"type"` // "engine"
+	T                float64 `json:"t"`
+	Engine           string  `json:"engine"`
+	AdmittedDemand   int64   `json:"admitted_demand_tokens"`
+	AcceptedSeqs     int     `json:"accepted_sequences"`
+	KVCapacity       int64   `json:"kv_capacity_tokens"`
+	Slots            int     `json:"slots"`
+	PeakDemand       int64   `json:"peak_admitted_demand_tokens"`
+	PeakAcceptedSeqs int     `json:"peak_accepted_sequences"`
+	Err              string  `json:"err,omitempty"`
+}
+
+// AuditSample is the reserver audit at T.
+type AuditSample struct {
+	Type     string           `json:"type"` // "audit"
+	T        float64          `json:"t"`
+	Leases   int              `json:"leases"`
+	ByHolder map[string]int   `json:"by_holder,omitempty"`
+	Reserved map[string]int64 `json:"reserved_kv,omitempty"`
+	// PriorityFill is, per priority class, the largest fraction of one
+	// engine's KV capacity its leases hold.
+	PriorityFill map[string]float64 `json:"priority_fill,omitempty"`
+	// TenantShare is, per tenant, the fraction of the pool's KV capacity
+	// its leases hold.
+	TenantShare map[string]float64 `json:"tenant_share,omitempty"`
+	Err         string             `json:"err,omitempty"`
+}
+
+// ReclaimEvent is how long a killed router's leases outlived it.
+type ReclaimEvent struct {
+	Type    string   `json:"type"` // "reclaim"
+	T       float64  `json:"t"`
+	Router  string   `json:"router"`
+	Holders []string `json:"holders"`
+	// Leases held at the kill.
+	Leases int `json:"leases"`
+	// Seconds from the kill until none was left; -1 if never seen gone.
+	Seconds float64 `json:"seconds"`
+}
+
+// auditJSON is the part of GET /v1/audit the runner reads.
+type auditJSON struct {
+	Pools []struct {
+		Pool            string     `json:"pool"`
+		RecoveringUntil *time.Time `json:"recovering_until"`
+	} `json:"pools"`
+	Leases []struct {
+		ID       string `json:"id"`
+		Holder   string `json:"holder"`
+		Engine   string `json:"engine"`
+		Tenant   string `json:"tenant"`
+		Priority string `json:"priority"`
+		KVTokens int64  `json:"kv_tokens"`
+	} `json:"leases"`
+}
+
+// recorder writes the event log and keeps its events.
+type recorder struct {
+	start time.Time
+
+	mu       sync.Mutex // guards everything below
+	w        *bufio.Writer
+	f        *os.File
+	requests []RequestEvent
+	faults   []FaultEvent
+	engines  []EngineSample
+	audits   []AuditSample
+	reclaims []ReclaimEvent
+}
+
+func newRecorder(path string) (*recorder, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &recorder{f: f, w: bufio.NewWriterSize(f, 64<<10), start: time.Now()}, nil
+}
+
+// since is seconds since load start.
+func (r *recorder) since(t time.Time) float64 { return t.Sub(r.start).Seconds() }
+
+func (r *recorder) now() float64 { return r.since(time.Now()) }
+
+func (r *recorder) write(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return // every event type marshals
+	}
+	_, _ = r.w.Write(append(b, '\n'))
+}
+
+func (r *recorder) request(e RequestEvent) {
+	e.Type = "request"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, e)
+	r.write(e)
+}
+
+func (r *recorder) fault(e FaultEvent) {
+	e.Type = "fault"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, e)
+	r.write(e)
+}
+
+func (r *recorder) engine(e EngineSample) {
+	e.Type = "engine"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.engines = append(r.engines, e)
+	r.write(e)
+}
+
+func (r *recorder) audit(e AuditSample) {
+	e.Type = "audit"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.audits = append(r.audits, e)
+	r.write(e)
+}
+
+func (r *recorder) reclaim(e ReclaimEvent) {
+	e.Type = "reclaim"
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reclaims = append(r.reclaims, e)
+	r.write(e)
+}
+
+func (r *recorder) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.w.Flush(); err != nil {
+		r.f.Close()
+		return err
+	}
+	return r.f.Close()
+}
+
+// sampleEngines records every engine's /admin/stats; it returns the stats.
+func (c *cluster) sampleEngines(ctx context.Context, rec *recorder) []EngineSample {
+	out := make([]EngineSample, len(c.engines))
+	var wg sync.WaitGroup
+	for i, e := range c.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st struct {
+				AdmittedDemand   int64 `json:"admitted_demand_tokens"`
+				AcceptedSeqs     int   `json:"accepted_sequences"`
+				KVCapacity       int64 `json:"kv_capacity_tokens"`
+				Slots            int   `json:"slots"`
+				PeakDemand       int64 `json:"peak_admitted_demand_tokens"`
+				PeakAcceptedSeqs int   `json:"peak_accepted_sequences"`
+			}
+			s := EngineSample{Engine: e.id}
+			if err := getJSON(ctx, "http://"+e.addr+"/admin/stats", "", &st); err != nil {
+				s.Err = err.Error()
+			} else {
+				s.AdmittedDemand, s.AcceptedSeqs, s.KVCapacity, s.Slots = st.AdmittedDemand, st.AcceptedSeqs, st.KVCapacity, st.Slots
+				s.PeakDemand, s.PeakAcceptedSeqs = st.PeakDemand, st.PeakAcceptedSeqs
+			}
+			s.T = rec.now()
+			out[i] = s
+		}()
+	}
+	wg.Wait()
+	for _, s := range out {
+		rec.engine(s)
+	}
+	return out
+}
+
+// fetchAudit reads the audit from the first reserver that answers.
+func (c *cluster) fetchAudit(ctx context.Context) (*auditJSON, error) {
+	var errs []string
+	for _, r := range c.reservers {
+		if !r.running() {
+			continue
+		}
+		var a auditJSON
+		err := getJSON(ctx, "http://"+r.httpAddr+"/v1/audit", c.token, &a)
+		if err == nil {
+			return &a, nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return nil, fmt.Errorf("audit: no reserver answered: %s", strings.Join(errs, "; "))
+}
+
+// sampleAudit records the audit.
+func (c *cluster) sampleAudit(ctx context.Context, rec *recorder) (*auditJSON, error) {
+	a, err := c.fetchAudit(ctx)
+	s := AuditSample{T: rec.now()}
+	if err != nil {
+		s.Err = err.Error()
+	} else {
+		s.Leases = len(a.Leases)
+		s.ByHolder, s.Reserved = map[string]int{}, map[string]int64{}
+		s.PriorityFill, s.TenantShare = map[string]float64{}, map[string]float64{}
+		capOf, pool := map[string]int64{}, int64(0)
+		for _, e := range c.engines {
+			capOf[e.id] = e.kvTokens
+			pool += e.kvTokens
+		}
+		byPrio := map[[2]string]int64{}
+		byTenant := map[string]int64{}
+		for _, l := range a.Leases {
+			s.ByHolder[l.Holder]++
+			s.Reserved[l.Engine] += l.KVTokens
+			byPrio[[2]string{l.Priority, l.Engine}] += l.KVTokens
+			byTenant[l.Tenant] += l.KVTokens
+		}
+		for k, v := range byPrio {
+			if capOf[k[1]] > 0 {
+				s.PriorityFill[k[0]] = max(s.PriorityFill[k[0]], float64(v)/float64(capOf[k[1]]))
+			}
+		}
+		for k, v := range byTenant {
+			if pool > 0 {
+				s.TenantShare[k] = float64(v) / float64(pool)
+			}
+		}
+	}
+	rec.audit(s)
+	return a, err
+}
+
+// holdersOf returns the holder ids of router id in a (holders are
+// "ID/<random>"), sorted.
+func holdersOf(a *auditJSON, id string) (holders []string, leases int) {
+	seen := map[string]bool{}
+	for _, l := range a.Leases {
+		if strings.HasPrefix(l.Holder, id+"/") || l.Holder == id {
+			leases++
+			if !seen[l.Holder] {
+				seen[l.Holder] = true
+				holders = append(holders, l.Holder)
+			}
+		}
+	}
+	sort.Strings(holders)
+	return holders, leases
+}
+
+// ReadEvents reads an event log back into its typed events.
+func ReadEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines []EngineSample, audits []AuditSample, reclaims []ReclaimEvent, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var head struct {
+			Type string `json:"type"`
+		}
+		if err = json.Unmarshal(line, &head); err != nil {
+			return
+		}
+		switch head.Type {
+		case "request":
+			var e RequestEvent
+			err = json.Unmarshal(line, &e)
+			reqs = append(reqs, e)
+		case "fault":
+			var e FaultEvent
+			err = json.Unmarshal(line, &e)
+			faults = append(faults, e)
+		case "engine":
+			var e EngineSample
+			err = json.Unmarshal(line, &e)
+			engines = append(engines, e)
+		case "audit":
+			var e AuditSample
+			err = json.Unmarshal(line, &e)
+			audits = append(audits, e)
+		case "reclaim":
+			var e ReclaimEvent
+			err = json.Unmarshal(line, &e)
+			reclaims = append(reclaims, e)
+		}
+		if err != nil {
+			return
+		}
+	}
+	err = sc.Err()
+	return
+}

@@ -1,0 +1,635 @@
+package chaos
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Scenarios are the built-in scenarios, by name (file name less .yaml).
+//
+//go:embed scenarios/*.yaml
+var scenarioFS embed.FS
+
+// ErrScenario marks every scenario error.
+var ErrScenario = errors.New("chaos: bad scenario")
+
+// Ledger backends of a topology.
+const (
+	// LedgerMemory is the embedded default: one reserver on memory://,
+	// routers reach it as grpc://.
+	LedgerMemory = "memory"
+	// LedgerRedis: a redis-server; routers and reservers use redis://.
+	LedgerRedis = "redis"
+)
+
+// Admission modes of routers (the router's --admission).
+const (
+	AdmissionLedger = "ledger"
+	AdmissionLocal  = "local"
+)
+
+// Fault kinds.
+const (
+	FaultKillRouter       = "kill_router"       // SIGKILL a router; restart_after brings it back
+	FaultStopRouter       = "stop_router"       // SIGSTOP a router
+	FaultContRouter       = "cont_router"       // SIGCONT a stopped router
+	FaultKillReserver     = "kill_reserver"     // SIGKILL a reserver; restart_after brings it back (memory: empty)
+	FaultRestartRedis     = "restart_redis"     // kill redis-server, start it empty on the same port after `for`
+	FaultPartition        = "partition"         // fault proxy between routers and the ledger or engines
+	FaultStaleTelemetry   = "stale_telemetry"   // enginesim /metrics answer 503 for `for`
+	FaultEngineCrash      = "engine_crash"      // enginesim aborts every request and fails new ones for `for`
+	FaultClockOffset      = "clock_offset"      // restart a router with LEASEHOLD_CLOCK_OFFSET in its env
+	FaultDuplicateRetries = "duplicate_retries" // clients send each request twice with one X-Request-Id for `for`
+)
+
+var faultKinds = []string{
+	FaultKillRouter, FaultStopRouter, FaultContRouter, FaultKillReserver, FaultRestartRedis,
+	FaultPartition, FaultStaleTelemetry, FaultEngineCrash, FaultClockOffset, FaultDuplicateRetries,
+}
+
+// Partition links and modes.
+const (
+	LinkLedger = "ledger"
+	LinkEngine = "engine"
+
+	ModeDrop    = "drop"    // bytes are held, connections stay open
+	ModeLatency = "latency" // every chunk is delayed by latency
+	ModeReset   = "reset"   // open connections are reset, new ones refused
+)
+
+// Check names.
+const (
+	CheckNoOverCapacity = "no_over_capacity"
+	CheckReclaim        = "reclaim_within_ttl"
+	CheckNoLeasesAtEnd  = "no_leases_at_end"
+	CheckNoDeadHolder   = "no_dead_holder_leases"
+	CheckCleanErrors    = "clean_errors"
+	CheckCompleted      = "completed"
+	// Compare-only checks.
+	CheckLocalOver     = "local_over_capacity"
+	CheckLedgerWithin  = "ledger_within_capacity"
+	CheckQuotaRejected = "quota_rejections"
+	// Audit-sample checks.
+	CheckPriorityHeadroom = "priority_headroom"
+	CheckTenantQuota      = "tenant_quota"
+)
+
+var checkNames = []string{
+	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors,
+	CheckCompleted, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
+	CheckPriorityHeadroom, CheckTenantQuota,
+}
+
+// DefaultChecks run when a scenario lists none.
+var DefaultChecks = []string{
+	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors, CheckCompleted,
+}
+
+// Scenario is one chaos scenario. Every duration is a Go duration string in
+// the file ("3s", "250ms").
+type Scenario struct {
+	Name        string   `yaml:"name"`
+	Description string   `yaml:"description,omitempty"`
+	Topology    Topology `yaml:"topology"`
+	Workload    Workload `yaml:"workload"`
+	Faults      []Fault  `yaml:"faults,omitempty"`
+	// Checks to run (default DefaultChecks).
+	Checks []string `yaml:"checks,omitempty"`
+	// Compare, when set, runs the workload once per router count and
+	// admission mode and prints peak usage / capacity side by side.
+	Compare *Compare `yaml:"compare,omitempty"`
+	// Short overrides parts of the scenario for CI (--short).
+	Short *Short `yaml:"short,omitempty"`
+}
+
+// Topology is what the runner starts.
+type Topology struct {
+	// Ledger is memory (default) or redis.
+	Ledger string `yaml:"ledger,omitempty"`
+	// Reservers is how many reservers run (default 1; memory allows 1).
+	Reservers int `yaml:"reservers,omitempty"`
+	// Routers is how many routers run (default 1).
+	Routers int `yaml:"routers,omitempty"`
+	// Admission is every router's --admission: ledger (default) or local.
+	Admission string `yaml:"admission,omitempty"`
+	// Model is the pool name and the model requests name (default "sim").
+	Model   string        `yaml:"model,omitempty"`
+	Engines []EngineGroup `yaml:"engines"`
+	Tenants []TenantSpec  `yaml:"tenants"`
+	// Priorities are the fleet's classes (default: the fleet's standard).
+	Priorities []PrioritySpec `yaml:"priorities,omitempty"`
+	// SessionTTL is the fleet's lease.session_ttl (default 2s).
+	SessionTTL Duration `yaml:"session_ttl,omitempty"`
+	// RecoveryWindow is the fleet's lease.recovery_window (default
+	// SessionTTL, the shortest the fleet allows).
+	RecoveryWindow *Duration `yaml:"recovery_window,omitempty"`
+	// StaleAfter is every engine's stale_after (default 2s).
+	StaleAfter Duration `yaml:"stale_after,omitempty"`
+	// StalePolicy is every engine's stale_policy (default the fleet's).
+	StalePolicy string `yaml:"stale_policy,omitempty"`
+	// RouterFlags are extra flags for every router.
+	RouterFlags []string `yaml:"router_flags,omitempty"`
+}
+
+// EngineGroup is Count identical enginesims.
+type EngineGroup struct {
+	Count    int    `yaml:"count,omitempty"` // default 1
+	KVTokens int64  `yaml:"kv_tokens"`
+	Slots    int64  `yaml:"slots"`
+	Format   string `yaml:"format,omitempty"` // vllm (default), sglang, tgi
+	// Speed is simulated seconds per wall second (default 10).
+	Speed float64 `yaml:"speed,omitempty"`
+	// DecodeTokensPerSec is per-sequence decode speed (default enginesim's).
+	DecodeTokensPerSec float64 `yaml:"decode_tokens_per_sec,omitempty"`
+}
+
+// TenantSpec is a fleet tenant; its API key is "sk-<name>".
+type TenantSpec struct {
+	Name      string  `yaml:"name"`
+	KVShare   float64 `yaml:"kv_share"`
+	SlotShare float64 `yaml:"slot_share,omitempty"`
+}
+
+// APIKey is the bearer key the runner gives tenant t.
+func (t TenantSpec) APIKey() string { return "sk-" + t.Name }
+
+// PrioritySpec is a fleet priority class.
+type PrioritySpec struct {
+	Name    string  `yaml:"name"`
+	MaxFill float64 `yaml:"max_fill"`
+}
+
+// Workload is the client pool's traffic.
+type Workload struct {
+	// Duration is how long requests are issued.
+	Duration Duration `yaml:"duration"`
+	// Concurrency is the number of closed-loop clients (each sends its next
+	// request when the last is answered). Exactly one of Concurrency and
+	// Rate is set.
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// Rate is open-loop arrivals per second (Poisson), bounded by
+	// MaxInFlight (default 256).
+	Rate        float64 `yaml:"rate,omitempty"`
+	MaxInFlight int     `yaml:"max_in_flight,omitempty"`
+	// PromptTokens and OutputTokens (max_tokens) are drawn per request.
+	PromptTokens Dist `yaml:"prompt_tokens"`
+	OutputTokens Dist `yaml:"output_tokens"`
+	// Tenants and Priorities weight the draw (default: every tenant equally,
+	// no priority sent).
+	Tenants    map[string]float64 `yaml:"tenants,omitempty"`
+	Priorities map[string]float64 `yaml:"priorities,omitempty"`
+	// Stream is the share of streaming requests, in [0, 1].
+	Stream float64 `yaml:"stream,omitempty"`
+	// Chat is the share of /v1/chat/completions (the rest /v1/completions);
+	// default 1.
+	Chat *float64 `yaml:"chat,omitempty"`
+	// Seed seeds every draw (default 1).
+	Seed uint64 `yaml:"seed,omitempty"`
+	// Timeout bounds one request (default 30s).
+	Timeout Duration `yaml:"timeout,omitempty"`
+	// Backoff: a client honours Retry-After up to this long (default 200ms)
+	// before its next request.
+	Backoff Duration `yaml:"backoff,omitempty"`
+}
+
+// Dist is a token-count distribution: uniform in [min, max], or fixed when
+// max is 0 or equal to min.
+type Dist struct {
+	Min int `yaml:"min"`
+	Max int `yaml:"max,omitempty"`
+}
+
+// Fault is one scheduled fault.
+type Fault struct {
+	// At is the time since load start.
+	At   Duration `yaml:"at"`
+	Kind string   `yaml:"kind"`
+	// Target names a router ("router-1"), reserver ("reserver-0") or engine
+	// ("engine-2"); "all" or empty means every one the kind applies to.
+	Target string `yaml:"target,omitempty"`
+	// For is how long a timed fault lasts (partition, stale_telemetry,
+	// engine_crash, duplicate_retries, restart_redis downtime).
+	For Duration `yaml:"for,omitempty"`
+	// RestartAfter restarts a killed router or reserver.
+	RestartAfter *Duration `yaml:"restart_after,omitempty"`
+	// Partition: link (ledger or engine) and mode (drop, latency, reset).
+	Link    string   `yaml:"link,omitempty"`
+	Mode    string   `yaml:"mode,omitempty"`
+	Latency Duration `yaml:"latency,omitempty"`
+	// Offset is the clock_offset given to the router.
+	Offset Duration `yaml:"offset,omitempty"`
+}
+
+// Compare lists the variants of a compare scenario.
+type Compare struct {
+	Routers   []int    `yaml:"routers"`
+	Admission []string `yaml:"admission"`
+}
+
+// Short is the CI variant's overrides.
+type Short struct {
+	Duration    Duration `yaml:"duration,omitempty"`
+	Concurrency int      `yaml:"concurrency,omitempty"`
+	Rate        float64  `yaml:"rate,omitempty"`
+	// Faults, when given, replace the scenario's.
+	Faults  []Fault `yaml:"faults,omitempty"`
+	Routers []int   `yaml:"compare_routers,omitempty"`
+}
+
+// Duration is a time.Duration written as "3s" in YAML.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes d as "3s".
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// UnmarshalYAML reads "3s" (a bare 0 is zero).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Value == "0" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (want e.g. 3s, 250ms)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Names lists the built-in scenarios.
+func Names() []string {
+	ents, _ := fs.ReadDir(scenarioFS, "scenarios")
+	var out []string
+	for _, e := range ents {
+		out = append(out, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Load returns the scenario named by arg: a file path if one exists there,
+// else a built-in scenario name.
+func Load(arg string) (*Scenario, error) {
+	if b, err := os.ReadFile(arg); err == nil {
+		return Parse(b)
+	}
+	name := strings.TrimSuffix(filepath.Base(arg), ".yaml")
+	b, err := scenarioFS.ReadFile("scenarios/" + name + ".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q is neither a file nor a built-in scenario (%s)", ErrScenario, arg, strings.Join(Names(), ", "))
+	}
+	return Parse(b)
+}
+
+// Parse decodes a scenario (unknown fields are errors), applies defaults
+// and validates it.
+func Parse(b []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrScenario, err)
+	}
+	s.defaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Marshal writes s as YAML (the run directory's scenario.yaml).
+func (s *Scenario) Marshal() ([]byte, error) { return yaml.Marshal(s) }
+
+func (s *Scenario) defaults() {
+	t := &s.Topology
+	if t.Ledger == "" {
+		t.Ledger = LedgerMemory
+	}
+	if t.Reservers == 0 {
+		t.Reservers = 1
+	}
+	if t.Routers == 0 {
+		t.Routers = 1
+	}
+	if t.Admission == "" {
+		t.Admission = AdmissionLedger
+	}
+	if t.Model == "" {
+		t.Model = "sim"
+	}
+	for i := range t.Engines {
+		g := &t.Engines[i]
+		if g.Count == 0 {
+			g.Count = 1
+		}
+		if g.Format == "" {
+			g.Format = "vllm"
+		}
+		if g.Speed == 0 {
+			g.Speed = 10
+		}
+	}
+	if t.SessionTTL == 0 {
+		t.SessionTTL = Duration(2 * time.Second)
+	}
+	if t.RecoveryWindow == nil {
+		// The shortest the fleet allows: runs start on a fresh ledger.
+		rw := t.SessionTTL
+		t.RecoveryWindow = &rw
+	}
+	if t.StaleAfter == 0 {
+		t.StaleAfter = Duration(2 * time.Second)
+	}
+	w := &s.Workload
+	if w.Seed == 0 {
+		w.Seed = 1
+	}
+	if w.Timeout == 0 {
+		w.Timeout = Duration(30 * time.Second)
+	}
+	if w.Backoff == 0 {
+		w.Backoff = Duration(200 * time.Millisecond)
+	}
+	if w.Rate > 0 && w.MaxInFlight == 0 {
+		w.MaxInFlight = 256
+	}
+	if w.Chat == nil {
+		one := 1.0
+		w.Chat = &one
+	}
+	if len(s.Checks) == 0 && s.Compare == nil {
+		s.Checks = slices.Clone(DefaultChecks)
+	}
+}
+
+// Validate reports every problem, naming the field.
+func (s *Scenario) Validate() error {
+	var errs []error
+	bad := func(path, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrScenario, path, fmt.Sprintf(format, a...)))
+	}
+	if s.Name == "" {
+		bad("name", "required")
+	}
+	t := s.Topology
+	switch t.Ledger {
+	case LedgerMemory:
+		if t.Reservers != 1 {
+			bad("topology.reservers", "%d: the memory ledger lives in one reserver, want 1", t.Reservers)
+		}
+	case LedgerRedis:
+		if t.Reservers < 1 || t.Reservers > 8 {
+			bad("topology.reservers", "%d: want 1..8", t.Reservers)
+		}
+	default:
+		bad("topology.ledger", "%q: want memory or redis (etcd is not run by the chaos runner yet)", t.Ledger)
+	}
+	if t.Routers < 1 || t.Routers > 64 {
+		bad("topology.routers", "%d: want 1..64", t.Routers)
+	}
+	if t.Admission != AdmissionLedger && t.Admission != AdmissionLocal {
+		bad("topology.admission", "%q: want ledger or local", t.Admission)
+	}
+	if len(t.Engines) == 0 {
+		bad("topology.engines", "at least one engine group is required")
+	}
+	for i, g := range t.Engines {
+		p := fmt.Sprintf("topology.engines[%d]", i)
+		if g.Count < 1 || g.Count > 64 {
+			bad(p+".count", "%d: want 1..64", g.Count)
+		}
+		if g.KVTokens < 1024 {
+			bad(p+".kv_tokens", "%d: want >= 1024", g.KVTokens)
+		}
+		if g.KVTokens%16 != 0 {
+			bad(p+".kv_tokens", "%d: want a multiple of the 16-token block", g.KVTokens)
+		}
+		if g.Slots < 1 {
+			bad(p+".slots", "%d: want >= 1", g.Slots)
+		}
+		if !slices.Contains([]string{"vllm", "sglang", "tgi"}, g.Format) {
+			bad(p+".format", "%q: want vllm, sglang or tgi", g.Format)
+		}
+		if g.Speed <= 0 || g.Speed > 1000 {
+			bad(p+".speed", "%g: want (0, 1000]", g.Speed)
+		}
+	}
+	if len(t.Tenants) == 0 {
+		bad("topology.tenants", "at least one tenant is required")
+	}
+	tenants := map[string]bool{}
+	for i, tn := range t.Tenants {
+		if tn.Name == "" {
+			bad(fmt.Sprintf("topology.tenants[%d].name", i), "required")
+		}
+		tenants[tn.Name] = true
+	}
+	prios := map[string]bool{}
+	for _, p := range t.Priorities {
+		prios[p.Name] = true
+	}
+	if t.SessionTTL.D() < time.Second {
+		bad("topology.session_ttl", "%s: want >= 1s", t.SessionTTL)
+	}
+	w := s.Workload
+	if w.Duration <= 0 {
+		bad("workload.duration", "required, > 0")
+	}
+	if (w.Concurrency > 0) == (w.Rate > 0) {
+		bad("workload", "set exactly one of concurrency and rate")
+	}
+	if w.Concurrency < 0 || w.Concurrency > 4096 {
+		bad("workload.concurrency", "%d: want 1..4096", w.Concurrency)
+	}
+	if w.Rate < 0 || w.Rate > 10000 {
+		bad("workload.rate", "%g: want (0, 10000]", w.Rate)
+	}
+	for _, d := range []struct {
+		p string
+		d Dist
+	}{{"workload.prompt_tokens", w.PromptTokens}, {"workload.output_tokens", w.OutputTokens}} {
+		if d.d.Min < 1 || (d.d.Max != 0 && d.d.Max < d.d.Min) {
+			bad(d.p, "min %d max %d: want 1 <= min <= max (max 0: fixed)", d.d.Min, d.d.Max)
+		}
+	}
+	for name := range w.Tenants {
+		if !tenants[name] {
+			bad("workload.tenants", "%q is not a topology tenant", name)
+		}
+	}
+	for name := range w.Priorities {
+		if !prios[name] {
+			bad("workload.priorities", "%q is not a topology priority", name)
+		}
+	}
+	if w.Stream < 0 || w.Stream > 1 {
+		bad("workload.stream", "%g: want [0, 1]", w.Stream)
+	}
+	if *w.Chat < 0 || *w.Chat > 1 {
+		bad("workload.chat", "%g: want [0, 1]", *w.Chat)
+	}
+	errs = append(errs, validateFaults("faults", s.Faults, s)...)
+	if s.Short != nil {
+		errs = append(errs, validateFaults("short.faults", s.Short.Faults, s)...)
+	}
+	for i, c := range s.Checks {
+		if !slices.Contains(checkNames, c) {
+			bad(fmt.Sprintf("checks[%d]", i), "%q: want one of %s", c, strings.Join(checkNames, ", "))
+		}
+	}
+	if c := s.Compare; c != nil {
+		if len(c.Routers) == 0 {
+			bad("compare.routers", "at least one router count")
+		}
+		for _, n := range c.Routers {
+			if n < 1 || n > 64 {
+				bad("compare.routers", "%d: want 1..64", n)
+			}
+		}
+		for _, a := range c.Admission {
+			if a != AdmissionLedger && a != AdmissionLocal {
+				bad("compare.admission", "%q: want ledger or local", a)
+			}
+		}
+		if len(c.Admission) == 0 {
+			bad("compare.admission", "at least one of ledger, local")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validateFaults(path string, faults []Fault, s *Scenario) []error {
+	var errs []error
+	bad := func(i int, field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s[%d].%s: %s", ErrScenario, path, i, field, fmt.Sprintf(format, a...)))
+	}
+	for i, f := range faults {
+		if !slices.Contains(faultKinds, f.Kind) {
+			bad(i, "kind", "%q: want one of %s", f.Kind, strings.Join(faultKinds, ", "))
+			continue
+		}
+		if f.At < 0 {
+			bad(i, "at", "%s: want >= 0", f.At)
+		}
+		switch f.Kind {
+		case FaultKillRouter, FaultStopRouter, FaultContRouter, FaultClockOffset:
+			if !validTarget(f.Target, "router", s.Topology.Routers) {
+				bad(i, "target", "%q: want router-0..router-%d or all", f.Target, s.Topology.Routers-1)
+			}
+		case FaultKillReserver:
+			if !validTarget(f.Target, "reserver", s.Topology.Reservers) {
+				bad(i, "target", "%q: want reserver-0..reserver-%d or all", f.Target, s.Topology.Reservers-1)
+			}
+		case FaultRestartRedis:
+			if s.Topology.Ledger != LedgerRedis {
+				bad(i, "kind", "restart_redis needs topology.ledger: redis")
+			}
+		case FaultStaleTelemetry, FaultEngineCrash:
+			if !validTarget(f.Target, "engine", s.engineCount()) {
+				bad(i, "target", "%q: want engine-0..engine-%d or all", f.Target, s.engineCount()-1)
+			}
+			if f.For <= 0 {
+				bad(i, "for", "required, > 0")
+			}
+		case FaultPartition:
+			if !validTarget(f.Target, "router", s.Topology.Routers) {
+				bad(i, "target", "%q: want router-0..router-%d or all", f.Target, s.Topology.Routers-1)
+			}
+			if f.Link != LinkLedger && f.Link != LinkEngine {
+				bad(i, "link", "%q: want ledger or engine", f.Link)
+			}
+			if !slices.Contains([]string{ModeDrop, ModeLatency, ModeReset}, f.Mode) {
+				bad(i, "mode", "%q: want drop, latency or reset", f.Mode)
+			}
+			if f.Mode == ModeLatency && f.Latency <= 0 {
+				bad(i, "latency", "required with mode latency")
+			}
+			if f.For <= 0 {
+				bad(i, "for", "required, > 0")
+			}
+		case FaultDuplicateRetries:
+			if f.For <= 0 {
+				bad(i, "for", "required, > 0")
+			}
+		}
+	}
+	return errs
+}
+
+func validTarget(t, kind string, n int) bool {
+	if t == "" || t == "all" {
+		return true
+	}
+	for i := range n {
+		if t == fmt.Sprintf("%s-%d", kind, i) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Scenario) engineCount() int {
+	n := 0
+	for _, g := range s.Topology.Engines {
+		n += g.Count
+	}
+	return n
+}
+
+// WithShort returns a copy of s with its short overrides applied.
+func (s *Scenario) WithShort() *Scenario {
+	c := s.clone()
+	if s.Short == nil {
+		return c
+	}
+	sh := s.Short
+	if sh.Duration > 0 {
+		c.Workload.Duration = sh.Duration
+	}
+	if sh.Concurrency > 0 {
+		c.Workload.Concurrency, c.Workload.Rate = sh.Concurrency, 0
+	}
+	if sh.Rate > 0 {
+		c.Workload.Rate, c.Workload.Concurrency = sh.Rate, 0
+		if c.Workload.MaxInFlight == 0 {
+			c.Workload.MaxInFlight = 256
+		}
+	}
+	if sh.Faults != nil {
+		c.Faults = slices.Clone(sh.Faults)
+	}
+	if sh.Routers != nil && c.Compare != nil {
+		c.Compare.Routers = slices.Clone(sh.Routers)
+	}
+	c.Short = nil
+	return c
+}
+
+// clone deep-copies s through YAML.
+func (s *Scenario) clone() *Scenario {
+	b, err := yaml.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("chaos: marshal scenario: %v", err)) // a Scenario always marshals
+	}
+	var c Scenario
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		panic(fmt.Sprintf("chaos: unmarshal scenario: %v", err))
+	}
+	return &c
+}

@@ -1,0 +1,315 @@
+package chaos
+
+// The client pool: OpenAI requests with the fleet's API keys, spread over
+// the routers the runner has not taken down (as a load balancer with
+// health checks would), closed loop (Concurrency clients) or open loop
+// (Poisson arrivals at Rate). Every draw comes from the workload seed, so
+// a replay sends the same requests in the same order per client.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type traffic struct {
+	sc     *Scenario
+	c      *cluster
+	rec    *recorder
+	client *http.Client
+
+	rr atomic.Uint64
+	// dupUntil is the end (UnixNano) of a duplicate_retries window.
+	dupUntil atomic.Int64
+	// issued counts requests sent, for the progress bar.
+	issued atomic.Int64
+
+	tenants, prios []weighted
+}
+
+type weighted struct {
+	name string
+	w    float64
+}
+
+func sortedWeights(m map[string]float64) []weighted {
+	var out []weighted
+	for k, v := range m {
+		if v > 0 {
+			out = append(out, weighted{k, v})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func pick(rng *rand.Rand, ws []weighted) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	var total float64
+	for _, w := range ws {
+		total += w.w
+	}
+	x := rng.Float64() * total
+	for _, w := range ws {
+		if x < w.w {
+			return w.name
+		}
+		x -= w.w
+	}
+	return ws[len(ws)-1].name
+}
+
+func newTraffic(sc *Scenario, c *cluster, rec *recorder) *traffic {
+	w := sc.Workload
+	conc := max(w.Concurrency, w.MaxInFlight)
+	t := &traffic{
+		sc: sc, c: c, rec: rec,
+		client: &http.Client{Transport: &http.Transport{
+			Proxy: nil, MaxIdleConns: 2 * conc, MaxIdleConnsPerHost: 2 * conc,
+			IdleConnTimeout: 30 * time.Second,
+		}},
+		prios: sortedWeights(w.Priorities),
+	}
+	tw := w.Tenants
+	if len(tw) == 0 {
+		tw = map[string]float64{}
+		for _, tn := range sc.Topology.Tenants {
+			tw[tn.Name] = 1
+		}
+	}
+	t.tenants = sortedWeights(tw)
+	return t
+}
+
+func (d Dist) draw(rng *rand.Rand) int {
+	if d.Max <= d.Min {
+		return d.Min
+	}
+	return d.Min + rng.IntN(d.Max-d.Min+1)
+}
+
+// request is one generated request.
+type request struct {
+	id       string
+	tenant   string
+	priority string
+	chat     bool
+	stream   bool
+	prompt   int
+	maxTok   int
+	text     string
+}
+
+func (t *traffic) gen(rng *rand.Rand, id string) request {
+	w := t.sc.Workload
+	r := request{
+		id:       id,
+		tenant:   pick(rng, t.tenants),
+		priority: pick(rng, t.prios),
+		chat:     rng.Float64() < *w.Chat,
+		stream:   rng.Float64() < w.Stream,
+		prompt:   w.PromptTokens.draw(rng),
+		maxTok:   w.OutputTokens.draw(rng),
+	}
+	// Four-letter words are one token each for the engines' tokenizer.
+	var b strings.Builder
+	b.Grow(r.prompt * 5)
+	for i := range r.prompt {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		for range 4 {
+			b.WriteByte(byte('a' + rng.IntN(26)))
+		}
+	}
+	r.text = b.String()
+	return r
+}
+
+// router picks the next router in rotation that is up.
+func (t *traffic) router() *routerNode {
+	rs := t.c.routers
+	for range len(rs) {
+		r := rs[t.rr.Add(1)%uint64(len(rs))]
+		if !r.down.Load() {
+			return r
+		}
+	}
+	return nil
+}
+
+// run issues requests until stop, then waits for those in flight.
+func (t *traffic) run(ctx context.Context, stop time.Time) {
+	w := t.sc.Workload
+	var wg sync.WaitGroup
+	if w.Concurrency > 0 {
+		for i := range w.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(w.Seed, uint64(i)+1))
+				for seq := 0; time.Now().Before(stop) && ctx.Err() == nil; seq++ {
+					req := t.gen(rng, fmt.Sprintf("chaos-%d-%d-%d", w.Seed, i, seq))
+					wait := t.do(ctx, req)
+					if wait > 0 {
+						select {
+						case <-ctx.Done():
+						case <-time.After(wait):
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	// Open loop: Poisson arrivals, at most MaxInFlight at once; an arrival
+	// finding the pool full is dropped and counted as shed by the client.
+	rng := rand.New(rand.NewPCG(w.Seed, 0))
+	sem := make(chan struct{}, w.MaxInFlight)
+	next := time.Now()
+	for seq := 0; ctx.Err() == nil; seq++ {
+		next = next.Add(time.Duration(-math.Log(1-rng.Float64()) / w.Rate * float64(time.Second)))
+		if next.After(stop) {
+			break
+		}
+		req := t.gen(rng, fmt.Sprintf("chaos-%d-o-%d", w.Seed, seq))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(next)):
+		}
+		select {
+		case sem <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				t.do(ctx, req)
+			}()
+		default:
+			now := t.rec.now()
+			t.rec.request(RequestEvent{T: now, End: now, Tenant: req.tenant, Err: "client: in-flight bound reached, arrival shed"})
+		}
+	}
+	wg.Wait()
+}
+
+// do sends req (twice under duplicate_retries) and returns how long the
+// client should wait before its next request.
+func (t *traffic) do(ctx context.Context, req request) time.Duration {
+	r := t.router()
+	if r == nil {
+		return 50 * time.Millisecond // every router is down; the balancer has none to offer
+	}
+	t.issued.Add(1)
+	if time.Now().UnixNano() < t.dupUntil.Load() {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); t.send(ctx, r, req, true) }()
+		wait := t.send(ctx, r, req, false)
+		wg.Wait()
+		return wait
+	}
+	return t.send(ctx, r, req, false)
+}
+
+func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool) time.Duration {
+	w := t.sc.Workload
+	model := t.sc.Topology.Model
+	body := map[string]any{"model": model, "max_tokens": req.maxTok}
+	endpoint := "/v1/completions"
+	if req.chat {
+		endpoint = "/v1/chat/completions"
+		body["messages"] = []map[string]string{{"role": "user", "content": req.text}}
+	} else {
+		body["prompt"] = req.text
+	}
+	if req.stream {
+		body["stream"] = true
+	}
+	b, _ := json.Marshal(body)
+	ev := RequestEvent{
+		Router: r.id, Tenant: req.tenant, Priority: req.priority, Endpoint: endpoint, Stream: req.stream,
+		Prompt: req.prompt, MaxTokens: req.maxTok, Duplicate: dup,
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, w.Timeout.D())
+	defer cancel()
+	wait := t.exchange(rctx, r, endpoint, b, req, &ev)
+	end := time.Now()
+	ev.T, ev.End, ev.LatencyMS = t.rec.since(start), t.rec.since(end), float64(end.Sub(start).Microseconds())/1000
+	t.rec.request(ev)
+	return wait
+}
+
+func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, body []byte, req request, ev *RequestEvent) time.Duration {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.addr+endpoint, bytes.NewReader(body))
+	if err != nil {
+		ev.Err = err.Error()
+		return 0
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Authorization", "Bearer sk-"+req.tenant)
+	hreq.Header.Set("X-Request-Id", req.id)
+	if req.priority != "" {
+		hreq.Header.Set("X-Priority", req.priority)
+	}
+	resp, err := t.client.Do(hreq)
+	if err != nil {
+		ev.Err = err.Error()
+		return 50 * time.Millisecond
+	}
+	defer resp.Body.Close()
+	ev.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct {
+				Code any `json:"code"`
+			} `json:"error"`
+		}
+		rb, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(rb, &e) == nil && e.Error.Code != nil {
+			ev.Code = fmt.Sprint(e.Error.Code)
+		}
+		ev.RetryAfter = resp.Header.Get("Retry-After")
+		if s, err := strconv.Atoi(ev.RetryAfter); err == nil {
+			return min(time.Duration(s)*time.Second, t.sc.Workload.Backoff.D())
+		}
+		return t.sc.Workload.Backoff.D()
+	}
+	if !req.stream {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			ev.Err = "body: " + err.Error()
+		}
+		return 0
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	done := false
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "data: [DONE]" {
+			done = true
+		}
+	}
+	if !done {
+		ev.Err = "stream cut before [DONE]"
+		if err := sc.Err(); err != nil {
+			ev.Err += ": " + err.Error()
+		}
+	}
+	return 0
+}
