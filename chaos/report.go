@@ -136,7 +136,7 @@ func chart(path string, s *Scenario, ev *evidence) error {
 	p.Add(plotter.NewGrid())
 	byEngine := map[string]plotter.XYs{}
 	var names []string
-	ymax, xmax := 1.1, s.Workload.Duration.D().Seconds()
+	ymax, xmax := 1.3, s.Workload.Duration.D().Seconds()
 	for _, e := range ev.engines {
 		if e.Err != "" || e.KVCapacity == 0 {
 			continue
@@ -196,7 +196,7 @@ func chart(path string, s *Scenario, ev *evidence) error {
 		p.Add(l)
 	}
 	p.Y.Min, p.Y.Max, p.X.Min, p.X.Max = 0, ymax, 0, xmax
-	p.Legend.Top = true
-	p.Legend.Left = true
+	p.Legend.Top = false
+	p.Legend.Left = false
 	return p.Save(12*vg.Inch, 5*vg.Inch, path)
 }

@@ -260,7 +260,10 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	if err != nil {
 		return nil, fmt.Errorf("%s: start topology: %w", s.Name, err)
 	}
-	defer c.stop()
+	defer func() {
+		c.stop()
+		httpClient.CloseIdleConnections()
+	}()
 	for _, e := range c.engines {
 		if err := postJSON(ctx, "http://"+e.addr+"/admin/reset", struct{}{}); err != nil {
 			return nil, fmt.Errorf("%s: reset %s: %w", s.Name, e.id, err)
@@ -319,6 +322,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 		}()
 	}
 	tr.run(ctx, stop)
+	tr.client.CloseIdleConnections()
 	close(barDone)
 	bwg.Wait()
 	fp.wait()

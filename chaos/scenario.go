@@ -131,8 +131,9 @@ type Topology struct {
 	Priorities []PrioritySpec `yaml:"priorities,omitempty"`
 	// SessionTTL is the fleet's lease.session_ttl (default 2s).
 	SessionTTL Duration `yaml:"session_ttl,omitempty"`
-	// RecoveryWindow is the fleet's lease.recovery_window (default
-	// SessionTTL, the shortest the fleet allows).
+	// RecoveryWindow is the fleet's lease.recovery_window (default: 0,
+	// off, unless a fault loses the ledger (kill_reserver, restart_redis);
+	// then SessionTTL, the shortest the fleet allows).
 	RecoveryWindow *Duration `yaml:"recovery_window,omitempty"`
 	// StaleAfter is every engine's stale_after (default 2s).
 	StaleAfter Duration `yaml:"stale_after,omitempty"`
@@ -349,8 +350,15 @@ func (s *Scenario) defaults() {
 		t.SessionTTL = Duration(2 * time.Second)
 	}
 	if t.RecoveryWindow == nil {
-		// The shortest the fleet allows: runs start on a fresh ledger.
-		rw := t.SessionTTL
+		// Off unless the scenario loses the ledger (every run starts on a
+		// fresh one, which would otherwise open with a window); then the
+		// shortest the fleet allows.
+		rw := Duration(0)
+		for _, f := range append(slices.Clone(s.Faults), s.shortFaults()...) {
+			if f.Kind == FaultKillReserver || f.Kind == FaultRestartRedis {
+				rw = t.SessionTTL
+			}
+		}
 		t.RecoveryWindow = &rw
 	}
 	if t.StaleAfter == 0 {
@@ -582,6 +590,13 @@ func validTarget(t, kind string, n int) bool {
 		}
 	}
 	return false
+}
+
+func (s *Scenario) shortFaults() []Fault {
+	if s.Short == nil {
+		return nil
+	}
+	return s.Short.Faults
 }
 
 func (s *Scenario) engineCount() int {

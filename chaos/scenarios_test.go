@@ -1,0 +1,146 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestScenariosShort runs the short (CI) variant of every built-in scenario
+// on the embedded ledger (reserver on memory://) and on Redis, and asserts
+// every check passes; compare scenarios must show local admission over
+// capacity and the ledger within it.
+func TestScenariosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: the scenario set runs real processes for ~3 minutes; run without -short")
+	}
+	bins := binaries(t)
+	t.Cleanup(func() { os.RemoveAll(buildDir) })
+	start := time.Now()
+	for _, ledger := range []string{LedgerMemory, LedgerRedis} {
+		for _, name := range Names() {
+			t.Run(ledger+"/"+name, func(t *testing.T) {
+				sc, err := Load(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				began := time.Now()
+				res, err := Run(context.Background(), sc, Options{
+					Short: true, Ledger: ledger, Binaries: bins, RunsDir: t.TempDir(), NoChart: true,
+				})
+				if err != nil {
+					t.Fatalf("run: %v", err)
+				}
+				var buf bytes.Buffer
+				WriteTable(&buf, res)
+				t.Logf("%s in %.1fs:%s", name, time.Since(began).Seconds(), buf.String())
+				if !res.Pass {
+					t.Errorf("%s on %s failed its checks (run dir %s, logs kept under it)", name, ledger, res.RunDir)
+					keep(t, res.RunDir)
+				}
+				if sc.Compare != nil {
+					checkCompare(t, res)
+				}
+			})
+		}
+	}
+	t.Logf("every scenario on both ledgers: %.1fs", time.Since(start).Seconds())
+}
+
+func checkCompare(t *testing.T, res *Result) {
+	t.Helper()
+	maxLocal, maxLedger := 0.0, 0.0
+	for _, r := range res.Compare {
+		if r.Error != "" {
+			t.Errorf("%s with %d routers: %s", r.Admission, r.Routers, r.Error)
+		}
+		worst := max(r.KVRatio, r.SlotRatio)
+		if r.Admission == AdmissionLocal {
+			maxLocal = max(maxLocal, worst)
+		} else {
+			maxLedger = max(maxLedger, worst)
+		}
+	}
+	if maxLocal <= 1 {
+		t.Errorf("local admission peak/capacity = %.2f, want > 1.00", maxLocal)
+	}
+	if maxLedger > 1 {
+		t.Errorf("ledger peak/capacity = %.2f, want <= 1.00", maxLedger)
+	}
+}
+
+// keep copies a failed run's directory where CI can find it, when
+// CHAOS_KEEP_DIR is set.
+func keep(t *testing.T, dir string) {
+	dst := os.Getenv("CHAOS_KEEP_DIR")
+	if dst == "" {
+		return
+	}
+	to := filepath.Join(dst, filepath.Base(dir))
+	if err := os.CopyFS(to, os.DirFS(dir)); err != nil {
+		t.Logf("keep %s: %v", dir, err)
+	}
+}
+
+// TestReplay records a small run, replays it from its directory and gets
+// the same scenario, seed and verdicts.
+func TestReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: runs real processes; run without -short")
+	}
+	bins := binaries(t)
+	sc, err := Parse([]byte(`
+name: tiny
+topology:
+  engines: [{count: 1, kv_tokens: 20000, slots: 8}]
+  tenants: [{name: acme, kv_share: 1}]
+workload:
+  concurrency: 6
+  duration: 1500ms
+  prompt_tokens: {min: 100, max: 500}
+  output_tokens: {min: 100, max: 800}
+  seed: 42
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := Run(ctx, sc, Options{Binaries: bins, RunDir: filepath.Join(t.TempDir(), "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"scenario.yaml", "events.jsonl", "result.json", "usage.png"} {
+		if _, err := os.Stat(filepath.Join(first.RunDir, f)); err != nil {
+			t.Errorf("run dir lacks %s: %v", f, err)
+		}
+	}
+	again, err := Replay(ctx, first.RunDir, Options{Binaries: bins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Seed != 42 || again.Scenario != "tiny" {
+		t.Errorf("replay ran %s seed %d, want tiny seed 42", again.Scenario, again.Seed)
+	}
+	if fmt.Sprint(verdicts(first)) != fmt.Sprint(verdicts(again)) {
+		t.Errorf("replay verdicts %v, recorded %v", verdicts(again), verdicts(first))
+	}
+	if !first.Pass || !again.Pass {
+		t.Errorf("recorded pass=%v, replay pass=%v, want both", first.Pass, again.Pass)
+	}
+	reqs, _, _, _, _, err := ReadEvents(filepath.Join(first.RunDir, "events.jsonl"))
+	if err != nil || len(reqs) == 0 {
+		t.Errorf("event log: %d requests, err %v", len(reqs), err)
+	}
+}
+
+func verdicts(r *Result) map[string]bool {
+	m := map[string]bool{}
+	for _, c := range r.Checks {
+		m[c.Check] = c.Pass
+	}
+	return m
+}
