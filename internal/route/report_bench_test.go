@@ -1,0 +1,224 @@
+package route
+
+// BenchmarkReport measures what the router adds to a streaming request:
+// the same closed-loop load (internal/benchkit) sent straight to one
+// simulated engine (the baseline), through one router with an in-memory
+// ledger, and through one router with a Redis ledger, at 64 and 256
+// concurrent streaming clients. The engine runs fast (high --speed, short
+// outputs) so that the router's own cost is visible, and the fleet's
+// capacity is so large that nothing is refused (and recovery_window is 0,
+// so a fresh ledger grants at once): rejections and errors are
+// counted and printed, and a run with any is not a clean figure.
+//
+//	LEASEHOLD_BENCH_PHASE=2s go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x ./internal/route/
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/internal/testutil/redisserver"
+)
+
+const (
+	// benchSlots and benchKV are the engine's and the fleet's capacity:
+	// far above what 256 clients can hold, so nothing queues or is refused.
+	benchSlots = 65536
+	benchKV    = 1 << 30
+	// benchMaxTokens is each request's max_tokens; the engine's natural
+	// output (--output-tokens) is shorter, so requests end on their own.
+	benchMaxTokens = 32
+	benchOutput    = 8
+	// benchSpeed makes a decode step 1/(50 × benchSpeed) s: a request's
+	// time at the engine is its 1 ms scheduler ticks, not simulated decode.
+	benchSpeed = 2000
+)
+
+var benchBody = []byte(`{"model":"m","stream":true,"max_tokens":32,"messages":[` +
+	`{"role":"system","content":"You are terse."},` +
+	`{"role":"user","content":"Summarize capacity leasing in one short sentence, please."}]}`)
+
+// benchTarget is one way to the engine: a base URL and the clients' state.
+type benchTarget struct {
+	name   string
+	url    string
+	client *http.Client
+	// ttfb holds each caller's time-to-first-byte samples (one writer per
+	// slice: the caller's goroutine).
+	ttfb       [][]time.Duration
+	rejections atomic.Int64 // 429/503 answers; other failures are benchkit errors
+}
+
+func newBenchTarget(name, url string, callers int) *benchTarget {
+	tr := &http.Transport{MaxIdleConns: 2 * callers, MaxIdleConnsPerHost: 2 * callers, DisableCompression: true}
+	return &benchTarget{name: name, url: url + "/v1/chat/completions", client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		ttfb: make([][]time.Duration, callers)}
+}
+
+// op sends one streaming chat completion and reads it to its end,
+// recording the time to the first body byte.
+func (bt *benchTarget) op(ctx context.Context, c, _ int) error {
+	t0 := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bt.url, bytes.NewReader(benchBody))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	resp, err := bt.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && ctx.Err() == nil {
+			bt.rejections.Add(1)
+		}
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var buf [4096]byte
+	var first time.Duration
+	var tailBuf []byte
+	for {
+		n, err := resp.Body.Read(buf[:])
+		if n > 0 {
+			if first == 0 {
+				first = time.Since(t0)
+			}
+			tailBuf = append(tailBuf, buf[:n]...)
+			if len(tailBuf) > 64 {
+				tailBuf = tailBuf[len(tailBuf)-64:]
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !bytes.Contains(tailBuf, []byte("[DONE]")) {
+		return errors.New("stream ended without [DONE]")
+	}
+	bt.ttfb[c] = append(bt.ttfb[c], first)
+	return nil
+}
+
+func (bt *benchTarget) close() { bt.client.CloseIdleConnections() }
+
+// benchRow is one measured target.
+type benchRow struct {
+	res        benchkit.Result
+	ttfb50     time.Duration
+	ttfb99     time.Duration
+	rejections int64
+}
+
+func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration) benchRow {
+	defer bt.close()
+	// A short warm-up opens the connections (the router's to the engine
+	// too) so the phase measures steady state.
+	benchkit.Run(ctx, bt.name, callers, min(d/4, 500*time.Millisecond), bt.op)
+	bt.ttfb = make([][]time.Duration, callers)
+	bt.rejections.Store(0)
+	runtime.GC()
+	res := benchkit.Run(ctx, bt.name, callers, d, bt.op)
+	var all []time.Duration
+	for _, s := range bt.ttfb {
+		all = append(all, s...)
+	}
+	slices.Sort(all)
+	return benchRow{res: res, ttfb50: benchkit.Quantile(all, 0.5), ttfb99: benchkit.Quantile(all, 0.99),
+		rejections: bt.rejections.Load()}
+}
+
+// benchFleet writes the fleet file of one pool "m" over engine url.
+func benchFleet(b *testing.B, url string) string {
+	b.Helper()
+	yaml := fmt.Sprintf(`pools:
+  - name: m
+    engines:
+      - {id: gpu-0, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}
+tenants:
+  - {name: bench, api_keys: ["sk-bench"], kv_share: 1}
+lease:
+  recovery_window: 0s
+`, url, benchKV, benchSlots)
+	path := filepath.Join(b.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string) *proc {
+	b.Helper()
+	addr := freeAddr(b)
+	r := startProc(b, name, "router", addr, "--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", name,
+		"--max-model-len", "2048", "--log-level", "warn")
+	waitHTTP(b, r.url()+"/readyz", 15*time.Second)
+	return r
+}
+
+func BenchmarkReport(b *testing.B) {
+	if testing.Short() {
+		b.Skip("report benchmark: skipped in -short")
+	}
+	ctx := context.Background()
+	d := benchkit.Phase()
+
+	engAddr := freeAddr(b)
+	eng := startProc(b, "enginesim", "enginesim", engAddr, "--listen", engAddr, "--model", "m",
+		"--kv-tokens", fmt.Sprint(benchKV), "--slots", fmt.Sprint(benchSlots), "--max-model-len", "2048",
+		"--speed", fmt.Sprint(benchSpeed), "--output-tokens", fmt.Sprint(benchOutput))
+	waitHTTP(b, eng.url()+"/health", 10*time.Second)
+	fleetPath := benchFleet(b, eng.url())
+	rs := redisserver.Start(b)
+	memRouter := startBenchRouter(b, "router-memory", "memory://", fleetPath)
+	redisRouter := startBenchRouter(b, "router-redis", rs.URL(), fleetPath)
+
+	out := &strings.Builder{}
+	fmt.Fprintf(out, "\n### Router overhead (one enginesim at --speed %d, --output-tokens %d, max_tokens %d, streaming chat; %s per phase)\n\n",
+		benchSpeed, benchOutput, benchMaxTokens, d)
+	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | vs direct | rejected / errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var summary []string
+	for _, callers := range []int{64, 256} {
+		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d)
+		mem := measure(ctx, newBenchTarget("router, memory:// ledger", memRouter.url(), callers), callers, d)
+		red := measure(ctx, newBenchTarget("router, Redis ledger", redisRouter.url(), callers), callers, d)
+		for i, r := range []benchRow{direct, mem, red} {
+			added50, added99 := "—", "—"
+			if i > 0 {
+				added50, added99 = benchkit.Micros(r.res.P50-direct.res.P50), benchkit.Micros(r.res.P99-direct.res.P99)
+			}
+			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %d / %d |\n",
+				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.res.P50), benchkit.Micros(r.res.P99),
+				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99,
+				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), r.rejections, int64(r.res.Errors)-r.rejections)
+		}
+		for _, r := range []benchRow{mem, red} {
+			summary = append(summary, fmt.Sprintf("%s, %d clients: added p50 %.2f ms (target ≤ 1 ms), throughput %s of direct (target ≥ 0.80×).",
+				r.res.Name, callers, float64(r.res.P50-direct.res.P50)/float64(time.Millisecond),
+				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput())))
+		}
+	}
+	fmt.Fprintln(out)
+	for _, s := range summary {
+		fmt.Fprintln(out, s)
+	}
+	fmt.Print(out.String())
+}
