@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -203,6 +204,11 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 	}
 }
 
+// streamReaders recycles the 32 KiB readers of streamed answers: one per
+// streaming request was most of the router's allocation (and GC) under load.
+// A reader goes back only after dispatch is done with every slice of it.
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
+
 // usageOf reads an OpenAI usage object.
 type usageJSON struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
@@ -335,7 +341,9 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	br := bufio.NewReaderSize(resp.Body, 32<<10)
+	br := streamReaders.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	defer func() { br.Reset(nil); streamReaders.Put(br) }()
 	var event bytes.Buffer
 	for {
 		line, err := br.ReadSlice('\n')
