@@ -63,7 +63,8 @@ func WriteTable(w io.Writer, res *Result) {
 
 func writeCompare(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n%s  %s  (ledger %s, seed %d, %.1fs)  run dir %s\n", passWord(res.Pass), res.Scenario, res.Ledger, res.Seed, res.Seconds, res.RunDir)
-	fmt.Fprintln(w, "peak admitted / capacity on the worst engine, as the engines counted it (KV tokens, sequences):")
+	fmt.Fprintln(w, "peak admitted / capacity on the worst engine, as the engines counted it (KV tokens, sequences);")
+	fmt.Fprintln(w, "LOCAL: --admission=local, each router admits from its own snapshot; LEDGER: every request reserved first")
 	byN := map[int]map[string]CompareRow{}
 	var ns []int
 	var adms []string
@@ -81,10 +82,7 @@ func writeCompare(w io.Writer, res *Result) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	head := "ROUTERS\t"
 	for _, a := range adms {
-		name := "--admission=" + a
-		if a == AdmissionLedger {
-			name = "ledger"
-		}
+		name := strings.ToUpper(a)
 		head += fmt.Sprintf("%s KV\t%s SLOTS\t%s OK/REJ\t", name, name, name)
 	}
 	fmt.Fprintln(tw, head)
