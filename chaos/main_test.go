@@ -11,7 +11,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if buildDir != "" {
+			os.RemoveAll(buildDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 var (

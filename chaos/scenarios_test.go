@@ -19,7 +19,6 @@ func TestScenariosShort(t *testing.T) {
 		t.Skip("chaos: the scenario set runs real processes for ~3 minutes; run without -short")
 	}
 	bins := binaries(t)
-	t.Cleanup(func() { os.RemoveAll(buildDir) })
 	start := time.Now()
 	for _, ledger := range []string{LedgerMemory, LedgerRedis} {
 		for _, name := range Names() {
