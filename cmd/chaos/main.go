@@ -104,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var scs []*chaos.Scenario
 	for _, n := range names {
 		sc, err := chaos.Load(n)
+		if err == nil {
+			_, err = chaos.Prepare(sc, opts) // the overrides must make sense before anything runs
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, "chaos:", err)
 			return 2
@@ -133,6 +136,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(stderr, "chaos: %s: %v\n", sc.Name, err)
 			res = &chaos.Result{Scenario: sc.Name, Error: err.Error(), Started: time.Now()}
+			results = append(results, res)
+			failed = true
+			continue
 		}
 		results = append(results, res)
 		if !res.Pass {

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCLI(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\nsurprise: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"list", []string{"list"}, 0, "quickstart", ""},
+		{"no args", nil, 2, "", "usage: chaos"},
+		{"unknown scenario", []string{"nope"}, 2, "", "neither a file nor a built-in scenario"},
+		{"unknown field", []string{bad}, 2, "", "field surprise not found"},
+		{"replay without dir", []string{"replay"}, 2, "", "want one RUN_DIR"},
+		{"replay of nothing", []string{"replay", t.TempDir()}, 1, "", "scenario.yaml"},
+		{"bad flag", []string{"--ledger", "etcd", "quickstart"}, 2, "", "topology.ledger"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), tc.args, &out, &errb)
+			if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.stderr) {
+				t.Errorf("chaos %v = %d\nstdout %q\nstderr %q\nwant %d, stdout containing %q, stderr containing %q",
+					tc.args, code, out.String(), errb.String(), tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+}
