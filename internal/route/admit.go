@@ -2,6 +2,8 @@ package route
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -51,15 +53,20 @@ func capacities(specs []ledger.PoolSpec) map[ledger.PoolID][]engineView {
 	return out
 }
 
-// ledgerAdmitter leases every request from the shared ledger.
+// ledgerAdmitter leases every request from the shared ledger. Its
+// candidates are the engines the applier has configured in the ledger.
 type ledgerAdmitter struct {
-	m    *lease.Manager
-	caps map[ledger.PoolID][]engineView
+	m  *lease.Manager
+	ap *applier
 }
 
 func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
+	cands := a.ap.candidates(pool)
+	if len(cands) == 0 {
+		return nil
+	}
 	held := a.m.Snapshot().Engines(pool)
-	out := append([]engineView(nil), a.caps[pool]...)
+	out := append([]engineView(nil), cands...)
 	for i := range out {
 		r := held[out[i].id]
 		out[i].usedKV, out[i].usedSlots = r.KVTokens, r.Slots
@@ -68,16 +75,26 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 }
 
 func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (ticket, error) {
+	if len(req.Candidates) == 0 {
+		return nil, fmt.Errorf("%w: pool %s", ErrPoolNotConfigured, req.Pool)
+	}
 	h, err := a.m.Acquire(ctx, req)
+	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
+		a.ap.reapply() // the ledger's configuration changed under the router
+	}
 	if err != nil {
 		return nil, err
 	}
 	return heldTicket{h}, nil
 }
 
+// ready: every pool configured by the applier and its session confirmed.
 func (a *ledgerAdmitter) ready() bool {
-	for p := range a.caps {
-		if !a.m.Confirmed(p) {
+	if !a.ap.configured() {
+		return false
+	}
+	for _, p := range a.ap.fleet.Pools {
+		if !a.m.Confirmed(p.Name) {
 			return false
 		}
 	}
@@ -86,7 +103,12 @@ func (a *ledgerAdmitter) ready() bool {
 
 func (a *ledgerAdmitter) fenced(pool ledger.PoolID) bool { return !a.m.Confirmed(pool) }
 
-func (a *ledgerAdmitter) close(ctx context.Context) error { return a.m.Close(ctx) }
+// close stops the applier first (it may be configuring, and the
+// Reconfigure hook waits for it), then releases and ends the sessions.
+func (a *ledgerAdmitter) close(ctx context.Context) error {
+	a.ap.stop()
+	return a.m.Close(ctx)
+}
 
 type heldTicket struct{ h *lease.Held }
 

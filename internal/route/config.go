@@ -90,8 +90,10 @@ type Config struct {
 	// ShutdownTimeout bounds draining in-flight requests on shutdown
 	// (default 30s).
 	ShutdownTimeout time.Duration
-	// ReadyTimeout bounds the wait for the first holder session at start;
-	// the router serves (unready) meanwhile (default 30s).
+	// ReadyTimeout is how long after start the pools may stay
+	// unconfigured in the ledger (unreachable, no engine capacity known)
+	// before the router logs an error; it keeps serving, unready, and
+	// retrying with backoff (default 30s).
 	ReadyTimeout time.Duration
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
@@ -142,7 +144,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "bound on one upstream exchange, streaming included")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
-	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long to wait for the first holder session before giving up")
+	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long the pools may stay unconfigured in the ledger before an error is logged (the router keeps retrying, unready)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 }
 

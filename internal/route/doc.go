@@ -32,6 +32,15 @@
 // The statuses and codes of every error are one table, toAPIError
 // (errors.go).
 //
+// # Configuring the ledger
+//
+// In ledger admission the router configures its pools itself (apply.go),
+// as the reserver does: with the engines whose capacity is known
+// (fleet.PartialPoolSpec), adding a waiting engine once its metrics report
+// one; only configured engines are candidates. Start does not wait for the
+// ledger: failures are retried with backoff while the router serves,
+// unready. A new epoch or a wiped store re-applies the fleet.
+//
 // # Admission modes
 //
 // "ledger" (the default) is Leasehold. "local" is the BASELINE of today's

@@ -90,6 +90,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusNotFound, typ: "not_found_error", code: "model_not_found", param: "model", msg: err.Error()}
 	case errors.Is(err, ErrBodyTooLarge):
 		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "body_too_large", msg: err.Error()}
+	case errors.Is(err, ErrPoolNotConfigured):
+		return &apiError{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "pool_not_configured", msg: err.Error(), retryAfter: time.Second}
 	case errors.Is(err, ErrShuttingDown):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "service_unavailable", code: "shutting_down", msg: err.Error(), retryAfter: time.Second}
 	case errors.Is(err, lease.ErrLeaseLost):

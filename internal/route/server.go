@@ -49,7 +49,6 @@ type Router struct {
 	opts   Options
 
 	pools map[ledger.PoolID]*poolRT
-	specs []ledger.PoolSpec
 	adm   admitter
 
 	srv     *http.Server
@@ -113,45 +112,35 @@ func New(cfg Config, opts Options) (*Router, error) {
 	return r, nil
 }
 
-// Start applies the fleet to the ledger (ledger admission), starts the
-// holder sessions or the baseline's scraper, and serves on cfg.Listen. It
-// returns once serving; /readyz turns ready when the first holder session
-// of every pool is confirmed (or, local, the first scrape is done).
+// Start starts the fleet applier and the holder sessions (ledger
+// admission) or the baseline's scraper, and serves on cfg.Listen. It does
+// not wait for the ledger or for engines whose capacity is still to be
+// discovered (see apply.go): it returns once serving, and /readyz turns
+// ready when every pool is configured and its holder session confirmed
+// (or, local, the first scrape is done).
 func (r *Router) Start(ctx context.Context) error {
 	r.started = time.Now()
-	specs, err := r.poolSpecs(ctx)
-	if err != nil {
-		return err
-	}
-	r.specs = specs
-	var pools []ledger.PoolID
-	for _, s := range specs {
-		pools = append(pools, s.Name)
+	pools := make([]ledger.PoolID, 0, len(r.fleet.Pools))
+	for _, p := range r.fleet.Pools {
+		pools = append(pools, p.Name)
 	}
 	switch r.cfg.Admission {
 	case AdmissionLocal:
+		specs, err := r.poolSpecs(ctx)
+		if err != nil {
+			return err
+		}
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
 		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
 	default:
-		byName := map[ledger.PoolID]ledger.PoolSpec{}
-		for _, s := range specs {
-			cctx, cancel := context.WithTimeout(ctx, r.cfg.ReadyTimeout)
-			_, err := r.ledger.Configure(cctx, s)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("configure pool %s in the ledger: %w", s.Name, err)
-			}
-			byName[s.Name] = s
-		}
+		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.log)
 		lc := lease.Config{
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
 			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
-			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error {
-				_, err := r.ledger.Configure(ctx, byName[pool])
-				return err
-			},
+			// The ledger lost the pool (wiped store): configure it again.
+			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.applyPool(ctx, pool, true) },
 		}
 		if r.opts.LeaseConfig != nil {
 			r.opts.LeaseConfig(&lc)
@@ -160,7 +149,8 @@ func (r *Router) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("lease manager: %w", err)
 		}
-		r.adm = &ledgerAdmitter{m: m, caps: capacities(specs)}
+		ap.start(m)
+		r.adm = &ledgerAdmitter{m: m, ap: ap}
 	}
 	r.met.registerAdmitter(r.adm, pools)
 	for name := range r.pools {
@@ -175,11 +165,11 @@ func (r *Router) Start(ctx context.Context) error {
 	r.ln = ln
 	r.srv = &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
 	go func() { r.errC <- r.srv.Serve(ln) }()
-	r.log.Info("router serving", "addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(specs))
+	r.log.Info("router serving", "addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools))
 	return nil
 }
 
-// poolSpecs builds the ledger specs, discovering from the engines' metrics
+// poolSpecs builds the local baseline's specs, discovering from the engines' metrics
 // the capacity of engines whose kv_tokens the file omits.
 func (r *Router) poolSpecs(ctx context.Context) ([]ledger.PoolSpec, error) {
 	discovered := map[telemetry.EngineKey]int64{}
@@ -217,7 +207,11 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
-			http.Error(w, "not ready: draining, or holder session not confirmed (fenced or starting)", http.StatusServiceUnavailable)
+			msg := "not ready: draining, a pool not configured in the ledger, or a holder session not confirmed (fenced or starting)\n"
+			if la, ok := r.adm.(*ledgerAdmitter); ok {
+				msg += la.ap.describe()
+			}
+			http.Error(w, strings.TrimRight(msg, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

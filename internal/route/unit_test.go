@@ -116,6 +116,7 @@ func TestErrorTable(t *testing.T) {
 		{&ledger.Rejection{Reason: ledger.ReasonTooLarge}, 400, "too_large"},
 		{ErrUnauthorized, 401, "invalid_api_key"},
 		{ledger.ErrClosed, 503, "ledger_unavailable"},
+		{ErrPoolNotConfigured, 503, "pool_not_configured"},
 		{ErrUpstreamTimeout, 504, "upstream_timeout"},
 	} {
 		if ae := toAPIError(tc.err); ae.status != tc.status || ae.code != tc.code {
