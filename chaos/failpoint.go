@@ -7,6 +7,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -96,8 +97,13 @@ func (f *failpoints) inject(ctx context.Context, ft Fault) {
 		}
 	case FaultStopRouter:
 		for _, r := range f.routers(ft.Target) {
+			a, aerr := f.c.fetchAudit(bg)
 			r.down.Store(true)
-			f.note(time.Now(), ft, r.id, "inject", "SIGSTOP", r.signal(syscall.SIGSTOP))
+			at := time.Now()
+			f.note(at, ft, r.id, "inject", "SIGSTOP", errors.Join(r.signal(syscall.SIGSTOP), aerr))
+			if aerr == nil && f.silentPastTTL(ft) {
+				f.watch(bg, at, a, r.id, ft.Kind, false)
+			}
 		}
 		if ft.For > 0 {
 			sleep(ctx, ft.For.D())
@@ -135,9 +141,13 @@ func (f *failpoints) inject(ctx context.Context, ft Fault) {
 	case FaultPartition:
 		rs := f.routers(ft.Target)
 		for _, r := range rs {
+			a, aerr := f.c.fetchAudit(bg)
 			at := time.Now()
 			for _, p := range f.proxies(r, ft.Link) {
 				p.Set(ft.Mode, ft.Latency.D())
+			}
+			if aerr == nil && ft.Link == LinkLedger && ft.Mode != ModeLatency && f.silentPastTTL(ft) {
+				f.watch(bg, at, a, r.id, ft.Kind, false)
 			}
 			f.note(at, ft, r.id, "inject", fmt.Sprintf("%s %s %s", ft.Link, ft.Mode, ft.Latency), nil)
 		}
@@ -197,16 +207,13 @@ func (f *failpoints) killRouter(ctx, bg context.Context, ft Fault, r *routerNode
 	r.down.Store(true)
 	killed := time.Now()
 	r.kill()
-	ev := ReclaimEvent{T: f.rec.since(killed), Router: r.id, Seconds: -1}
+	detail := "SIGKILL"
 	if aerr == nil {
-		ev.Holders, ev.Leases = holdersOf(a, r.id)
+		holders, leases := holdersOf(a, r.id)
+		detail = fmt.Sprintf("SIGKILL holding %d leases (%s)", leases, strings.Join(holders, ","))
+		f.watch(bg, killed, a, r.id, ft.Kind, true)
 	}
-	f.note(killed, ft, r.id, "inject", fmt.Sprintf("SIGKILL holding %d leases (%s)", ev.Leases, strings.Join(ev.Holders, ",")), aerr)
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		f.watchReclaim(bg, killed, ev)
-	}()
+	f.note(killed, ft, r.id, "inject", detail, aerr)
 	if ft.RestartAfter != nil {
 		if sleep(ctx, ft.RestartAfter.D()) {
 			err := f.c.restartRouter(bg, r)
@@ -214,6 +221,24 @@ func (f *failpoints) killRouter(ctx, bg context.Context, ft Fault, r *routerNode
 			f.note(time.Now(), ft, r.id, "heal", "restarted", err)
 		}
 	}
+}
+
+// silentPastTTL reports whether ft keeps a router from its ledger long
+// enough that its session must expire and its leases be reclaimed while
+// the fault lasts (TTL + 1 s, with half a second to observe it).
+func (f *failpoints) silentPastTTL(ft Fault) bool {
+	return ft.For.D() >= f.sc.Topology.SessionTTL.D()+1500*time.Millisecond
+}
+
+// watch starts a reclaim watcher of router id's holders in a, as of at.
+func (f *failpoints) watch(ctx context.Context, at time.Time, a *auditJSON, id, cause string, dead bool) {
+	ev := ReclaimEvent{T: f.rec.since(at), Router: id, Cause: cause, Dead: dead, Seconds: -1}
+	ev.Holders, ev.Leases = holdersOf(a, id)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.watchReclaim(ctx, at, ev)
+	}()
 }
 
 // watchReclaim polls the audit every 100 ms until none of ev's holders

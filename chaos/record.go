@@ -84,11 +84,16 @@ type AuditSample struct {
 	Err         string             `json:"err,omitempty"`
 }
 
-// ReclaimEvent is how long a killed router's leases outlived it.
+// ReclaimEvent is how long a router's leases outlived its death (SIGKILL)
+// or its silence (SIGSTOP, ledger partition) longer than the session TTL.
 type ReclaimEvent struct {
-	Type    string   `json:"type"` // "reclaim"
-	T       float64  `json:"t"`
-	Router  string   `json:"router"`
+	Type   string  `json:"type"` // "reclaim"
+	T      float64 `json:"t"`
+	Router string  `json:"router"`
+	// Cause is the fault kind; Dead is set for a SIGKILL (the holder can
+	// never come back, so its leases must never reappear).
+	Cause   string   `json:"cause"`
+	Dead    bool     `json:"dead"`
 	Holders []string `json:"holders"`
 	// Leases held at the kill.
 	Leases int `json:"leases"`

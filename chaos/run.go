@@ -26,7 +26,7 @@ type Options struct {
 	Duration time.Duration
 	// Seed, when set, overrides workload.seed.
 	Seed uint64
-	// RunsDir is where run directories are made (default "chaos-runs").
+	// RunsDir is where run directories are made (default DefaultRunsDir).
 	RunsDir string
 	// RunDir, when set, is the exact run directory (replay uses a fresh
 	// one under the recorded run).
@@ -41,6 +41,9 @@ type Options struct {
 	// NoChart skips the chart.
 	NoChart bool
 }
+
+// DefaultRunsDir is $TMPDIR/leasehold-chaos: runs stay out of the work tree.
+func DefaultRunsDir() string { return filepath.Join(os.TempDir(), "leasehold-chaos") }
 
 // Result is one run's report (result.json in the run directory).
 type Result struct {
@@ -117,7 +120,7 @@ func Run(ctx context.Context, sc *Scenario, opts Options) (*Result, error) {
 	if dir == "" {
 		base := opts.RunsDir
 		if base == "" {
-			base = "chaos-runs"
+			base = DefaultRunsDir()
 		}
 		dir = filepath.Join(base, fmt.Sprintf("%s-%s-%s", s.Name, s.Topology.Ledger, time.Now().Format("20060102-150405.000")))
 	}

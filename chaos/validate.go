@@ -220,14 +220,14 @@ func (ev *evidence) check(name string) Verdict {
 	case CheckReclaim:
 		v.Pass = true
 		if len(ev.reclaims) == 0 {
-			v.Figure, v.Detail = "n/a", "no router was killed"
+			v.Figure, v.Detail = "n/a", "no router was killed, stopped or cut from the ledger past the TTL"
 			return v
 		}
 		worstS := 0.0
 		for _, r := range ev.reclaims {
 			if r.Seconds < 0 || r.Seconds > bound.Seconds() {
 				v.Pass = false
-				v.Detail += fmt.Sprintf("%s: %d leases of %s not gone within %s; ", r.Router, r.Leases, strings.Join(r.Holders, ","), bound)
+				v.Detail += fmt.Sprintf("%s (%s): %d leases of %s not gone within %s; ", r.Router, r.Cause, r.Leases, strings.Join(r.Holders, ","), bound)
 			}
 			if r.Seconds < 0 {
 				worstS = -1
@@ -245,7 +245,7 @@ func (ev *evidence) check(name string) Verdict {
 			v.Figure = fmt.Sprintf("%.1fs ≤ %s (%d leases)", worstS, bound, leases)
 		}
 		if leases == 0 {
-			v.Detail += "killed routers held no lease at the kill; "
+			v.Detail += "the routers held no lease at the fault; "
 		}
 	case CheckNoLeasesAtEnd:
 		v.Pass = ev.endLeases == 0
@@ -259,6 +259,9 @@ func (ev *evidence) check(name string) Verdict {
 		v.Pass = true
 		n := 0
 		for _, r := range ev.reclaims {
+			if !r.Dead {
+				continue
+			}
 			for _, a := range ev.audits {
 				if a.Err != "" || a.T <= r.T+bound.Seconds() {
 					continue

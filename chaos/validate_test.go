@@ -39,7 +39,7 @@ func TestChecks(t *testing.T) {
 		{"no kill", CheckReclaim, evidence{}, true, "n/a"},
 		{"leases left", CheckNoLeasesAtEnd, evidence{endLeases: 2}, false, "2 leases"},
 		{"dead holder after TTL", CheckNoDeadHolder, evidence{
-			reclaims: []ReclaimEvent{{T: 1, Router: "router-0", Holders: []string{"router-0/a"}}},
+			reclaims: []ReclaimEvent{{T: 1, Router: "router-0", Dead: true, Holders: []string{"router-0/a"}}},
 			audits:   []AuditSample{{T: 3.5, ByHolder: map[string]int{"router-0/a": 1}}, {T: 4.5, ByHolder: map[string]int{"router-0/a": 1}}},
 		}, false, "1 samples"},
 		{"clean rejections", CheckCleanErrors, evidence{requests: []RequestEvent{

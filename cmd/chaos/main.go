@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Ledger, "ledger", "", "override topology.ledger: memory or redis")
 	fs.DurationVar(&opts.Duration, "duration", 0, "override workload.duration")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "override workload.seed")
-	fs.StringVar(&opts.RunsDir, "runs-dir", "chaos-runs", "where run directories are written")
+	fs.StringVar(&opts.RunsDir, "runs-dir", chaos.DefaultRunsDir(), "where run directories are written")
 	fs.BoolVar(&noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&opts.NoChart, "no-chart", false, "skip the usage chart")
 	// Flags may come before and after the positional arguments.
