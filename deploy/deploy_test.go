@@ -879,3 +879,36 @@ func keys(m map[string]bool) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestDockerfile checks what can be checked without a Docker engine: the
+// targets compose builds exist, every package built exists, the runtime is
+// distroless and non-root.
+func TestDockerfile(t *testing.T) {
+	df := string(readFile(t, filepath.Join(composeDir, "Dockerfile")))
+	stages := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^FROM\s+\S+\s+AS\s+(\S+)`).FindAllStringSubmatch(df, -1) {
+		stages[m[1]] = true
+	}
+	for name, s := range loadCompose(t).Services {
+		if s.Build != nil && !stages[s.Build["target"]] {
+			t.Errorf("%s: build target %q is not a stage of the Dockerfile (%v)", name, s.Build["target"], keys(stages))
+		}
+	}
+	for _, b := range []string{"reserver", "router", "enginesim"} {
+		if !stages[b] {
+			t.Errorf("no per-binary target %s", b)
+		}
+	}
+	build := regexp.MustCompile(`go build [^\n]*\\\n\s*(.*)`).FindStringSubmatch(df)
+	if build == nil {
+		t.Fatalf("no go build line in the Dockerfile")
+	}
+	for _, pkg := range strings.Fields(build[1]) {
+		if _, err := os.Stat(filepath.Join("..", pkg, "main.go")); err != nil {
+			t.Errorf("Dockerfile builds %s: %v", pkg, err)
+		}
+	}
+	if !strings.Contains(df, "gcr.io/distroless/static") || !strings.Contains(df, "USER 65532") {
+		t.Errorf("runtime stage: want distroless/static and a non-root USER")
+	}
+}
