@@ -3,8 +3,10 @@ package route
 // BenchmarkReport measures what the router adds to a streaming request:
 // the same closed-loop load (internal/benchkit) sent straight to one
 // simulated engine (the baseline), through one router with an in-memory
-// ledger, and through one router with a Redis ledger, at 64 and 256
-// concurrent streaming clients. The engine runs fast (high --speed, short
+// ledger, and through one router with a Redis ledger, at 1 (unloaded), 64
+// and 256 concurrent streaming clients. Each process's CPU time per
+// request is printed too: client, engine and router share the machine, so
+// at saturation throughput follows the CPU each request costs. The engine runs fast (high --speed, short
 // outputs) so that the router's own cost is visible, and the fleet's
 // capacity is so large that nothing is refused (and recovery_window is 0,
 // so a fresh ledger grants at once): rejections and errors are
@@ -125,9 +127,51 @@ type benchRow struct {
 	ttfb50     time.Duration
 	ttfb99     time.Duration
 	rejections int64
+	// cpu is CPU time per request of the client (this process), the
+	// engine and the router (0 for the direct path); -1 when unknown.
+	cpu [3]time.Duration
 }
 
-func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration) benchRow {
+// cpuTime returns the user+system CPU time of process pid (0: this
+// process) from /proc, or -1 where there is no /proc.
+func cpuTime(pid int) time.Duration {
+	path := "/proc/self/stat"
+	if pid > 0 {
+		path = fmt.Sprintf("/proc/%d/stat", pid)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	// Fields after the parenthesised command: state is field 3, utime 14,
+	// stime 15, in clock ticks (USER_HZ, 100 on Linux).
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return -1
+	}
+	var ut, st int64
+	if _, err := fmt.Sscan(f[11], &ut); err != nil {
+		return -1
+	}
+	if _, err := fmt.Sscan(f[12], &st); err != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// cpuMicros formats CPU time per request in µs.
+func cpuMicros(d time.Duration) string {
+	if d < 0 {
+		return "n/a"
+	}
+	return benchkit.Micros(d)
+}
+
+func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration, pids [3]int) benchRow {
 	defer bt.close()
 	// A short warm-up opens the connections (the router's to the engine
 	// too) so the phase measures steady state.
@@ -135,14 +179,35 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration)
 	bt.ttfb = make([][]time.Duration, callers)
 	bt.rejections.Store(0)
 	runtime.GC()
+	var before [3]time.Duration
+	for i, pid := range pids {
+		if pid >= 0 {
+			before[i] = cpuTime(pid)
+		}
+	}
 	res := benchkit.Run(ctx, bt.name, callers, d, bt.op)
+	var cpu [3]time.Duration
+	for i, pid := range pids {
+		after := time.Duration(-1)
+		if pid >= 0 {
+			after = cpuTime(pid)
+		}
+		switch {
+		case pid < 0:
+			cpu[i] = 0
+		case after < 0 || before[i] < 0 || res.Ops == 0:
+			cpu[i] = -1
+		default:
+			cpu[i] = (after - before[i]) / time.Duration(res.Ops)
+		}
+	}
 	var all []time.Duration
 	for _, s := range bt.ttfb {
 		all = append(all, s...)
 	}
 	slices.Sort(all)
 	return benchRow{res: res, ttfb50: benchkit.Quantile(all, 0.5), ttfb99: benchkit.Quantile(all, 0.99),
-		rejections: bt.rejections.Load()}
+		rejections: bt.rejections.Load(), cpu: cpu}
 }
 
 // benchFleet writes the fleet file of one pool "m" over engine url.
@@ -193,22 +258,30 @@ func BenchmarkReport(b *testing.B) {
 	out := &strings.Builder{}
 	fmt.Fprintf(out, "\n### Router overhead (one enginesim at --speed %d, --output-tokens %d, max_tokens %d, streaming chat; %s per phase)\n\n",
 		benchSpeed, benchOutput, benchMaxTokens, d)
-	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | vs direct | rejected / errors |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var summary []string
-	for _, callers := range []int{64, 256} {
-		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d)
-		mem := measure(ctx, newBenchTarget("router, memory:// ledger", memRouter.url(), callers), callers, d)
-		red := measure(ctx, newBenchTarget("router, Redis ledger", redisRouter.url(), callers), callers, d)
+	enginePID := eng.cmd.Process.Pid
+	for _, callers := range []int{1, 64, 256} {
+		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d, [3]int{0, enginePID, -1})
+		mem := measure(ctx, newBenchTarget("router, memory:// ledger", memRouter.url(), callers), callers, d,
+			[3]int{0, enginePID, memRouter.cmd.Process.Pid})
+		red := measure(ctx, newBenchTarget("router, Redis ledger", redisRouter.url(), callers), callers, d,
+			[3]int{0, enginePID, redisRouter.cmd.Process.Pid})
 		for i, r := range []benchRow{direct, mem, red} {
-			added50, added99 := "—", "—"
+			added50, added99, routerCPU := "—", "—", "—"
 			if i > 0 {
 				added50, added99 = benchkit.Micros(r.res.P50-direct.res.P50), benchkit.Micros(r.res.P99-direct.res.P99)
+				routerCPU = cpuMicros(r.cpu[2])
 			}
-			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %d / %d |\n",
+			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
 				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.res.P50), benchkit.Micros(r.res.P99),
 				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99,
-				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), r.rejections, int64(r.res.Errors)-r.rejections)
+				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
+				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
+		}
+		if callers == 1 {
+			continue // unloaded: the added latency is the router's own service time
 		}
 		for _, r := range []benchRow{mem, red} {
 			summary = append(summary, fmt.Sprintf("%s, %d clients: added p50 %.2f ms (target ≤ 1 ms), throughput %s of direct (target ≥ 0.80×).",
@@ -216,6 +289,8 @@ func BenchmarkReport(b *testing.B) {
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput())))
 		}
 	}
+	fmt.Fprintln(out, "\nCPU µs/req is each process's user+system CPU time (/proc, 10 ms ticks) over the phase divided by the requests served;")
+	fmt.Fprintln(out, "the Redis server's own CPU is not included.")
 	fmt.Fprintln(out)
 	for _, s := range summary {
 		fmt.Fprintln(out, s)
