@@ -23,4 +23,16 @@
 // and chart under a run directory; Replay reruns the same schedule from it.
 // The chaos package owns the processes it starts and stops every one of them
 // before Run returns.
+//
+// From the command line (cmd/chaos):
+//
+//	go run ./cmd/chaos quickstart              # embedded ledger, nothing to install
+//	go run ./cmd/chaos --short all             # every scenario's CI variant
+//	go run ./cmd/chaos --ledger redis --json kill-routers
+//	go run ./cmd/chaos replay $TMPDIR/leasehold-chaos/kill-routers-memory-…
+//
+// What the runner does not do: it runs no etcd (topology.ledger etcd is
+// rejected), and clock_offset restarts the router with
+// LEASEHOLD_CLOCK_OFFSET in its environment, which has an effect only if the
+// router reads it (ledger decisions use the ledger's clock either way).
 package chaos
