@@ -81,7 +81,9 @@ type AuditSample struct {
 	// TenantShare is, per tenant, the fraction of the pool's KV capacity
 	// its leases hold.
 	TenantShare map[string]float64 `json:"tenant_share,omitempty"`
-	Err         string             `json:"err,omitempty"`
+	// Stale lists the engines the audit shows with stale telemetry.
+	Stale []string `json:"stale,omitempty"`
+	Err   string   `json:"err,omitempty"`
 }
 
 // ReclaimEvent is how long a router's leases outlived its death (SIGKILL)
@@ -107,6 +109,10 @@ type auditJSON struct {
 		Pool            string     `json:"pool"`
 		RecoveringUntil *time.Time `json:"recovering_until"`
 	} `json:"pools"`
+	Engines []struct {
+		Engine string `json:"engine"`
+		Stale  bool   `json:"stale"`
+	} `json:"engines"`
 	Leases []struct {
 		ID       string `json:"id"`
 		Holder   string `json:"holder"`
@@ -279,6 +285,11 @@ func (c *cluster) sampleAudit(ctx context.Context, rec *recorder) (*auditJSON, e
 		for k, v := range byPrio {
 			if capOf[k[1]] > 0 {
 				s.PriorityFill[k[0]] = max(s.PriorityFill[k[0]], float64(v)/float64(capOf[k[1]]))
+			}
+		}
+		for _, e := range a.Engines {
+			if e.Stale {
+				s.Stale = append(s.Stale, e.Engine)
 			}
 		}
 		for k, v := range byTenant {

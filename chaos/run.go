@@ -389,7 +389,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 // isLedgerCheck: checks that read the ledger audit, meaningless without it.
 func isLedgerCheck(name string) bool {
 	switch name {
-	case CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckPriorityHeadroom, CheckTenantQuota:
+	case CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckPriorityHeadroom, CheckTenantQuota, CheckStaleSeen:
 		return true
 	}
 	return false

@@ -76,6 +76,7 @@ const (
 	CheckNoDeadHolder   = "no_dead_holder_leases"
 	CheckCleanErrors    = "clean_errors"
 	CheckCompleted      = "completed"
+	CheckStaleSeen      = "stale_telemetry_seen"
 	// Compare-only checks.
 	CheckLocalOver     = "local_over_capacity"
 	CheckLedgerWithin  = "ledger_within_capacity"
@@ -87,13 +88,14 @@ const (
 
 var checkNames = []string{
 	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors,
-	CheckCompleted, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
+	CheckCompleted, CheckStaleSeen, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 }
 
 // DefaultChecks run when a scenario lists none.
 var DefaultChecks = []string{
 	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors, CheckCompleted,
+	CheckStaleSeen,
 }
 
 // Scenario is one chaos scenario. Every duration is a Go duration string in

@@ -323,6 +323,45 @@ func (ev *evidence) check(name string) Verdict {
 		if !v.Pass {
 			v.Detail = "no request completed"
 		}
+	case CheckStaleSeen:
+		// Every engine whose metrics were off for longer than stale_after
+		// (+1 s to see it) must show stale in the audit meanwhile.
+		v.Pass = true
+		staleAfter := ev.sc.Topology.StaleAfter.D().Seconds()
+		inject := map[string]float64{}
+		judged, seen := 0, 0
+		for _, f := range ev.faults {
+			if f.Kind != FaultStaleTelemetry {
+				continue
+			}
+			if f.Phase == "inject" {
+				inject[f.Target] = f.T
+				continue
+			}
+			from, ok := inject[f.Target]
+			if !ok || f.T-from < staleAfter+1 {
+				continue
+			}
+			judged++
+			found := false
+			for _, a := range ev.audits {
+				if a.T >= from && a.T <= f.T+0.5 && slices.Contains(a.Stale, f.Target) {
+					found = true
+					break
+				}
+			}
+			if found {
+				seen++
+			} else {
+				v.Pass = false
+				v.Detail += fmt.Sprintf("%s: metrics off %.1fs-%.1fs but never stale in the audit; ", f.Target, from, f.T)
+			}
+		}
+		if judged == 0 {
+			v.Figure, v.Detail = "n/a", "no engine's metrics were off past stale_after"
+			return v
+		}
+		v.Figure = fmt.Sprintf("%d/%d engines shown stale", seen, judged)
 	case CheckQuotaRejected:
 		n := 0
 		for _, r := range ev.requests {

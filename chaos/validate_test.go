@@ -55,6 +55,17 @@ func TestChecks(t *testing.T) {
 			faults:   []FaultEvent{{T: 1, Kind: FaultKillRouter, Target: "router-0", Phase: "inject"}},
 			requests: []RequestEvent{{T: 4.5, End: 4.6, Err: "EOF"}},
 		}, false, "1 unexplained"},
+		{"stale shown", CheckStaleSeen, evidence{
+			faults: []FaultEvent{{T: 1, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "inject"}, {T: 5, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "heal"}},
+			audits: []AuditSample{{T: 2}, {T: 3.5, Stale: []string{"engine-0"}}},
+		}, true, "1/1"},
+		{"stale never shown", CheckStaleSeen, evidence{
+			faults: []FaultEvent{{T: 1, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "inject"}, {T: 5, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "heal"}},
+			audits: []AuditSample{{T: 2}, {T: 3.5}, {T: 6, Stale: []string{"engine-0"}}},
+		}, false, "never stale"},
+		{"stale too short to judge", CheckStaleSeen, evidence{
+			faults: []FaultEvent{{T: 1, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "inject"}, {T: 2, Kind: FaultStaleTelemetry, Target: "engine-0", Phase: "heal"}},
+		}, true, "n/a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := tc.ev
