@@ -127,8 +127,12 @@ func contains(xs []string, x string) bool {
 // capacity line at 1.0 and a marker per fault step, into a PNG.
 func chart(path string, s *Scenario, ev *evidence) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: admitted KV demand / capacity per engine (%s ledger, %d routers, %s)",
-		s.Name, s.Topology.Ledger, s.Topology.Routers, s.Topology.Admission)
+	how := s.Topology.Ledger + " ledger"
+	if s.Topology.Admission == AdmissionLocal {
+		how = "--admission=local"
+	}
+	p.Title.Text = fmt.Sprintf("%s: admitted KV demand / capacity per engine (%d routers, %s); faults marked",
+		s.Name, s.Topology.Routers, how)
 	p.X.Label.Text = "seconds since load start"
 	p.Y.Label.Text = "admitted / capacity"
 	p.Add(plotter.NewGrid())
@@ -194,7 +198,8 @@ func chart(path string, s *Scenario, ev *evidence) error {
 		p.Add(l)
 	}
 	p.Y.Min, p.Y.Max, p.X.Min, p.X.Max = 0, ymax, 0, xmax
-	p.Legend.Top = false
+	p.Legend.Top = true
 	p.Legend.Left = false
+	p.Y.Tick.Marker = plot.DefaultTicks{}
 	return p.Save(12*vg.Inch, 5*vg.Inch, path)
 }
