@@ -9,6 +9,12 @@
 // Every flag can also be set from the environment: --queue-depth is
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
 // reserver (grpc:// ledgers).
+//
+// --clock-offset DURATION (LEASEHOLD_CLOCK_OFFSET) is a fault-injection and
+// testing knob, default 0: it skews the router's wall clock (the lease
+// manager's included) by DURATION, e.g. 30s or -30s, keeping the monotonic
+// clock for intervals. The chaos clock_offset fault uses it to show that
+// skew between routers has no effect: the ledger decides by its own clock.
 package main
 
 import (

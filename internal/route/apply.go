@@ -43,6 +43,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -83,6 +85,7 @@ type applier struct {
 	// readyTimeout is how long the pools may stay unconfigured before an
 	// error is logged (once); the applier keeps retrying.
 	readyTimeout time.Duration
+	clock        clockwork.Clock
 	// sessions is the lease Manager whose holder sessions report each
 	// pool's epoch; set once it exists (the Reconfigure hook may run
 	// before).
@@ -113,9 +116,9 @@ type applier struct {
 	pending    map[ledger.PoolID]string                // pool -> why it is not configured
 }
 
-func newApplier(f *fleet.Fleet, l ledger.Ledger, scraper telemetry.Scraper, readyTimeout time.Duration, log *slog.Logger) *applier {
+func newApplier(f *fleet.Fleet, l ledger.Ledger, scraper telemetry.Scraper, readyTimeout time.Duration, clock clockwork.Clock, log *slog.Logger) *applier {
 	a := &applier{
-		fleet: f, ledger: l, scraper: scraper, log: log, readyTimeout: readyTimeout,
+		fleet: f, ledger: l, scraper: scraper, log: log, readyTimeout: readyTimeout, clock: clock,
 		kickC: make(chan struct{}, 1), stopC: make(chan struct{}), doneC: make(chan struct{}),
 		discovered: map[telemetry.EngineKey]int64{}, applied: map[ledger.PoolID]appliedPool{},
 		waiting: map[ledger.PoolID][]fleet.WaitingEngine{}, pending: map[ledger.PoolID]string{},
@@ -207,7 +210,7 @@ func (a *applier) loop() {
 	defer close(a.doneC)
 	failures := 0
 	lastErr := map[ledger.PoolID]string{}
-	warnAt := time.Now().Add(a.readyTimeout)
+	warnAt := a.clock.Now().Add(a.readyTimeout)
 	for {
 		failed, force := false, a.forceNext.Swap(false)
 		for _, p := range a.fleet.Pools {
@@ -228,7 +231,7 @@ func (a *applier) loop() {
 				lastErr[p.Name] = msg
 			}
 		}
-		if failed && !warnAt.IsZero() && time.Now().After(warnAt) && !a.configured() {
+		if failed && !warnAt.IsZero() && a.clock.Now().After(warnAt) && !a.configured() {
 			a.log.Error("pools still not configured after --ready-timeout; serving unready and retrying", "waited", a.readyTimeout)
 			warnAt = time.Time{}
 		}

@@ -14,6 +14,9 @@ import (
 // is also LEASEHOLD_QUEUE_DEPTH. A flag given on the command line wins.
 const EnvPrefix = "LEASEHOLD_"
 
+// maxClockOffset bounds --clock-offset.
+const maxClockOffset = 24 * time.Hour
+
 // Admission modes.
 const (
 	// AdmissionLedger leases every request from the shared ledger (the
@@ -97,6 +100,13 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
+
+	// ClockOffset skews the router's wall clock by this much (default 0).
+	// A fault-injection and testing knob only: the chaos clock_offset fault
+	// sets it (LEASEHOLD_CLOCK_OFFSET) to show that clock skew between
+	// routers has no effect. Intervals keep the monotonic clock; see
+	// OffsetClock.
+	ClockOffset time.Duration
 }
 
 // Defaults returns a Config with every default set.
@@ -146,6 +156,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long the pools may stay unconfigured in the ledger before an error is logged (the router keeps retrying, unready)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "fault injection/testing only: skew this router's wall clock by this much (e.g. 30s, -30s); intervals are unaffected")
 }
 
 // EnvName returns the environment variable of a flag.
@@ -252,6 +263,9 @@ func (c *Config) Validate() error {
 		if d.v < d.min {
 			bad("%s = %s: must be at least %s", d.flag, d.v, d.min)
 		}
+	}
+	if c.ClockOffset < -maxClockOffset || c.ClockOffset > maxClockOffset {
+		bad("--clock-offset = %s: want -%s..%s", c.ClockOffset, maxClockOffset, maxClockOffset)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

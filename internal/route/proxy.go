@@ -149,7 +149,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		if elem != nil {
 			p.q.leave(elem)
 			gauge.Dec()
-			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(time.Since(since).Seconds())
+			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(r.clock.Since(since).Seconds())
 			deadline.Stop()
 			elem = nil
 		}
@@ -176,7 +176,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 				return nil, err // queue full: answer the ledger's reason now
 			}
 			gauge.Inc()
-			since = time.Now()
+			since = r.clock.Now()
 			deadline = time.NewTimer(r.cfg.QueueTimeout)
 		}
 		hint := rej.RetryAfter
@@ -218,7 +218,7 @@ type usageJSON struct {
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
 func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t ticket) (status int, code string) {
-	granted := time.Now()
+	granted := r.clock.Now()
 	engine := t.engine()
 	var (
 		usage    ledger.Usage
@@ -237,7 +237,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 			time.Sleep(r.cfg.AbortGrace)
 		}
 		_ = t.release(usage) // bounded, own context; retried in background
-		r.met.holdSecs.WithLabelValues(string(req.model)).Observe(time.Since(granted).Seconds())
+		r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
 		p.q.notify()
 		if known {
 			p.est.observePrompt(req, usage.PromptTokens)
@@ -297,16 +297,16 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	if id := hr.Header.Get("X-Request-Id"); id != "" {
 		ureq.Header.Set("X-Request-Id", id)
 	}
-	start := time.Now()
+	start := r.clock.Now()
 	sent = true
 	resp, err := r.client.Do(ureq)
 	if err != nil {
 		return answer(failure(err))
 	}
 	defer resp.Body.Close()
-	r.met.firstByte.WithLabelValues(string(req.model), string(engine)).Observe(time.Since(start).Seconds())
+	r.met.firstByte.WithLabelValues(string(req.model), string(engine)).Observe(r.clock.Since(start).Seconds())
 	defer func() {
-		r.met.upstream.WithLabelValues(string(req.model), string(engine), strconv.FormatBool(req.stream)).Observe(time.Since(start).Seconds())
+		r.met.upstream.WithLabelValues(string(req.model), string(engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
 	}()
 
 	w.Header().Set("X-Leasehold-Engine", string(engine))

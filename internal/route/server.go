@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasehold/leasehold/internal/fleet"
@@ -35,6 +36,9 @@ type Options struct {
 	// LeaseConfig, when set, adjusts the lease.Manager configuration built
 	// from the fleet file (tests shorten timings).
 	LeaseConfig func(*lease.Config)
+	// Clock is the router's clock, skewed by Config.ClockOffset; nil means
+	// the real clock.
+	Clock clockwork.Clock
 }
 
 // Router is one router replica: the HTTP proxy that leases before it
@@ -47,6 +51,9 @@ type Router struct {
 	client *http.Client
 	met    *metrics
 	opts   Options
+	// clock is the only clock the router reads (Options.Clock skewed by
+	// --clock-offset); the lease Manager gets it too.
+	clock clockwork.Clock
 
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
@@ -83,6 +90,9 @@ func New(cfg Config, opts Options) (*Router, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
 	tr := opts.Transport
 	if tr == nil {
 		tr = &http.Transport{
@@ -98,6 +108,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		cfg: cfg, fleet: opts.Fleet, ledger: opts.Ledger, log: opts.Logger, opts: opts,
 		client: &http.Client{Transport: tr},
 		met:    newMetrics(),
+		clock:  OffsetClock(opts.Clock, cfg.ClockOffset),
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}),
 	}
@@ -119,7 +130,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 // ready when every pool is configured and its holder session confirmed
 // (or, local, the first scrape is done).
 func (r *Router) Start(ctx context.Context) error {
-	r.started = time.Now()
+	r.started = r.clock.Now()
 	pools := make([]ledger.PoolID, 0, len(r.fleet.Pools))
 	for _, p := range r.fleet.Pools {
 		pools = append(pools, p.Name)
@@ -134,11 +145,11 @@ func (r *Router) Start(ctx context.Context) error {
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
 		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
 	default:
-		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.log)
+		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.clock, r.log)
 		lc := lease.Config{
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
-			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
+			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log, Clock: r.clock,
 			// The ledger lost the pool (wiped store): configure it again.
 			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.applyPool(ctx, pool, true) },
 		}
@@ -165,7 +176,11 @@ func (r *Router) Start(ctx context.Context) error {
 	r.ln = ln
 	r.srv = &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
 	go func() { r.errC <- r.srv.Serve(ln) }()
-	r.log.Info("router serving", "addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools))
+	attrs := []any{"addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools)}
+	if r.cfg.ClockOffset != 0 {
+		attrs = append(attrs, "clock_offset", r.cfg.ClockOffset.String())
+	}
+	r.log.Info("router serving", attrs...)
 	return nil
 }
 

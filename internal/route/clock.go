@@ -1,0 +1,35 @@
+package route
+
+import (
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// OffsetClock returns c with its wall clock skewed by offset: Now reads
+// c.Now() + offset, as a router whose system clock is set wrong would.
+// Go's monotonic reading is shifted by the same amount, so the difference
+// of two readings (and Since, Until, timers and tickers) is exactly what it
+// is on c: intervals, and so session fencing and renewal, are unaffected.
+// Only readings of this clock compare correctly with each other; code that
+// mixes them with time.Now() would see the offset, which is why the router
+// reads all its time from one clock. A zero offset returns c itself.
+//
+// It exists for fault injection (--clock-offset, the chaos clock_offset
+// fault): the ledger decides by its own clock, so a skewed router must
+// behave exactly as an unskewed one.
+func OffsetClock(c clockwork.Clock, offset time.Duration) clockwork.Clock {
+	if offset == 0 {
+		return c
+	}
+	return offsetClock{Clock: c, off: offset}
+}
+
+type offsetClock struct {
+	clockwork.Clock
+	off time.Duration
+}
+
+func (c offsetClock) Now() time.Time                  { return c.Clock.Now().Add(c.off) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c offsetClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
