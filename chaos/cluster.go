@@ -187,6 +187,28 @@ func (p *proc) terminate(grace time.Duration) {
 	}
 }
 
+// servingLine returns the "router serving" line of the process's latest
+// start in its log, or "".
+func (p *proc) servingLine() string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	line := ""
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		switch t := sc.Text(); {
+		case strings.HasPrefix(t, "=== "):
+			line = ""
+		case strings.Contains(t, `msg="router serving"`):
+			line = t
+		}
+	}
+	return line
+}
+
 // logTail returns the last lines of the process's log, for errors.
 func (p *proc) logTail() string {
 	f, err := os.Open(p.logPath)

@@ -32,7 +32,9 @@
 //	go run ./cmd/chaos replay $TMPDIR/leasehold-chaos/kill-routers-memory-…
 //
 // What the runner does not do: it runs no etcd (topology.ledger etcd is
-// rejected), and clock_offset restarts the router with
-// LEASEHOLD_CLOCK_OFFSET in its environment, which has an effect only if the
-// router reads it (ledger decisions use the ledger's clock either way).
+// rejected). clock_offset restarts the router with LEASEHOLD_CLOCK_OFFSET
+// (its --clock-offset) in its environment, so its wall clock, lease
+// manager included, is really skewed; the clock-skew scenario shows that
+// skew between routers has no effect, since the ledger decides by its own
+// clock.
 package chaos

@@ -163,13 +163,24 @@ func (f *failpoints) inject(ctx context.Context, ft Fault) {
 	case FaultEngineCrash:
 		f.engineFail(ctx, bg, ft, map[string]any{"abort": true, "errors": true}, map[string]any{"errors": false})
 	case FaultClockOffset:
+		// The router reads LEASEHOLD_CLOCK_OFFSET as --clock-offset: its
+		// wall clock (lease manager included) is skewed by the offset from
+		// the restart on. It logs the offset it runs with; a router that
+		// does not is a failed fault step (check faults_applied).
 		for _, r := range f.routers(ft.Target) {
 			at := time.Now()
 			r.down.Store(true)
 			r.terminate(10 * time.Second)
-			err := f.c.restartRouter(bg, r, "LEASEHOLD_CLOCK_OFFSET="+ft.Offset.String())
+			env := "LEASEHOLD_CLOCK_OFFSET=" + ft.Offset.String()
+			err := f.c.restartRouter(bg, r, env)
+			if err == nil && ft.Offset != 0 {
+				want := "clock_offset=" + ft.Offset.String()
+				if line := r.servingLine(); !strings.Contains(line, want) {
+					err = fmt.Errorf("router did not report %s at start (serving line %q)", want, line)
+				}
+			}
 			r.down.Store(err != nil)
-			f.note(at, ft, r.id, "inject", "restarted with LEASEHOLD_CLOCK_OFFSET="+ft.Offset.String(), err)
+			f.note(at, ft, r.id, "inject", "restarted with "+env, err)
 		}
 	case FaultDuplicateRetries:
 		f.tr.dupUntil.Store(time.Now().Add(ft.For.D()).UnixNano())

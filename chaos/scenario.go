@@ -49,7 +49,7 @@ const (
 	FaultPartition        = "partition"         // fault proxy between routers and the ledger or engines
 	FaultStaleTelemetry   = "stale_telemetry"   // enginesim /metrics answer 503 for `for`
 	FaultEngineCrash      = "engine_crash"      // enginesim aborts every request and fails new ones for `for`
-	FaultClockOffset      = "clock_offset"      // restart a router with LEASEHOLD_CLOCK_OFFSET in its env
+	FaultClockOffset      = "clock_offset"      // restart a router with --clock-offset (LEASEHOLD_CLOCK_OFFSET) = offset
 	FaultDuplicateRetries = "duplicate_retries" // clients send each request twice with one X-Request-Id for `for`
 )
 
@@ -77,6 +77,7 @@ const (
 	CheckCleanErrors    = "clean_errors"
 	CheckCompleted      = "completed"
 	CheckStaleSeen      = "stale_telemetry_seen"
+	CheckFaultsApplied  = "faults_applied"
 	// Compare-only checks.
 	CheckLocalOver     = "local_over_capacity"
 	CheckLedgerWithin  = "ledger_within_capacity"
@@ -88,7 +89,7 @@ const (
 
 var checkNames = []string{
 	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors,
-	CheckCompleted, CheckStaleSeen, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
+	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 }
 
@@ -230,7 +231,9 @@ type Fault struct {
 	Link    string   `yaml:"link,omitempty"`
 	Mode    string   `yaml:"mode,omitempty"`
 	Latency Duration `yaml:"latency,omitempty"`
-	// Offset is the clock_offset given to the router.
+	// Offset is the clock_offset given to the router (e.g. 30s, -30s):
+	// its wall clock reads real time + offset from the restart on,
+	// restarts after a kill included.
 	Offset Duration `yaml:"offset,omitempty"`
 }
 

@@ -316,6 +316,20 @@ func (ev *evidence) check(name string) Verdict {
 		sort.Strings(parts)
 		v.Detail = strings.Join(parts, "; ")
 		v.Figure = fmt.Sprintf("%d unexplained errors", total)
+	case CheckFaultsApplied:
+		// Every fault step took effect (a clock_offset router reported its
+		// offset, a restart came back, ...): otherwise the other checks
+		// judged a run without the fault.
+		v.Pass = true
+		failed := 0
+		for _, f := range ev.faults {
+			if f.Err != "" {
+				failed++
+				v.Pass = false
+				v.Detail += fmt.Sprintf("%s %s %s at %.1fs: %s; ", f.Kind, f.Target, f.Phase, f.T, firstLine(f.Err))
+			}
+		}
+		v.Figure = fmt.Sprintf("%d of %d fault steps failed", failed, len(ev.faults))
 	case CheckCompleted:
 		s := summarize(ev.requests, faultWindows(ev.faults, ev.settle()))
 		v.Pass = s.Completed > 0

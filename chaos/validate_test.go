@@ -37,6 +37,11 @@ func TestChecks(t *testing.T) {
 		{"reclaimed late", CheckReclaim, evidence{reclaims: []ReclaimEvent{{Router: "router-0", Leases: 3, Seconds: 3.2}}}, false, "3.2s"},
 		{"never reclaimed", CheckReclaim, evidence{reclaims: []ReclaimEvent{{Router: "router-0", Leases: 3, Seconds: -1}}}, false, "never"},
 		{"no kill", CheckReclaim, evidence{}, true, "n/a"},
+		{"faults applied", CheckFaultsApplied, evidence{faults: []FaultEvent{{Kind: FaultClockOffset, Target: "router-0", Phase: "inject"}}}, true, "0 of 1"},
+		{"offset not taken", CheckFaultsApplied, evidence{faults: []FaultEvent{
+			{Kind: FaultClockOffset, Target: "router-0", Phase: "inject"},
+			{Kind: FaultClockOffset, Target: "router-1", Phase: "inject", Err: "router did not report clock_offset=-30s at start"},
+		}}, false, "1 of 2"},
 		{"leases left", CheckNoLeasesAtEnd, evidence{endLeases: 2}, false, "2 leases"},
 		{"dead holder after TTL", CheckNoDeadHolder, evidence{
 			reclaims: []ReclaimEvent{{T: 1, Router: "router-0", Dead: true, Holders: []string{"router-0/a"}}},
