@@ -28,7 +28,75 @@ const (
 	jitterFraction = 0.1
 	// suffixLen is the length of the random holder-id suffix.
 	suffixLen = 16
+
+	DefaultBlockLowWater     = 0.25
+	DefaultBlockMaxPerEngine = 2
+	DefaultBlockIdle         = 5 * time.Second
+	DefaultBlockBackoff      = time.Second
 )
+
+// BlockConfig configures block leases (see Manager.Admit). Off unless
+// KVTokens and Slots are both positive.
+type BlockConfig struct {
+	// KVTokens and Slots are the size of one block lease. Both 0 (the
+	// default) turn blocks off; otherwise both must be positive. A request
+	// larger than a block is always acquired on its own.
+	KVTokens, Slots int64
+	// LowWater is the fraction of one block below which the free part
+	// of the blocks of one (pool, engine, tenant, priority) makes the
+	// Manager acquire another block in the background. Default 0.25, in
+	// (0, 1].
+	LowWater float64
+	// MaxPerEngine bounds the live blocks per (pool, engine, tenant,
+	// priority). Default 2.
+	MaxPerEngine int
+	// Idle is how long a block with no sub-request is kept before it is
+	// released. Default 5s.
+	Idle time.Duration
+	// Backoff is the pause after a refused block acquisition before the
+	// next one for the same engine, tenant and priority (jittered).
+	// Default 1s.
+	Backoff time.Duration
+}
+
+// Enabled reports whether blocks are configured.
+func (b BlockConfig) Enabled() bool { return b.KVTokens > 0 && b.Slots > 0 }
+
+func (b BlockConfig) withDefaults() BlockConfig {
+	if b.LowWater == 0 {
+		b.LowWater = DefaultBlockLowWater
+	}
+	if b.MaxPerEngine == 0 {
+		b.MaxPerEngine = DefaultBlockMaxPerEngine
+	}
+	if b.Idle == 0 {
+		b.Idle = DefaultBlockIdle
+	}
+	if b.Backoff == 0 {
+		b.Backoff = DefaultBlockBackoff
+	}
+	return b
+}
+
+func (b BlockConfig) validate() error {
+	b = b.withDefaults()
+	switch {
+	case b.KVTokens == 0 && b.Slots == 0:
+		return nil
+	case b.KVTokens <= 0 || b.Slots <= 0 || b.KVTokens > ledger.MaxAmount || b.Slots > ledger.MaxAmount:
+		return fmt.Errorf("lease: config: Block.KVTokens %d and Block.Slots %d must both be 0 (off) or both in 1..%d",
+			b.KVTokens, b.Slots, ledger.MaxAmount)
+	case !(b.LowWater > 0 && b.LowWater <= 1):
+		return fmt.Errorf("lease: config: Block.LowWater %v must be in (0, 1]", b.LowWater)
+	case b.MaxPerEngine < 1:
+		return fmt.Errorf("lease: config: Block.MaxPerEngine %d must be >= 1", b.MaxPerEngine)
+	case b.Idle <= 0:
+		return fmt.Errorf("lease: config: Block.Idle %s must be positive", b.Idle)
+	case b.Backoff <= 0:
+		return fmt.Errorf("lease: config: Block.Backoff %s must be positive", b.Backoff)
+	}
+	return nil
+}
 
 // ReconfigureFunc re-applies a pool's configuration after the ledger lost
 // it (KeepAlive returned ledger.ErrUnknownPool). It must be idempotent.
@@ -82,6 +150,9 @@ type Config struct {
 	// error. Default 3.
 	AcquireAttempts int
 
+	// Block configures block leases. Off by default.
+	Block BlockConfig
+
 	// Reconfigure, when set, is called when KeepAlive finds the pool
 	// unconfigured (a wiped store); the Manager then keeps alive again and
 	// re-asserts its leases. Optional.
@@ -123,6 +194,7 @@ func (c Config) withDefaults() Config {
 	if c.AcquireAttempts == 0 {
 		c.AcquireAttempts = DefaultAcquireAttempts
 	}
+	c.Block = c.Block.withDefaults()
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -164,6 +236,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease: config: ReleaseTimeout %s must be positive", c.ReleaseTimeout)
 	case c.AcquireAttempts < 0:
 		return fmt.Errorf("lease: config: AcquireAttempts %d must be >= 1", c.AcquireAttempts)
+	}
+	if err := c.Block.validate(); err != nil {
+		return err
 	}
 	seen := make(map[ledger.PoolID]bool, len(c.Pools))
 	for i, p := range c.Pools {

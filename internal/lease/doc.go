@@ -34,12 +34,24 @@
 // for metrics and engine ranking (Snapshot.Engines: what this router holds
 // per engine).
 //
+// # Block leases
+//
+// Optional (Config.Block; off by default). Admit carves small requests
+// out of block leases: ordinary leases of Config.Block's size, one per
+// (pool, engine, tenant, priority) so the ledger checks capacity,
+// max_fill and the tenant's quota when a block is granted. A request
+// that fits a live block's free part is admitted locally (a *Sub, no
+// ledger call) and gives its share back on Release; anything else is
+// acquired on its own. Blocks are renewed, re-asserted and fenced like
+// any lease (a fenced block closes Done of every sub-request), refilled
+// in the background below a low-water mark (bounded per engine), and
+// released when idle or on Close. While the ledger is unreachable but
+// the session is still confirmed, held blocks keep admitting: the only
+// capacity this router uses then. See block.go.
+//
 // # Not here
 //
-// Block leases (reserving a block of an engine's capacity and admitting
-// small requests against it locally) are not implemented: every request
-// acquires its own lease, so while the ledger is unreachable this router
-// admits nothing new. Token estimation, engine ranking, queueing and the
-// HTTP mapping of rejections belong to internal/route. The Manager exports
-// counters (Stats) but registers no metrics itself.
+// Token estimation, engine ranking, queueing and the HTTP mapping of
+// rejections belong to internal/route. The Manager exports counters
+// (Stats) but registers no metrics itself.
 package lease

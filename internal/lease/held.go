@@ -17,6 +17,7 @@ import (
 type Held struct {
 	m     *Manager
 	pool  *poolState
+	gen   uint64        // the pool's incarnation it was granted in
 	doneC chan struct{} // closed once, by finish
 
 	// mu guards lease, err and gone.
@@ -41,6 +42,9 @@ func (h *Held) Lease() ledger.Lease {
 	defer h.mu.Unlock()
 	return h.lease
 }
+
+// Engine returns the lease's engine.
+func (h *Held) Engine() ledger.EngineID { return h.Lease().Engine }
 
 // Done is closed when the lease must no longer be used: fenced
 // (ErrFenced), lost (ErrLeaseLost), released (ErrReleased) or the manager

@@ -62,6 +62,7 @@ type faultLedger struct {
 	down        atomic.Bool  // every call hangs until ctx ends
 	dropAcquire atomic.Int64 // replies of the next n Acquires are lost
 	acquires    atomic.Int64 // Acquire calls that reached the proxy
+	releases    atomic.Int64 // Release calls that reached the proxy
 
 	// mu guards lastSession.
 	mu          sync.Mutex
@@ -147,6 +148,7 @@ func (f *faultLedger) Resize(ctx context.Context, r ledger.LeaseRef, kv int64) (
 }
 
 func (f *faultLedger) Release(ctx context.Context, r ledger.LeaseRef, u ledger.Usage) (ledger.Released, error) {
+	f.releases.Add(1)
 	if err := f.gate(ctx); err != nil {
 		return ledger.Released{}, err
 	}

@@ -42,6 +42,8 @@ type Manager struct {
 	orphansMu sync.Mutex
 	orphans   []orphan
 
+	blocks *blockSet // nil unless Config.Block is enabled
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -65,6 +67,9 @@ func New(cfg Config) (*Manager, error) {
 		pools: make(map[ledger.PoolID]*poolState, len(cfg.Pools)),
 		ctx:   ctx, cancel: cancel,
 		stopC: make(chan struct{}), kickC: make(chan struct{}, 1),
+	}
+	if cfg.Block.Enabled() {
+		m.blocks = &blockSet{cfg: cfg.Block, keys: map[blockKey]*keyState{}}
 	}
 	suffix := newSuffix()
 	for _, id := range cfg.Pools {
@@ -218,7 +223,7 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 			return h, nil
 		}
 	}
-	h := &Held{m: m, pool: p, doneC: make(chan struct{}), lease: l}
+	h := &Held{m: m, pool: p, gen: gen, doneC: make(chan struct{}), lease: l}
 	r := &row{Pool: l.Pool, ID: l.ID, Engine: l.Engine, Lease: l, RenewedAt: send, TTL: ttl, Gen: gen, held: h}
 	if err := txn.Insert(tableLeases, r); err != nil {
 		return nil, fmt.Errorf("local table: %w", err)
@@ -230,6 +235,10 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 // Stats returns the counters and each pool's session state.
 func (m *Manager) Stats() Stats {
 	s := Stats{Counters: m.cnt.snapshot()}
+	for _, b := range m.Blocks() {
+		s.Blocks++
+		s.BlockSubs += b.Subs
+	}
 	snap := m.Snapshot()
 	now := m.clock.Now()
 	for _, p := range m.poolOrder {
@@ -261,7 +270,8 @@ func (m *Manager) Stats() Stats {
 
 // Close stops the loops and waits for them, then releases every held lease
 // (closing its Done with ErrClosed) under ctx, each release also bounded by
-// ReleaseTimeout, and retries pending releases once. Holder sessions are left to expire: nothing is held under
+// ReleaseTimeout, and retries pending releases once. Block leases are
+// released like any lease; their sub-requests' Done closes with ErrClosed. Holder sessions are left to expire: nothing is held under
 // them any more. Later calls return the first call's result.
 func (m *Manager) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
@@ -269,6 +279,9 @@ func (m *Manager) Close(ctx context.Context) error {
 			p.mu.Lock()
 			p.closed = true
 			p.mu.Unlock()
+		}
+		if m.blocks != nil {
+			m.blocks.stop()
 		}
 		close(m.stopC)
 		m.cancel()
@@ -301,6 +314,9 @@ func (m *Manager) Close(ctx context.Context) error {
 			}()
 		}
 		wg.Wait()
+		if m.blocks != nil {
+			m.blocks.wait() // refills in flight release what they got
+		}
 		m.retryOrphans(ctx, true)
 		m.closeErr = errors.Join(errs...)
 	})

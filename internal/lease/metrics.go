@@ -44,6 +44,18 @@ type Counters struct {
 	ExpiredSessions uint64 // sessions the ledger reported expired
 	EpochChanges    uint64
 	Reconfigures    uint64 // Reconfigure hook calls
+
+	// Block leases (Config.Block). LocalAdmits counts requests admitted
+	// against a block without a ledger call; LedgerCallsSaved the
+	// Acquire and Release calls they avoided (2 each), before the blocks'
+	// own BlockAcquires and BlockReleases calls (and renewals).
+	// BlockRefusals counts block acquisitions that failed (also counted
+	// in Rejections).
+	LocalAdmits      uint64
+	LedgerCallsSaved uint64
+	BlockAcquires    uint64
+	BlockReleases    uint64
+	BlockRefusals    uint64
 }
 
 // PoolStatus is the session state of one pool.
@@ -66,8 +78,12 @@ type PoolStatus struct {
 type Stats struct {
 	Counters Counters
 	Pools    []PoolStatus
-	// Held, Reasserted and Fenced total the pools'.
+	// Held, Reasserted and Fenced total the pools' (block leases are
+	// held leases).
 	Held, Reasserted, Fenced int
+	// Blocks counts live block leases, BlockSubs the sub-requests
+	// admitted against them and not yet released.
+	Blocks, BlockSubs int
 }
 
 // rejectKeys are the keys of Counters.Rejections, in a fixed order.
@@ -89,6 +105,8 @@ type counters struct {
 	fences, fencedLeases, recoveries            atomic.Uint64
 	keepAlives, keepAliveFails, expiredSessions atomic.Uint64
 	epochChanges, reconfigures                  atomic.Uint64
+	localAdmits, blockAcquires, blockReleases   atomic.Uint64
+	blockRefusals                               atomic.Uint64
 }
 
 func newCounters() *counters {
@@ -116,6 +134,9 @@ func (c *counters) snapshot() Counters {
 		KeepAlives: c.keepAlives.Load(), KeepAliveFails: c.keepAliveFails.Load(),
 		ExpiredSessions: c.expiredSessions.Load(),
 		EpochChanges:    c.epochChanges.Load(), Reconfigures: c.reconfigures.Load(),
+		LocalAdmits: c.localAdmits.Load(), LedgerCallsSaved: 2 * c.localAdmits.Load(),
+		BlockAcquires: c.blockAcquires.Load(), BlockReleases: c.blockReleases.Load(),
+		BlockRefusals: c.blockRefusals.Load(),
 	}
 	for i, k := range rejectKeys {
 		out.Rejections[k] = c.rejections[i].Load()

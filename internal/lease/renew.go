@@ -58,6 +58,7 @@ func (m *Manager) maintainLoop() {
 			m.reassertPending()
 			m.renewDue()
 			m.retryOrphans(m.ctx, false)
+			m.retireIdleBlocks()
 		case <-m.kickC:
 			m.reassertPending()
 		}
