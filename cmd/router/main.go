@@ -5,6 +5,10 @@
 // down in order.
 //
 //	router --ledger URL --config FLEET.yaml --listen ADDR --id NAME [--admission=ledger|local]
+//	       [--block-lease-kv N --block-lease-slots N]
+//
+// --block-lease-kv/--block-lease-slots (both 0, off, by default) size the
+// block leases small requests are admitted against locally.
 //
 // Every flag can also be set from the environment: --queue-depth is
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a

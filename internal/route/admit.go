@@ -78,14 +78,14 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 	if len(req.Candidates) == 0 {
 		return nil, fmt.Errorf("%w: pool %s", ErrPoolNotConfigured, req.Pool)
 	}
-	h, err := a.m.Acquire(ctx, req)
+	t, err := a.m.Admit(ctx, req)
 	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
 		a.ap.reapply() // the ledger's configuration changed under the router
 	}
 	if err != nil {
 		return nil, err
 	}
-	return heldTicket{h}, nil
+	return heldTicket{t}, nil
 }
 
 // ready: every pool configured by the applier and its session confirmed.
@@ -110,9 +110,10 @@ func (a *ledgerAdmitter) close(ctx context.Context) error {
 	return a.m.Close(ctx)
 }
 
-type heldTicket struct{ h *lease.Held }
+// heldTicket is a lease of its own or a sub-request of a block lease.
+type heldTicket struct{ h lease.Ticket }
 
-func (t heldTicket) engine() ledger.EngineID          { return t.h.Lease().Engine }
+func (t heldTicket) engine() ledger.EngineID          { return t.h.Engine() }
 func (t heldTicket) done() <-chan struct{}            { return t.h.Done() }
 func (t heldTicket) err() error                       { return t.h.Err() }
 func (t heldTicket) release(usage ledger.Usage) error { return t.h.Release(usage) }

@@ -98,6 +98,12 @@ type Config struct {
 	// before the router logs an error; it keeps serving, unready, and
 	// retrying with backoff (default 30s).
 	ReadyTimeout time.Duration
+	// BlockLeaseKV and BlockLeaseSlots are the size of a block lease
+	// (lease.BlockConfig): small requests are admitted locally against
+	// blocks of an engine's capacity held per engine, tenant and priority.
+	// Both 0 (the default) turn blocks off; otherwise both must be
+	// positive.
+	BlockLeaseKV, BlockLeaseSlots int64
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
 
@@ -155,6 +161,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long the pools may stay unconfigured in the ledger before an error is logged (the router keeps retrying, unready)")
+	fs.Int64Var(&c.BlockLeaseKV, "block-lease-kv", c.BlockLeaseKV, "KV tokens of a block lease that small requests are admitted against locally (0: off; needs --block-lease-slots)")
+	fs.Int64Var(&c.BlockLeaseSlots, "block-lease-slots", c.BlockLeaseSlots, "slots of a block lease (0: off; needs --block-lease-kv)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "fault injection/testing only: skew this router's wall clock by this much (e.g. 30s, -30s); intervals are unaffected")
 }
@@ -266,6 +274,10 @@ func (c *Config) Validate() error {
 	}
 	if c.ClockOffset < -maxClockOffset || c.ClockOffset > maxClockOffset {
 		bad("--clock-offset = %s: want -%s..%s", c.ClockOffset, maxClockOffset, maxClockOffset)
+	}
+	if (c.BlockLeaseKV == 0) != (c.BlockLeaseSlots == 0) || c.BlockLeaseKV < 0 || c.BlockLeaseSlots < 0 ||
+		c.BlockLeaseKV > ledger.MaxAmount || c.BlockLeaseSlots > ledger.MaxAmount {
+		bad("--block-lease-kv = %d, --block-lease-slots = %d: both 0 (off) or both 1..%d", c.BlockLeaseKV, c.BlockLeaseSlots, ledger.MaxAmount)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -87,6 +87,11 @@ var (
 		{"lease_release_failures_total", "Releases left to retry in the background."},
 		{"lease_acquire_retries_total", "Acquire re-sends after a lost reply."},
 		{"keepalive_failures_total", "Failed holder-session keepalives."},
+		{"block_local_admits_total", "Requests admitted against a block lease without a ledger call."},
+		{"block_ledger_calls_saved_total", "Ledger Acquire and Release calls avoided by local admissions (before the blocks' own calls)."},
+		{"block_acquires_total", "Block leases acquired."},
+		{"block_releases_total", "Block leases released."},
+		{"block_refusals_total", "Block lease acquisitions that failed."},
 	}
 	leaseHeld = prometheus.NewDesc("leasehold_router_leases_held", "Leases this router holds.", nil, nil)
 )
@@ -112,6 +117,9 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		"lease_reasserts_total": k.Reasserts, "lease_lost_total": k.Lost, "lease_fences_total": k.Fences,
 		"lease_fenced_leases_total": k.FencedLeases, "lease_release_failures_total": k.ReleaseFailures,
 		"lease_acquire_retries_total": k.AcquireRetries, "keepalive_failures_total": k.KeepAliveFails,
+		"block_local_admits_total": k.LocalAdmits, "block_ledger_calls_saved_total": k.LedgerCallsSaved,
+		"block_acquires_total": k.BlockAcquires, "block_releases_total": k.BlockReleases,
+		"block_refusals_total": k.BlockRefusals,
 	} {
 		ch <- prometheus.MustNewConstMetric(leaseDescs[name], prometheus.CounterValue, float64(v))
 	}

@@ -149,7 +149,8 @@ func (r *Router) Start(ctx context.Context) error {
 		lc := lease.Config{
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
-			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log, Clock: r.clock,
+			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
+			Block: lease.BlockConfig{KVTokens: r.cfg.BlockLeaseKV, Slots: r.cfg.BlockLeaseSlots}, Clock: r.clock,
 			// The ledger lost the pool (wiped store): configure it again.
 			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.applyPool(ctx, pool, true) },
 		}
