@@ -433,3 +433,15 @@ func TestModelsHealthMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownTwice: a second Shutdown (e.g. a signal handler racing a
+// deferred cleanup) returns the first result instead of panicking.
+func TestShutdownTwice(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 10, output: 16})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first := h.r.Shutdown(ctx)
+	if second := h.r.Shutdown(ctx); second != first {
+		t.Errorf("second Shutdown = %v, want the first call's result %v", second, first)
+	}
+}

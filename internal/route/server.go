@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,10 +59,14 @@ type Router struct {
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
 
-	srv     *http.Server
-	ln      net.Listener
-	errC    chan error    // Serve's result
-	stopC   chan struct{} // closed at shutdown: queued waiters give up
+	srv   *http.Server
+	ln    net.Listener
+	errC  chan error    // Serve's result
+	stopC chan struct{} // closed at shutdown: queued waiters give up
+
+	shutdownOnce sync.Once // Shutdown runs once; later calls return its result
+	shutdownErr  error     // set inside shutdownOnce
+
 	started time.Time
 
 	draining atomic.Bool
@@ -278,8 +283,13 @@ func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {
 // Shutdown stops in order: mark unready, stop accepting and drain
 // in-flight requests (bounded by ctx), cut what is left (their leases are
 // released as their handlers end), release remaining leases and end the
-// holder sessions.
+// holder sessions. Calling it again returns the first call's result.
 func (r *Router) Shutdown(ctx context.Context) error {
+	r.shutdownOnce.Do(func() { r.shutdownErr = r.shutdown(ctx) })
+	return r.shutdownErr
+}
+
+func (r *Router) shutdown(ctx context.Context) error {
 	r.draining.Store(true)
 	close(r.stopC)
 	var errs []error
