@@ -208,6 +208,21 @@ local function sweep(now, batch)
   return expired, revoked, holders, at
 end
 
+-- open_pool starts a lease operation: it loads the pool's meta, reads the
+-- ledger clock and runs the bounded sweep when something may have expired.
+-- It returns nil for an unknown pool, else the meta and now.
+local function open_pool()
+  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+  local m = meta(v[1], v[2])
+  if not m then return nil end
+  local now = clock()
+  if now >= m.sweep_at then
+    local _
+    _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+  end
+  return m, now
+end
+
 -- Engines -------------------------------------------------------------------
 
 -- engine parses a configured engine's e:<id> field; nil when the engine is

@@ -10,14 +10,8 @@
 -- passed, or its holder's session died) is removed as expired or revoked
 -- and also reports 0.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
-local m = meta(v[1], v[2])
+local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
-local now = clock()
-if now >= m.sweep_at then
-  local _
-  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
-end
 local id, holder = ARGV[2], ARGV[3]
 local l = get_lease(id)
 if not l then return {'ok', m.epoch, 0} end

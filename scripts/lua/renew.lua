@@ -8,14 +8,8 @@
 -- A lease past its deadline, or whose holder's session is no longer live,
 -- has ended: lease_not_found, even before a sweep removes it.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
-local m = meta(v[1], v[2])
+local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
-local now = clock()
-if now >= m.sweep_at then
-  local _
-  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
-end
 local id, holder = ARGV[2], ARGV[3]
 local l = get_lease(id)
 if not l then return {'lease_not_found', m.epoch} end

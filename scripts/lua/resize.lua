@@ -11,14 +11,8 @@
 -- too large for the tenant quota or the engine's floor(cap*max_fill), tenant
 -- KV quota, then the engine rule for the difference (slots unchanged).
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
-local m = meta(v[1], v[2])
+local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
-local now = clock()
-if now >= m.sweep_at then
-  local _
-  _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
-end
 local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local l = get_lease(id)
 if not l then return {'lease_not_found', m.epoch} end
@@ -29,7 +23,7 @@ end
 local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, 13)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
-v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO])
+local v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO])
 if delta > 0 then
   local e = engine(l[L_ENGINE], v[3])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
