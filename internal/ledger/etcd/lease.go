@@ -65,20 +65,31 @@ func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.Le
 	return lv, nil
 }
 
+// startLeaseOp is what Renew and Resize do before their transaction: refuse
+// a closed ledger, take the lease id's canonical form, and run the bounded
+// sweep if expiry entries are due.
+func (l *Ledger) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.LeaseID, error) {
+	if err := l.checkOpen(); err != nil {
+		return ledger.NoLease, err
+	}
+	id, _, err := canonical(ref.ID)
+	if err != nil {
+		return ledger.NoLease, err
+	}
+	if err := l.sweepDue(ctx, ref.Pool); err != nil {
+		return ledger.NoLease, err
+	}
+	return id, nil
+}
+
 // Renew extends a live lease's deadline to now+ttl by moving its deadline
 // marker to an etcd lease that outlives the new deadline.
 func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	if err := ledger.ValidateRenew(ref, ttl); err != nil {
 		return ledger.Renewal{}, err
 	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Renewal{}, err
-	}
-	id, _, err := canonical(ref.ID)
+	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
-		return ledger.Renewal{}, err
-	}
-	if err := l.sweepDue(ctx, ref.Pool); err != nil {
 		return ledger.Renewal{}, err
 	}
 	pool := ref.Pool
@@ -137,14 +148,8 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
 		return ledger.Renewal{}, err
 	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Renewal{}, err
-	}
-	id, _, err := canonical(ref.ID)
+	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
-		return ledger.Renewal{}, err
-	}
-	if err := l.sweepDue(ctx, ref.Pool); err != nil {
 		return ledger.Renewal{}, err
 	}
 	pool := ref.Pool
