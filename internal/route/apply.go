@@ -28,6 +28,19 @@ package route
 // the ledger no longer knows (wiped store) is configured again from the
 // lease Manager's Reconfigure hook (applyPool). Configure is idempotent and
 // keeps leases.
+//
+// A router may not be allowed to configure the ledger: through a reserver
+// (--ledger grpc://) only the shared and admin principals may call
+// Configure, and a router with its own token or certificate identity is
+// refused with PermissionDenied. The reserver then owns the configuration
+// and the router adopts each pool as the ledger has it (adopt): its
+// candidates are the engines the ledger has configured that the fleet file
+// also lists for the pool, with the ledger's capacity. A pool the ledger
+// does not have yet stays pending (not ready) and is retried with the
+// backoff until the reserver configures it. Adopted pools are re-read on
+// the same triggers (a new epoch, a refused candidate, a wiped store) and,
+// while some of the fleet's engines are missing from the ledger, every
+// round.
 
 import (
 	"context"
@@ -48,6 +61,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -69,9 +83,21 @@ const (
 // ledger yet (no engine capacity known, or the ledger not reachable).
 var ErrPoolNotConfigured = errors.New("route: pool not configured in the ledger yet")
 
+// errAwaitingReserver: this router may not configure the ledger and the
+// ledger does not have the pool (or none of its fleet engines) yet.
+var errAwaitingReserver = errors.New("this router may not configure the ledger (the reserver owns configuration) and the ledger does not have the pool or any of its fleet engines yet")
+
 type appliedPool struct {
 	spec  ledger.PoolSpec
 	epoch ledger.Epoch
+	// want is the spec this router would configure (spec itself unless
+	// adopted).
+	want ledger.PoolSpec
+	// adopted: the pool is the ledger's configuration, read because
+	// Configure was refused; missing counts the fleet engines of the pool
+	// the ledger did not have.
+	adopted bool
+	missing int
 }
 
 // applier owns the ledger configuration of the fleet's pools and the
@@ -95,8 +121,11 @@ type applier struct {
 	// forceNext makes the next round configure every pool even if its
 	// spec and epoch are unchanged (the ledger refused a candidate).
 	forceNext atomic.Bool
-	stopC     chan struct{} // closed by stop
-	doneC     chan struct{} // closed when the loop returns
+	// denied: the ledger refused Configure (PermissionDenied), so pools
+	// are adopted as the ledger has them. ownerLogged: that was logged.
+	denied, ownerLogged atomic.Bool
+	stopC               chan struct{} // closed by stop
+	doneC               chan struct{} // closed when the loop returns
 	// ctx is cancelled by stop, aborting calls in flight.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -223,6 +252,8 @@ func (a *applier) loop() {
 			if msg != lastErr[p.Name] && a.ctx.Err() == nil {
 				switch {
 				case msg == "":
+				case errors.Is(err, errAwaitingReserver):
+					a.log.Warn("pool not in the ledger yet and this router may not configure it; waiting for the reserver (not ready meanwhile)", "pool", p.Name)
 				case errors.Is(err, fleet.ErrCapacityUnknown):
 					a.log.Warn("pool not configured: no engine capacity known yet; retrying", "pool", p.Name, "why", msg)
 				default:
@@ -267,8 +298,18 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 	prev, wasApplied := a.applied[pool]
 	a.mu.Unlock()
 
+	seen := a.sessionEpoch(pool)
+	unchanged := !force && wasApplied && (seen == ledger.NoEpoch || seen == prev.epoch)
 	spec, waiting, err := a.fleet.PartialPoolSpec(pool, disc)
 	if err != nil {
+		if a.denied.Load() {
+			// No capacity known here, but the reserver configures the
+			// pool: its capacities are the ledger's anyway.
+			if unchanged && prev.adopted && prev.missing == 0 {
+				return nil
+			}
+			return a.adopt(ctx, pool, ledger.PoolSpec{}, wasApplied)
+		}
 		return a.setPending(pool, err)
 	}
 	if len(waiting) > 0 {
@@ -282,10 +323,17 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 			return a.setPending(pool, fmt.Errorf("pool %s: reading its configuration before a partial configure: %w", pool, serr))
 		}
 	}
-	seen := a.sessionEpoch(pool)
-	if !force && wasApplied && reflect.DeepEqual(prev.spec, spec) && (seen == ledger.NoEpoch || seen == prev.epoch) {
-		a.setWaiting(pool, waiting)
-		return nil
+	if unchanged && reflect.DeepEqual(prev.want, spec) {
+		if !prev.adopted {
+			a.setWaiting(pool, waiting)
+			return nil
+		}
+		if prev.missing == 0 {
+			return nil
+		}
+		// Some fleet engines are not in the ledger: see whether the
+		// reserver configured them since.
+		return a.adopt(ctx, pool, spec, wasApplied)
 	}
 	if wasApplied && seen != ledger.NoEpoch && seen != prev.epoch {
 		a.log.Warn("the ledger has a new epoch for the pool; re-applying the fleet", "pool", pool, "applied_epoch", prev.epoch, "epoch", seen)
@@ -293,11 +341,16 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 	cctx, cancel := context.WithTimeout(ctx, applyCallTimeout)
 	ep, err := a.ledger.Configure(cctx, spec)
 	cancel()
+	if errors.Is(err, remote.ErrPermissionDenied) {
+		a.denied.Store(true)
+		return a.adopt(ctx, pool, spec, wasApplied)
+	}
 	if err != nil {
 		return a.setPending(pool, fmt.Errorf("configure pool %s in the ledger: %w", pool, err))
 	}
+	a.denied.Store(false)
 	a.mu.Lock()
-	a.applied[pool] = appliedPool{spec: spec, epoch: ep}
+	a.applied[pool] = appliedPool{spec: spec, epoch: ep, want: spec}
 	delete(a.pending, pool)
 	a.mu.Unlock()
 	a.publish()
@@ -306,6 +359,81 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 	}
 	a.setWaiting(pool, waiting)
 	return nil
+}
+
+// adopt takes pool as the ledger has it, because this router may not
+// configure it: the candidates are the engines the ledger has configured
+// (not removed) that the fleet file lists for the pool, with the ledger's
+// capacity. want is the spec this router would have configured. A pool
+// the ledger does not have, or with none of the fleet's engines, is
+// pending (errAwaitingReserver) and loses its candidates. Called with
+// applyMu held.
+func (a *applier) adopt(ctx context.Context, pool ledger.PoolID, want ledger.PoolSpec, wasApplied bool) error {
+	cctx, cancel := context.WithTimeout(ctx, applyCallTimeout)
+	st, err := a.ledger.Stats(cctx, pool)
+	cancel()
+	if err != nil && !errors.Is(err, ledger.ErrUnknownPool) {
+		return a.setPending(pool, fmt.Errorf("pool %s: this router may not configure the ledger; reading the pool's configuration: %w", pool, err))
+	}
+	var spec ledger.PoolSpec
+	var missing []fleet.WaitingEngine
+	if err == nil {
+		spec, missing = adoptedSpec(a.fleet, pool, st)
+	}
+	if len(spec.Engines) == 0 {
+		err = fmt.Errorf("pool %s: %w", pool, errAwaitingReserver)
+		a.mu.Lock()
+		delete(a.applied, pool)
+		delete(a.waiting, pool)
+		a.pending[pool] = err.Error()
+		a.mu.Unlock()
+		if wasApplied {
+			a.publish()
+		}
+		return err
+	}
+	a.mu.Lock()
+	prev, had := a.applied[pool]
+	a.applied[pool] = appliedPool{spec: spec, epoch: st.Epoch, want: want, adopted: true, missing: len(missing)}
+	delete(a.pending, pool)
+	if len(missing) == 0 {
+		delete(a.waiting, pool)
+	} else {
+		a.waiting[pool] = missing
+	}
+	a.mu.Unlock()
+	a.publish()
+	if !a.ownerLogged.Swap(true) {
+		a.log.Info("this router may not configure the ledger: the reserver owns configuration; adopting pools as the ledger has them",
+			"pool", pool, "epoch", st.Epoch, "engines", len(spec.Engines), "fleet_engines_not_in_ledger", len(missing))
+	} else if !had || prev.epoch != st.Epoch || !reflect.DeepEqual(prev.spec, spec) {
+		a.log.Debug("pool adopted from the ledger", "pool", pool, "epoch", st.Epoch, "engines", len(spec.Engines), "fleet_engines_not_in_ledger", len(missing))
+	}
+	return nil
+}
+
+// adoptedSpec is pool's spec as the ledger has it, restricted to the
+// engines the fleet file lists for it (in fleet file order), and the fleet
+// engines the ledger does not have.
+func adoptedSpec(f *fleet.Fleet, pool ledger.PoolID, st ledger.PoolStats) (ledger.PoolSpec, []fleet.WaitingEngine) {
+	inLedger := map[ledger.EngineID]ledger.EngineSpec{}
+	for _, e := range st.Engines {
+		if !e.Removed && e.Spec.KVTokens > 0 {
+			inLedger[e.Spec.ID] = e.Spec
+		}
+	}
+	spec := ledger.PoolSpec{Name: pool}
+	var missing []fleet.WaitingEngine
+	p, _ := f.Pool(pool)
+	for _, e := range p.Engines {
+		if es, ok := inLedger[e.ID]; ok {
+			spec.Engines = append(spec.Engines, es)
+		} else {
+			missing = append(missing, fleet.WaitingEngine{ID: e.ID,
+				Err: fmt.Errorf("engine %s: not configured in the ledger (the reserver owns configuration)", e.ID)})
+		}
+	}
+	return spec, missing
 }
 
 // discover scrapes the capacity of pool's engines that must report it and
