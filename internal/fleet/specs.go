@@ -164,3 +164,42 @@ func (f *Fleet) Targets() []telemetry.Target {
 	}
 	return out
 }
+
+// KeepConfigured adds to a partial spec the waiting engines the ledger
+// already has configured (not removed, with a capacity), with the ledger's
+// engine spec, and returns the spec and the engines still waiting. A
+// process that cannot scrape an engine yet therefore never removes it from
+// a pool that another reserver or router sharing the store has configured.
+// Engines stay in fleet file order. st is the pool's Stats.
+func (f *Fleet) KeepConfigured(pool ledger.PoolID, spec ledger.PoolSpec, waiting []WaitingEngine,
+	st ledger.PoolStats) (ledger.PoolSpec, []WaitingEngine) {
+	inLedger := map[ledger.EngineID]ledger.EngineSpec{}
+	for _, e := range st.Engines {
+		if !e.Removed && e.Spec.KVTokens > 0 {
+			inLedger[e.Spec.ID] = e.Spec
+		}
+	}
+	byID := map[ledger.EngineID]ledger.EngineSpec{}
+	for _, e := range spec.Engines {
+		byID[e.ID] = e
+	}
+	var still []WaitingEngine
+	for _, w := range waiting {
+		if e, ok := inLedger[w.ID]; ok {
+			byID[w.ID] = e
+		} else {
+			still = append(still, w)
+		}
+	}
+	if len(still) == len(waiting) {
+		return spec, waiting
+	}
+	p, _ := f.Pool(pool)
+	spec.Engines = spec.Engines[:0:0]
+	for _, e := range p.Engines {
+		if es, ok := byID[e.ID]; ok {
+			spec.Engines = append(spec.Engines, es)
+		}
+	}
+	return spec, still
+}

@@ -256,7 +256,7 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 			cancel()
 			switch {
 			case serr == nil:
-				spec, waiting = keepConfigured(fl, p.Name, spec, waiting, st)
+				spec, waiting = fl.KeepConfigured(p.Name, spec, waiting, st)
 			case !errors.Is(serr, ledger.ErrUnknownPool):
 				log.Warn("pool check before a partial configure failed; retrying", "pool", p.Name, "err", serr)
 				continue
@@ -304,45 +304,6 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 		}
 		fs.setWaiting(p.Name, waiting)
 	}
-}
-
-// keepConfigured adds to a partial spec the waiting engines that the ledger
-// already has configured (another reserver, sharing the store, discovered
-// their capacity), so that a reserver that cannot scrape an engine yet does
-// not remove it from the pool; it returns the spec and the engines still
-// waiting. Engines stay in fleet file order. (A pool with no engine known
-// here is not configured at all, so it removes nothing.)
-func keepConfigured(fl *fleet.Fleet, pool ledger.PoolID, spec ledger.PoolSpec, waiting []fleet.WaitingEngine,
-	st ledger.PoolStats) (ledger.PoolSpec, []fleet.WaitingEngine) {
-	inLedger := map[ledger.EngineID]ledger.EngineSpec{}
-	for _, e := range st.Engines {
-		if !e.Removed && e.Spec.KVTokens > 0 {
-			inLedger[e.Spec.ID] = e.Spec
-		}
-	}
-	byID := map[ledger.EngineID]ledger.EngineSpec{}
-	for _, e := range spec.Engines {
-		byID[e.ID] = e
-	}
-	var still []fleet.WaitingEngine
-	for _, w := range waiting {
-		if e, ok := inLedger[w.ID]; ok {
-			byID[w.ID] = e
-		} else {
-			still = append(still, w)
-		}
-	}
-	if len(still) == len(waiting) {
-		return spec, waiting
-	}
-	p, _ := fl.Pool(pool)
-	spec.Engines = spec.Engines[:0:0]
-	for _, e := range p.Engines {
-		if es, ok := byID[e.ID]; ok {
-			spec.Engines = append(spec.Engines, es)
-		}
-	}
-	return spec, still
 }
 
 // setWaiting records the engines an applied pool's spec leaves out,

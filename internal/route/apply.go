@@ -318,7 +318,7 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 		cancel()
 		switch {
 		case serr == nil:
-			spec, waiting = keepConfigured(a.fleet, pool, spec, waiting, st)
+			spec, waiting = a.fleet.KeepConfigured(pool, spec, waiting, st)
 		case !errors.Is(serr, ledger.ErrUnknownPool):
 			return a.setPending(pool, fmt.Errorf("pool %s: reading its configuration before a partial configure: %w", pool, serr))
 		}
@@ -506,41 +506,4 @@ func (a *applier) setWaiting(pool ledger.PoolID, waiting []fleet.WaitingEngine) 
 	}
 	a.log.Warn("pool configured without engines whose capacity is unknown; they are not candidates until their metrics report one",
 		"pool", pool, "waiting", strings.Join(ids, ","))
-}
-
-// keepConfigured adds to a partial spec the waiting engines the ledger
-// already has configured (not removed), with the ledger's engine spec, and
-// returns the spec and the engines still waiting. Engines stay in fleet
-// file order.
-func keepConfigured(f *fleet.Fleet, pool ledger.PoolID, spec ledger.PoolSpec, waiting []fleet.WaitingEngine,
-	st ledger.PoolStats) (ledger.PoolSpec, []fleet.WaitingEngine) {
-	inLedger := map[ledger.EngineID]ledger.EngineSpec{}
-	for _, e := range st.Engines {
-		if !e.Removed && e.Spec.KVTokens > 0 {
-			inLedger[e.Spec.ID] = e.Spec
-		}
-	}
-	byID := map[ledger.EngineID]ledger.EngineSpec{}
-	for _, e := range spec.Engines {
-		byID[e.ID] = e
-	}
-	var still []fleet.WaitingEngine
-	for _, w := range waiting {
-		if e, ok := inLedger[w.ID]; ok {
-			byID[w.ID] = e
-		} else {
-			still = append(still, w)
-		}
-	}
-	if len(still) == len(waiting) {
-		return spec, waiting
-	}
-	p, _ := f.Pool(pool)
-	spec.Engines = spec.Engines[:0:0]
-	for _, e := range p.Engines {
-		if es, ok := byID[e.ID]; ok {
-			spec.Engines = append(spec.Engines, es)
-		}
-	}
-	return spec, still
 }
