@@ -5,9 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -100,26 +100,16 @@ func (c *Config) Register(fs *flag.FlagSet) {
 }
 
 // ApplyEnv sets every flag of fs not given on the command line from its
-// environment variable (EnvPrefix + the flag name upper-cased, "-" as "_").
+// environment variable (EnvPrefix + the flag name upper-cased, "-" as "_");
+// an empty variable counts as unset.
 func ApplyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		env := EnvPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
-			}
-		}
+	return flagenv.Apply(fs, EnvPrefix, func(k string) (string, bool) {
+		v := getenv(k)
+		return v, v != ""
 	})
-	return err
 }
 
 // withDefaults returns c with zero fields set to their defaults.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/audit"
+	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
@@ -140,29 +141,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // EnvName returns the environment variable of a flag.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
+func EnvName(flagName string) string { return flagenv.Name(EnvPrefix, flagName) }
 
 // ApplyEnv sets every flag of fs not given on the command line from its
 // environment variable (EnvName), if set. Call it after fs.Parse.
 func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		v, ok := lookup(EnvName(f.Name))
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
-		}
-	})
-	return errors.Join(errs...)
+	return flagenv.Apply(fs, EnvPrefix, lookup)
 }
 
 // LoadSecrets reads the tokens from the environment and the token files.

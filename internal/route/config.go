@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -168,27 +169,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 }
 
 // EnvName returns the environment variable of a flag.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
+func EnvName(flagName string) string { return flagenv.Name(EnvPrefix, flagName) }
 
 // ApplyEnv sets every flag of fs not given on the command line from its
 // environment variable (EnvName), if set. Call it after fs.Parse.
 func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		if v, ok := lookup(EnvName(f.Name)); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
-			}
-		}
-	})
-	return errors.Join(errs...)
+	return flagenv.Apply(fs, EnvPrefix, lookup)
 }
 
 // ParseFlags parses args and the environment into a validated Config.
