@@ -158,44 +158,38 @@ func (r *recorder) write(v any) {
 	_, _ = r.w.Write(append(b, '\n'))
 }
 
-func (r *recorder) request(e RequestEvent) {
-	e.Type = "request"
+// record appends e to one of r's event lists and writes it to the log, under
+// r.mu so the list and the log keep the same order.
+func record[T any](r *recorder, list *[]T, e T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.requests = append(r.requests, e)
+	*list = append(*list, e)
 	r.write(e)
+}
+
+func (r *recorder) request(e RequestEvent) {
+	e.Type = "request"
+	record(r, &r.requests, e)
 }
 
 func (r *recorder) fault(e FaultEvent) {
 	e.Type = "fault"
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.faults = append(r.faults, e)
-	r.write(e)
+	record(r, &r.faults, e)
 }
 
 func (r *recorder) engine(e EngineSample) {
 	e.Type = "engine"
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.engines = append(r.engines, e)
-	r.write(e)
+	record(r, &r.engines, e)
 }
 
 func (r *recorder) audit(e AuditSample) {
 	e.Type = "audit"
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.audits = append(r.audits, e)
-	r.write(e)
+	record(r, &r.audits, e)
 }
 
 func (r *recorder) reclaim(e ReclaimEvent) {
 	e.Type = "reclaim"
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reclaims = append(r.reclaims, e)
-	r.write(e)
+	record(r, &r.reclaims, e)
 }
 
 func (r *recorder) close() error {
