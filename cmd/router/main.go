@@ -14,6 +14,9 @@
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
 // reserver (grpc:// ledgers).
 //
+// --debug-listen ADDR (off by default) serves Go's profiler, /debug/pprof/,
+// on its own listener: bind it to loopback.
+//
 // --clock-offset DURATION (LEASEHOLD_CLOCK_OFFSET) is a fault-injection and
 // testing knob, default 0: it skews the router's wall clock (the lease
 // manager's included) by DURATION, e.g. 30s or -30s, keeping the monotonic
@@ -27,6 +30,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -78,6 +83,9 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		return 2
 	}
+	if cfg.DebugListen != "" {
+		go serveDebug(cfg.DebugListen, log)
+	}
 	ctx := context.Background()
 	if err := r.Start(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
@@ -99,4 +107,18 @@ func run() int {
 	}
 	log.Info("stopped")
 	return code
+}
+
+// serveDebug serves net/http/pprof on addr until the process exits.
+func serveDebug(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	log.Info("profiler serving", "addr", addr)
+	if err := http.ListenAndServe(addr, mux); err != nil {
+		log.Error("--debug-listen", "err", err)
+	}
 }

@@ -107,6 +107,10 @@ type Config struct {
 	BlockLeaseKV, BlockLeaseSlots int64
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
+	// DebugListen, when set, serves Go's profiler (net/http/pprof) on this
+	// address, apart from the proxy's listener (default off). Bind it to
+	// loopback: profiles reveal internals.
+	DebugListen string
 
 	// ClockOffset skews the router's wall clock by this much (default 0).
 	// A fault-injection and testing knob only: the chaos clock_offset fault
@@ -165,6 +169,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BlockLeaseKV, "block-lease-kv", c.BlockLeaseKV, "KV tokens of a block lease that small requests are admitted against locally (0: off; needs --block-lease-slots)")
 	fs.Int64Var(&c.BlockLeaseSlots, "block-lease-slots", c.BlockLeaseSlots, "slots of a block lease (0: off; needs --block-lease-kv)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve Go's profiler (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (default off)")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "fault injection/testing only: skew this router's wall clock by this much (e.g. 30s, -30s); intervals are unaffected")
 }
 

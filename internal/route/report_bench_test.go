@@ -13,6 +13,10 @@ package route
 // counted and printed, and a run with any is not a clean figure.
 //
 //	LEASEHOLD_BENCH_PHASE=2s go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x ./internal/route/
+//
+// With LEASEHOLD_BENCH_PROFILE=DIR each router's CPU profile over each
+// loaded phase is written to DIR (router-<ledger>-<clients>.pprof) from its
+// --debug-listen profiler.
 
 import (
 	"bytes"
@@ -171,7 +175,9 @@ func cpuMicros(d time.Duration) string {
 	return benchkit.Micros(d)
 }
 
-func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration, pids [3]int) benchRow {
+// measure runs bt's load; prof, when not nil, is started with the measured
+// phase (after the warm-up) and waited for.
+func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration, pids [3]int, prof func(time.Duration) <-chan struct{}) benchRow {
 	defer bt.close()
 	// A short warm-up opens the connections (the router's to the engine
 	// too) so the phase measures steady state.
@@ -185,7 +191,14 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 			before[i] = cpuTime(pid)
 		}
 	}
+	profDone := make(<-chan struct{})
+	if prof != nil {
+		profDone = prof(d)
+	}
 	res := benchkit.Run(ctx, bt.name, callers, d, bt.op)
+	if prof != nil {
+		<-profDone
+	}
 	var cpu [3]time.Duration
 	for i, pid := range pids {
 		after := time.Duration(-1)
@@ -229,13 +242,52 @@ lease:
 	return path
 }
 
-func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string) *proc {
+// benchRouter is a router process and its profiler's address.
+type benchRouter struct {
+	*proc
+	debug string
+}
+
+func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string) benchRouter {
 	b.Helper()
-	addr := freeAddr(b)
+	addr, debug := freeAddr(b), freeAddr(b)
 	r := startProc(b, name, "router", addr, "--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", name,
-		"--max-model-len", "2048", "--log-level", "warn")
+		"--max-model-len", "2048", "--log-level", "warn", "--debug-listen", debug)
 	waitHTTP(b, r.url()+"/readyz", 15*time.Second)
-	return r
+	return benchRouter{proc: r, debug: debug}
+}
+
+// profileEnv names the directory router CPU profiles are written to.
+const profileEnv = "LEASEHOLD_BENCH_PROFILE"
+
+// profile fetches a CPU profile of d from the router's profiler into
+// $LEASEHOLD_BENCH_PROFILE/name.pprof, in the background; wait for the
+// returned channel. Without the variable it does nothing.
+func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", br.debug, max(1, int(d/time.Second)))
+		resp, err := http.Get(url)
+		if err != nil {
+			b.Logf("profile %s: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
+		}
+		if err != nil {
+			b.Logf("profile %s: %v", name, err)
+		}
+	}()
+	return done
 }
 
 func BenchmarkReport(b *testing.B) {
@@ -263,11 +315,14 @@ func BenchmarkReport(b *testing.B) {
 	var summary []string
 	enginePID := eng.cmd.Process.Pid
 	for _, callers := range []int{1, 64, 256} {
-		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d, [3]int{0, enginePID, -1})
+		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d, [3]int{0, enginePID, -1}, nil)
+		profile := func(br benchRouter, name string) func(time.Duration) <-chan struct{} {
+			return func(d time.Duration) <-chan struct{} { return br.profile(b, fmt.Sprintf("%s-%d", name, callers), d) }
+		}
 		mem := measure(ctx, newBenchTarget("router, memory:// ledger", memRouter.url(), callers), callers, d,
-			[3]int{0, enginePID, memRouter.cmd.Process.Pid})
+			[3]int{0, enginePID, memRouter.cmd.Process.Pid}, profile(memRouter, "router-memory"))
 		red := measure(ctx, newBenchTarget("router, Redis ledger", redisRouter.url(), callers), callers, d,
-			[3]int{0, enginePID, redisRouter.cmd.Process.Pid})
+			[3]int{0, enginePID, redisRouter.cmd.Process.Pid}, profile(redisRouter, "router-redis"))
 		for i, r := range []benchRow{direct, mem, red} {
 			added50, added99, routerCPU := "—", "—", "—"
 			if i > 0 {
