@@ -77,7 +77,7 @@ func TestFailErrorsAndMetrics(t *testing.T) {
 	if _, _, err := sc.Scrape(t.Context(), ts.URL+"/metrics", telemetry.FormatVLLM); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("scrape with metrics off: %v, want HTTP 503", err)
 	}
-	if status, b := do(t, ts, "GET", "/admin/fail", ""); status != 200 || string(b) != `{"errors":true,"hang":false,"metrics_off":true}`+"\n" {
+	if status, b := do(t, ts, "GET", "/admin/fail", ""); status != 200 || string(b) != `{"errors":true,"hang":false,"metrics_off":true,"tokenize":false}`+"\n" {
 		t.Fatalf("fail state: %s", b)
 	}
 	do(t, ts, "POST", "/admin/fail?mode=none", "")
@@ -89,6 +89,31 @@ func TestFailErrorsAndMetrics(t *testing.T) {
 	}
 	if status, _ := do(t, ts, "POST", "/admin/fail?mode=sideways", ""); status != 400 {
 		t.Fatalf("bad mode: %d, want 400", status)
+	}
+}
+
+// The tokenize fault fails /tokenize alone: inference keeps working.
+func TestFailTokenize(t *testing.T) {
+	_, ts := newServer(t, fastConfig())
+	if status, b := do(t, ts, "POST", "/admin/fail?mode=tokenize", ""); status != 200 || !strings.Contains(string(b), `"tokenize":true`) {
+		t.Fatalf("%d %s", status, b)
+	}
+	if status, b := do(t, ts, "POST", "/tokenize", `{"prompt":"a"}`); status != 500 || !strings.Contains(string(b), "injected_failure") {
+		t.Fatalf("/tokenize with the fault: %d %s, want 500", status, b)
+	}
+	for _, p := range []struct{ method, path, body string }{
+		{"POST", "/v1/completions", `{"prompt":"a","max_tokens":2}`},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_tokens":2}`},
+		{"GET", "/v1/models", ""},
+		{"GET", "/health", ""},
+	} {
+		if status, b := do(t, ts, p.method, p.path, p.body); status != 200 {
+			t.Fatalf("%s with the tokenize fault: %d %s, want 200", p.path, status, b)
+		}
+	}
+	do(t, ts, "POST", "/admin/fail?mode=none", "")
+	if status, b := do(t, ts, "POST", "/tokenize", `{"prompt":"a"}`); status != 200 {
+		t.Fatalf("/tokenize after clearing: %d %s", status, b)
 	}
 }
 

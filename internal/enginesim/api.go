@@ -11,10 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // The HTTP API: OpenAI-compatible inference, vLLM's /tokenize, /metrics,
-// /health and the admin endpoints. Every error body is OpenAI-style:
+// /health, TGI's GET /info (format tgi only: max_total_tokens is the
+// context length, as GET /v1/models' max_model_len is for the others) and
+// the admin endpoints. Every error body is OpenAI-style:
 // {"error":{"message","type","param","code"}}.
 
 const (
@@ -81,6 +85,9 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { e.serveCompletion(w, r, false) })
 	mux.HandleFunc("GET /v1/models", e.serveModels)
 	mux.HandleFunc("POST /tokenize", e.serveTokenize)
+	if e.cfg.Format == telemetry.FormatTGI {
+		mux.HandleFunc("GET /info", e.serveInfo)
+	}
 	mux.HandleFunc("GET /health", e.serveHealth)
 	mux.HandleFunc("GET /metrics", e.serveMetrics)
 	mux.HandleFunc("GET /admin/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, e.Stats()) })
@@ -124,6 +131,21 @@ func (e *Engine) serveModels(w http.ResponseWriter, _ *http.Request) {
 			"id": e.cfg.Model, "object": "model", "created": e.started.Unix(),
 			"owned_by": "enginesim", "root": e.cfg.Model, "max_model_len": e.cfg.MaxModelLen,
 		}},
+	})
+}
+
+// serveInfo answers like TGI's GET /info, with the fields a client reads
+// for the model's limits.
+func (e *Engine) serveInfo(w http.ResponseWriter, _ *http.Request) {
+	if e.injectedError(w) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"model_id": e.cfg.Model, "model_sha": nil, "model_pipeline_tag": "text-generation",
+		"max_concurrent_requests": e.cfg.Slots, "max_best_of": maxN, "max_stop_sequences": 4,
+		"max_input_tokens": e.cfg.MaxModelLen - 1, "max_total_tokens": e.cfg.MaxModelLen,
+		"max_client_batch_size": 1, "validation_workers": 1,
+		"router": "text-generation-router", "version": "enginesim",
 	})
 }
 
@@ -535,8 +557,16 @@ func (o *response) stream(ctx context.Context, w http.ResponseWriter, includeUsa
 	flush()
 }
 
+// serveTokenize is vLLM's POST /tokenize: {"model", "prompt"} or
+// {"model", "messages"} (the chat template and reply header included, as
+// in a chat request's usage.prompt_tokens); the answer is {"count",
+// "max_model_len", "tokens"}.
 func (e *Engine) serveTokenize(w http.ResponseWriter, hr *http.Request) {
 	if e.injectedError(w) {
+		return
+	}
+	if f, _ := e.faults(); f.Tokenize {
+		writeError(w, &apiError{status: http.StatusInternalServerError, typ: "server_error", code: "injected_failure", msg: "enginesim: injected /tokenize failure (POST /admin/fail)"})
 		return
 	}
 	var body struct {

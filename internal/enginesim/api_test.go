@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // fastConfig runs a decode step every 10 µs of wall time.
@@ -343,7 +345,8 @@ func TestModelsAndTokenize(t *testing.T) {
 		}
 		return r.Count, r.Tokens
 	}
-	for _, prompt := range []string{"hi", "a somewhat longer prompt with antidisestablishmentarianism in it", "x\ny\tz  ", "日本語のテキスト"} {
+	for _, prompt := range []string{"hi", "a somewhat longer prompt with antidisestablishmentarianism in it", "x\ny\tz  ", "日本語のテキスト",
+		"emoji 😀🎉👍", "?!?!... ;;;; ---- ((()))", "C++ & Go: café, naïve, 東京"} {
 		p, _ := json.Marshal(prompt)
 		count, tokens := tokenize(`{"prompt":` + string(p) + `}`)
 		if count != len(tokens) || count != usageOf("/v1/completions", `{"prompt":`+string(p)+`,"max_tokens":1}`) {
@@ -362,6 +365,56 @@ func TestModelsAndTokenize(t *testing.T) {
 	}
 	if status, _ := do(t, ts, "POST", "/tokenize", `{}`); status != 400 {
 		t.Fatalf("tokenize without prompt: %d, want 400", status)
+	}
+	if status, _ := do(t, ts, "GET", "/info", ""); status != 404 {
+		t.Fatalf("GET /info of a vllm-format engine: %d, want 404 (vLLM has none)", status)
+	}
+}
+
+// The tokenizer is close to bytes/4 on English and well above it on the
+// text a byte estimate undershoots.
+func TestTokenizerOddText(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want int
+	}{
+		{"the quick brown fox", 6},
+		{"antidisestablishmentarianism", 7},
+		{"a1b2c3", 2},
+		{"日本語", 3},        // one token a character, 9 bytes
+		{"😀🎉", 4},         // two tokens an emoji, 8 bytes
+		{"!!!!!!!!", 8},   // one token a punctuation mark
+		{"please?", 3},    // "plea" "se" "?"
+		{"naïve", 3},      // "na" "ï" "ve"
+		{"\xff\xfeab", 3}, // invalid UTF-8: a token a byte
+		{"  \t\n ", 0},
+	} {
+		ids := appendTokens(nil, tc.text)
+		if got := countTokens(tc.text); got != tc.want || len(ids) != tc.want {
+			t.Errorf("%q: countTokens %d, %d ids; want %d", tc.text, got, len(ids), tc.want)
+		}
+	}
+}
+
+// GET /info of a tgi-format engine reports the context length as TGI does.
+func TestInfoTGI(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Format, cfg.MaxModelLen, cfg.Model = telemetry.FormatTGI, 1536, "tgi-model"
+	_, ts := newServer(t, cfg)
+	status, body := do(t, ts, "GET", "/info", "")
+	var info struct {
+		ModelID        string `json:"model_id"`
+		MaxTotalTokens int    `json:"max_total_tokens"`
+		MaxInputTokens int    `json:"max_input_tokens"`
+		MaxConcurrent  int    `json:"max_concurrent_requests"`
+	}
+	if err := json.Unmarshal(body, &info); err != nil || status != 200 || info.ModelID != "tgi-model" ||
+		info.MaxTotalTokens != 1536 || info.MaxInputTokens != 1535 || info.MaxConcurrent != 16 {
+		t.Fatalf("GET /info: %d %s (%v)", status, body, err)
+	}
+	do(t, ts, "POST", "/admin/fail?mode=errors", "")
+	if status, _ := do(t, ts, "GET", "/info", ""); status != 500 {
+		t.Fatalf("GET /info with errors injected: %d, want 500", status)
 	}
 }
 

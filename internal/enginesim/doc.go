@@ -23,14 +23,18 @@
 //     P/PrefillTokensPerSec (at least one step) and ends with the first
 //     token. Simulated time runs Config.Speed times faster than the wall
 //     clock.
-//   - The tokenizer approximation (tokenizer.go), used by /tokenize and by
-//     usage alike.
+//   - The tokenizer approximation (tokenizer.go), used by vLLM's POST
+//     /tokenize and by usage alike: close to bytes/4 on English, well above
+//     it on CJK, emoji and punctuation.
+//   - The context length (Config.MaxModelLen), reported as vLLM does in
+//     GET /v1/models (max_model_len) and, with format tgi, as TGI does in
+//     GET /info (max_total_tokens).
 //   - Ground truth (stats.go): peak KV held, peak running, preemptions,
 //     aborts, and the admitted demand — the sum over accepted, unfinished
 //     requests of (prompt_tokens + max_tokens) × n — with its peak and the
 //     time it spent above capacity. GET /admin/stats, POST /admin/reset.
 //   - Fault injection (POST /admin/fail): answer 500, hang, stop serving
-//     metrics, or drop every request in flight.
+//     metrics, fail /tokenize alone, or drop every request in flight.
 //
 // # What it does not do
 //

@@ -12,6 +12,9 @@ type FailState struct {
 	Hang bool `json:"hang"`
 	// MetricsOff: /metrics answers 503.
 	MetricsOff bool `json:"metrics_off"`
+	// Tokenize: /tokenize alone answers 500; inference keeps working (a
+	// router's exact prompt counts must fall back to its estimate).
+	Tokenize bool `json:"tokenize"`
 }
 
 // FailChange is a POST /admin/fail body: nil fields are left as they are.
@@ -21,11 +24,12 @@ type FailChange struct {
 	Errors     *bool `json:"errors,omitempty"`
 	Hang       *bool `json:"hang,omitempty"`
 	MetricsOff *bool `json:"metrics_off,omitempty"`
+	Tokenize   *bool `json:"tokenize,omitempty"`
 	Abort      bool  `json:"abort,omitempty"`
 }
 
 // failMode turns a ?mode= shorthand into a change: errors (or 500), hang,
-// metrics, abort, or none (clear every fault).
+// metrics, tokenize, abort, or none (clear every fault).
 func failMode(mode string) (FailChange, error) {
 	yes, no := true, false
 	switch mode {
@@ -35,12 +39,14 @@ func failMode(mode string) (FailChange, error) {
 		return FailChange{Hang: &yes}, nil
 	case "metrics", "metrics_off":
 		return FailChange{MetricsOff: &yes}, nil
+	case "tokenize":
+		return FailChange{Tokenize: &yes}, nil
 	case "abort":
 		return FailChange{Abort: true}, nil
 	case "none", "off", "clear":
-		return FailChange{Errors: &no, Hang: &no, MetricsOff: &no}, nil
+		return FailChange{Errors: &no, Hang: &no, MetricsOff: &no, Tokenize: &no}, nil
 	}
-	return FailChange{}, fmt.Errorf("mode %q: want errors, hang, metrics, abort or none", mode)
+	return FailChange{}, fmt.Errorf("mode %q: want errors, hang, metrics, tokenize, abort or none", mode)
 }
 
 // Fail applies c and returns the faults now in force and how many requests
@@ -57,6 +63,9 @@ func (e *Engine) Fail(c FailChange) (FailState, int) {
 	}
 	if c.MetricsOff != nil {
 		e.fail.MetricsOff = *c.MetricsOff
+	}
+	if c.Tokenize != nil {
+		e.fail.Tokenize = *c.Tokenize
 	}
 	if c.Hang != nil && *c.Hang != e.fail.Hang && !e.closed {
 		e.fail.Hang = *c.Hang

@@ -4,14 +4,22 @@ import (
 	"hash/fnv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
-// The tokenizer approximation. Text is split on white space into words, and
-// each word is cut into pieces of at most bytesPerToken bytes: a word of b
-// bytes is ceil(b/4) tokens. A token's id is a hash of its piece, so equal
-// text always tokenizes the same. Chat messages add chatMessageOverhead
-// tokens each (role markers) and the reply adds chatReplyOverhead (the
-// assistant header), roughly what chat templates cost.
+// The tokenizer approximation, shaped like a byte-level BPE tokenizer on
+// unusual text. Text is split on white space into words. In a word, each
+// run of ASCII letters and digits is cut into pieces of at most
+// bytesPerToken bytes (a run of b bytes is ceil(b/4) tokens); every other
+// character is a token of its own (punctuation, symbols, CJK and other
+// non-ASCII letters), and a character of four UTF-8 bytes (emoji and the
+// rest beyond the Basic Multilingual Plane) is two. English prose is then
+// close to bytes/4 tokens, while CJK (three bytes a character), emoji and
+// runs of punctuation are well above it. A token's id is a hash of its
+// piece, so equal text always tokenizes the same. Chat messages add
+// chatMessageOverhead tokens each (role markers) and the reply adds
+// chatReplyOverhead (the assistant header), roughly what chat templates
+// cost.
 //
 // Generated text is made of words of one to four letters, each preceded by
 // a space, so re-tokenizing a completion gives back completion_tokens.
@@ -24,26 +32,49 @@ const (
 	specialBase = vocabSize
 )
 
+func isAlnum(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+}
+
+// eachPiece calls yield with the text piece of every token of text.
+func eachPiece(text string, yield func(piece string)) {
+	for _, w := range strings.FieldsFunc(text, unicode.IsSpace) {
+		for i := 0; i < len(w); {
+			if isAlnum(w[i]) {
+				j := i + 1
+				for j < len(w) && j-i < bytesPerToken && isAlnum(w[j]) {
+					j++
+				}
+				yield(w[i:j])
+				i = j
+				continue
+			}
+			_, size := utf8.DecodeRuneInString(w[i:])
+			if size == 4 {
+				yield(w[i : i+2])
+				yield(w[i+2 : i+4])
+			} else {
+				yield(w[i : i+size])
+			}
+			i += size
+		}
+	}
+}
+
 // countTokens returns the token count of text.
 func countTokens(text string) int {
 	n := 0
-	for _, w := range strings.FieldsFunc(text, unicode.IsSpace) {
-		n += (len(w) + bytesPerToken - 1) / bytesPerToken
-	}
+	eachPiece(text, func(string) { n++ })
 	return n
 }
 
 // appendTokens appends the token ids of text to ids.
 func appendTokens(ids []int, text string) []int {
-	for _, w := range strings.FieldsFunc(text, unicode.IsSpace) {
-		for len(w) > 0 {
-			p := w[:min(len(w), bytesPerToken)]
-			w = w[len(p):]
-			h := fnv.New32a()
-			_, _ = h.Write([]byte(p))
-			ids = append(ids, int(h.Sum32()%vocabSize))
-		}
-	}
+	eachPiece(text, func(p string) {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(p))
+		ids = append(ids, int(h.Sum32()%vocabSize))
+	})
 	return ids
 }
 
