@@ -21,6 +21,10 @@
 // unconfigured; a pool with no known engine is still an error. Tenant
 // quotas follow the configured engines and grow as waiting engines join.
 //
+// A pool's max_model_len (the engines' context length) may be omitted too:
+// routers then discover it from the engines (internal/route). Pool.MaxModelLen
+// is 0 then.
+//
 // The package only reads configuration; applying it (ledger.Configure on
 // start and on every new epoch) is the caller's job.
 package fleet

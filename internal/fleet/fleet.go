@@ -32,6 +32,8 @@ const (
 	DefaultPriority ledger.PriorityName = "standard"
 	// MaxFileSize bounds what Load reads.
 	MaxFileSize = 16 << 20
+	// MinMaxModelLen is the smallest pools[].max_model_len accepted.
+	MinMaxModelLen = 16
 )
 
 // Fleet is a parsed, defaulted and validated fleet file.
@@ -53,6 +55,13 @@ type Pool struct {
 	Engines []Engine
 	// RetryAfter is the hint sent with capacity rejections (default 1s).
 	RetryAfter time.Duration
+	// MaxModelLen is the engines' context length in tokens (prompt +
+	// output of one sequence): a request's max_tokens may not exceed it,
+	// and a request without max_tokens reserves it per sequence, so it must
+	// not be below any engine's. 0 (omitted) means routers discover it from
+	// the engines (GET /v1/models max_model_len; TGI: GET /info
+	// max_total_tokens).
+	MaxModelLen int64
 }
 
 // Engine is one GPU engine replica.
@@ -145,9 +154,10 @@ type fileYAML struct {
 }
 
 type poolYAML struct {
-	Name       string         `yaml:"name"`
-	Engines    []engineYAML   `yaml:"engines"`
-	RetryAfter *time.Duration `yaml:"retry_after"`
+	Name        string         `yaml:"name"`
+	Engines     []engineYAML   `yaml:"engines"`
+	RetryAfter  *time.Duration `yaml:"retry_after"`
+	MaxModelLen *int64         `yaml:"max_model_len"`
 }
 
 type engineYAML struct {
@@ -293,6 +303,12 @@ func build(raw fileYAML) (*Fleet, []error) {
 		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter}
 		if p.RetryAfter != nil {
 			pool.RetryAfter = *p.RetryAfter
+		}
+		if p.MaxModelLen != nil {
+			pool.MaxModelLen = *p.MaxModelLen
+			if pool.MaxModelLen == 0 {
+				errs = append(errs, &FieldError{fmt.Sprintf("pools[%d].max_model_len", len(f.Pools)), maxModelLenMsg(0)})
+			}
 		}
 		for _, e := range p.Engines {
 			eng := Engine{

@@ -113,6 +113,9 @@ func TestExampleFile(t *testing.T) {
 	if q.Engines[0].Format != telemetry.FormatSGLang || q.Engines[1].Format != telemetry.FormatTGI {
 		t.Errorf("qwen formats = %s, %s", q.Engines[0].Format, q.Engines[1].Format)
 	}
+	if p.MaxModelLen != 0 || q.MaxModelLen != 32768 {
+		t.Errorf("max_model_len = %d, %d; want 0 (discovered) and 32768", p.MaxModelLen, q.MaxModelLen)
+	}
 	if ten, ok := f.TenantForKey("sk-acme-example-1"); !ok || ten != "acme" {
 		t.Errorf("TenantForKey(acme key) = %q, %v", ten, ok)
 	}
@@ -138,7 +141,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len)`}},
 		{"unknown tenant field", repl("kv_share: 0.5", "kv_share: 0.5\n    quota: 3"), []string{`unknown field "quota" in a tenant`}},
 		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority`}},
 		{"unknown lease field", repl("session_ttl: 10s", "session_ttl: 10s\n  ttl: 3s"), []string{`unknown field "ttl" in lease`}},
@@ -175,6 +178,11 @@ func TestParseErrors(t *testing.T) {
 		{"headroom above one", repl("kv_tokens: 1000", "headroom: 1.5"), []string{"pools[0].engines[0].headroom: must be in (0, 1], got 1.5"}},
 		{"discovery without telemetry", repl("kv_tokens: 1000", "stale_after: 0s"), []string{"pools[0].engines[0].stale_after: is 0s (no telemetry), but kv_tokens is omitted"}},
 		{"retry_after negative", repl("  - name: p\n", "  - name: p\n    retry_after: -2s\n"), []string{"pools[0].retry_after: must be in 0s..24h0m0s, got -2s"}},
+		{"max_model_len zero", repl("  - name: p\n", "  - name: p\n    max_model_len: 0\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got 0 (the engines' context length in tokens; omit it to discover it from the engines)"}},
+		{"max_model_len negative", repl("  - name: p\n", "  - name: p\n    max_model_len: -4096\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got -4096"}},
+		{"max_model_len too small", repl("  - name: p\n", "  - name: p\n    max_model_len: 8\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got 8"}},
+		{"max_model_len too large", repl("  - name: p\n", "  - name: p\n    max_model_len: 2199023255553\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got 2199023255553"}},
+		{"max_model_len not a number", repl("  - name: p\n", "  - name: p\n    max_model_len: 8k\n"), []string{"line 3: cannot unmarshal !!str `8k` into int64"}},
 		{"tenant name missing", repl("  - name: t\n", "  - name: \"\"\n"), []string{"tenants[0].name: is required"}},
 		{"duplicate tenant", appendTenant("t", "other", "0.1"), []string{`tenants[1].name: "t" is already the name of tenants[0]`}},
 		{"api_keys missing", repl(`    api_keys: ["k"]`+"\n", ""), []string{"tenants[0].api_keys: must list at least one key"}},

@@ -96,6 +96,9 @@ func (f *Fleet) check() []error {
 			pools[p.Name] = i
 		}
 		c.duration(pp+".retry_after", p.RetryAfter, 0)
+		if p.MaxModelLen != 0 && (p.MaxModelLen < MinMaxModelLen || p.MaxModelLen > ledger.MaxAmount) {
+			c.add(pp+".max_model_len", "%s", maxModelLenMsg(p.MaxModelLen))
+		}
 		if len(p.Engines) == 0 {
 			c.add(pp+".engines", "must list at least one engine")
 		}
@@ -184,6 +187,13 @@ func (f *Fleet) check() []error {
 		c.add("lease.recovery_window", "must be 0s (disabled) or in lease.session_ttl (%s)..%s so every live holder can re-assert, got %s", l.SessionTTL, maxDuration, l.RecoveryWindow)
 	}
 	return c.errs
+}
+
+// maxModelLenMsg says what pools[].max_model_len allows; v is what the file
+// gave.
+func maxModelLenMsg(v int64) string {
+	return fmt.Sprintf("must be in %d..%d, got %d (the engines' context length in tokens; omit it to discover it from the engines)",
+		MinMaxModelLen, ledger.MaxAmount, v)
 }
 
 func (c *checker) engine(ep string, e Engine) {
