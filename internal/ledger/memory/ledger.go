@@ -206,7 +206,11 @@ func (o *op) holder(id ledger.HolderID) *holderRow {
 
 // lease returns the lease's row, or nil.
 func (o *op) lease(id ledger.LeaseID) *leaseRow {
-	row, _ := o.first(tableLeases, indexID, o.pool.Name, id).(*leaseRow)
+	f, err := ledger.ParseLeaseID(id)
+	if err != nil {
+		return nil
+	}
+	row, _ := o.first(tableLeases, indexID, o.pool.Name, f.Epoch, f.Seq).(*leaseRow)
 	return row
 }
 

@@ -36,9 +36,9 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 }
 
 // List returns the outstanding leases f matches (ended ones not yet swept
-// included), ordered by pool then fence, at most f.Limit of them. It scans
-// the most selective index the filter allows: holder, engine or tenant
-// within a pool, else the pool's fence order.
+// included), ordered by pool then fence, at most f.Limit of them. A
+// holder's leases come from the holder index; other filters scan each pool
+// in fence order.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
 	if err := ledger.ValidateFilter(f); err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
@@ -57,24 +57,31 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 			}
 		}
 		for _, pool := range pools {
-			index, args := indexFence, []any{pool}
-			switch {
-			case f.Holder != "":
-				index, args = indexHolder, []any{pool, f.Holder}
-			case f.Engine != "":
-				index, args = indexEngine, []any{pool, f.Engine}
-			case f.Tenant != "":
-				index, args = indexTenant, []any{pool, f.Tenant}
+			// A holder's leases come from its index (in request id order,
+			// sorted below); any other filter scans the pool in fence order.
+			index, args := indexID, []any{pool}
+			if f.Holder != "" {
+				index, args = indexRequest, []any{pool, f.Holder}
 			}
 			it, err := txn.Get(tableLeases, index, args...)
 			if err != nil {
 				return fmt.Errorf("memory: scan leases by %s: %w", index, err)
 			}
+			var got []ledger.Lease
 			for row := it.Next(); row != nil; row = it.Next() {
-				ls := row.(*leaseRow).Lease
-				if !f.Match(ls) {
-					continue
+				if ls := row.(*leaseRow).Lease; f.Match(ls) {
+					got = append(got, ls)
 				}
+			}
+			if f.Holder != "" {
+				slices.SortFunc(got, func(a, b ledger.Lease) int {
+					if a.Fence.Less(b.Fence) {
+						return -1
+					}
+					return 1
+				})
+			}
+			for _, ls := range got {
 				if f.Limit > 0 && len(out) == f.Limit {
 					return nil
 				}

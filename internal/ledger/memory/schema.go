@@ -22,31 +22,26 @@ const (
 )
 
 // Index names. Every index is a tuple (see tupleIndex); the comment lists its
-// parts. Lease indexes end in the fence, so scanning any of them yields
-// leases in fence order.
+// parts. A lease write touches every lease index, so there are only three:
+// the primary one gives fence order, and List filters the pool's leases by
+// engine or tenant in a scan (audit reads are rare; grants and releases are
+// not).
 const (
 	// indexID is each table's primary index:
 	// pools (name), engines (pool, engine), tenants (pool, tenant),
-	// holders (pool, holder), leases (pool, lease id).
+	// holders (pool, holder), leases (pool, epoch, seq): fence order, the
+	// order List returns.
 	indexID = "id"
 	// indexExpiry orders a pool's holder sessions by expiry:
 	// (pool, expires ms, holder).
 	indexExpiry = "expiry"
 	// indexDeadline orders a pool's leases by deadline:
-	// (pool, deadline ms, lease id).
+	// (pool, deadline ms, epoch, seq).
 	indexDeadline = "deadline"
-	// indexFence orders a pool's leases by fencing token:
-	// (pool, epoch, seq, lease id).
-	indexFence = "fence"
-	// indexHolder: (pool, holder, epoch, seq, lease id).
-	indexHolder = "holder"
-	// indexRequest finds a holder's lease by request id for idempotent
-	// Acquire: (pool, holder, request id, epoch, seq, lease id).
+	// indexRequest finds a holder's leases (session death, List by holder)
+	// and a holder's lease by request id for idempotent Acquire:
+	// (pool, holder, request id, epoch, seq).
 	indexRequest = "request"
-	// indexEngine: (pool, engine, epoch, seq, lease id).
-	indexEngine = "engine"
-	// indexTenant: (pool, tenant, epoch, seq, lease id).
-	indexTenant = "tenant"
 )
 
 // newSchema returns the database schema.
@@ -99,24 +94,12 @@ func newSchema() *memdb.DBSchema {
 		tableLeases: {
 			Name: tableLeases,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, lease(func(l *leaseRow) []any { return []any{l.Pool, l.ID} })),
+				indexID: idx(indexID, lease(func(l *leaseRow) []any { return []any{l.Pool, l.Fence.Epoch, l.Fence.Seq} })),
 				indexDeadline: idx(indexDeadline, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Deadline.UnixMilli(), l.ID}
-				})),
-				indexFence: idx(indexFence, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Fence.Epoch, l.Fence.Seq, l.ID}
-				})),
-				indexHolder: idx(indexHolder, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Holder, l.Fence.Epoch, l.Fence.Seq, l.ID}
+					return []any{l.Pool, l.Deadline.UnixMilli(), l.Fence.Epoch, l.Fence.Seq}
 				})),
 				indexRequest: idx(indexRequest, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Holder, l.RequestID, l.Fence.Epoch, l.Fence.Seq, l.ID}
-				})),
-				indexEngine: idx(indexEngine, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Engine, l.Fence.Epoch, l.Fence.Seq, l.ID}
-				})),
-				indexTenant: idx(indexTenant, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Tenant, l.Fence.Epoch, l.Fence.Seq, l.ID}
+					return []any{l.Pool, l.Holder, l.RequestID, l.Fence.Epoch, l.Fence.Seq}
 				})),
 			},
 		},

@@ -85,12 +85,12 @@ func (o *op) sweep(max int) ledger.Swept {
 		if budget <= 0 {
 			break
 		}
-		for _, row := range o.scan(budget, tableLeases, indexHolder, name, h.Holder) {
+		for _, row := range o.scan(budget, tableLeases, indexRequest, name, h.Holder) {
 			o.removeLease(row.(*leaseRow), ledger.CounterRevoked)
 			s.Revoked++
 			budget--
 		}
-		if budget <= 0 || o.first(tableLeases, indexHolder, name, h.Holder) != nil {
+		if budget <= 0 || o.first(tableLeases, indexRequest, name, h.Holder) != nil {
 			break
 		}
 		o.delete(tableHolders, h)
