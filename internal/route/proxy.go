@@ -10,7 +10,8 @@ package route
 // again. The lease is released exactly once, with the
 // actual usage when the engine reported it, on every way out: completion,
 // upstream error, timeout, client disconnect, revocation; the release runs
-// under its own bounded context, never the request's.
+// under its own bounded context, never the request's, in the background
+// once the answer has ended (Shutdown waits for it).
 
 import (
 	"bufio"
@@ -71,7 +72,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		}
 		return out, badf("", "reading the body: %v", err)
 	}
-	req, err := parseRequest(body, chat, limits{maxModelLen: r.cfg.MaxModelLen, maxN: r.cfg.MaxN}, r.cfg.AffinityBytes)
+	req, err := parseRequest(body, chat, r.lim, r.cfg.AffinityBytes)
 	if err != nil {
 		return out, err
 	}
@@ -87,14 +88,17 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if err != nil {
 		return out, err
 	}
-	kv, slots, _ := p.est.demand(req, r.cfg.MaxModelLen, r.cfg.Overcommit)
+	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
+	views := r.adm.views(req.model)
+	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
+	kv, slots, _ := p.est.demand(req, r.lens.get(req.model).reserve, r.cfg.Overcommit)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.ratio())
 
 	areq := ledger.AcquireRequest{
-		Pool: req.model, Candidates: rank(r.adm.views(req.model), req.prefix, r.cfg.AffinityBonus),
+		Pool: req.model, Candidates: rank(views, req.prefix, r.cfg.AffinityBonus),
 		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
 	}
 	t, err := r.acquire(hr.Context(), p, areq)
@@ -231,18 +235,28 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if !known {
 			usage = ledger.Usage{CompletionTokens: chunks}
 		}
-		if sent && !finished && r.cfg.AbortGrace > 0 {
-			// The connection was cut: give the engine time to notice and
-			// abort before the capacity can be granted again.
-			time.Sleep(r.cfg.AbortGrace)
-		}
-		_ = t.release(usage) // bounded, own context; retried in background
-		r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
-		p.q.notify()
-		if known {
-			p.est.observePrompt(req, usage.PromptTokens)
-			p.est.observeCompletion(usage.CompletionTokens / req.n)
-		}
+		// The release runs after the handler has returned, so the end of
+		// the answer does not wait for a ledger round trip: holding the
+		// lease a little longer than the engine holds the request is the
+		// safe direction. It counts as in flight, so Shutdown waits for it
+		// before closing the holder sessions.
+		cut, known, usage := sent && !finished, known, usage
+		r.inflight.Add(1)
+		go func() {
+			defer r.inflight.Add(-1)
+			if cut && r.cfg.AbortGrace > 0 {
+				// The connection was cut: give the engine time to notice
+				// and abort before the capacity can be granted again.
+				time.Sleep(r.cfg.AbortGrace)
+			}
+			_ = t.release(usage) // bounded, own context; retried in background
+			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
+			p.q.notify()
+			if known {
+				p.est.observePrompt(req, usage.PromptTokens)
+				p.est.observeCompletion(usage.CompletionTokens / req.n)
+			}
+		}()
 	}()
 
 	// ctx ends with the client, the upstream timeout, or the lease.
