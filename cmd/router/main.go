@@ -5,10 +5,23 @@
 // down in order.
 //
 //	router --ledger URL --config FLEET.yaml --listen ADDR --id NAME [--admission=ledger|local]
-//	       [--block-lease-kv N --block-lease-slots N]
+//	       [--block-lease-kv N --block-lease-slots N] [--prompt-tokens=estimate|tokenize]
 //
 // --block-lease-kv/--block-lease-slots (both 0, off, by default) size the
 // block leases small requests are admitted against locally.
+//
+// --prompt-tokens estimate|tokenize (LEASEHOLD_PROMPT_TOKENS; default
+// estimate) is how a text prompt is counted before its lease: estimated
+// from its bytes with a ratio calibrated from engines' reported usage, or
+// counted exactly by an engine of the pool with vLLM's POST /tokenize
+// (bounded by --tokenize-timeout, default 2s), falling back to the
+// estimate, counted in leasehold_router_tokenize_errors_total, when that
+// fails.
+//
+// --max-model-len (default 8192) is the context length of a pool whose
+// fleet entry gives no max_model_len until its engines report theirs (GET
+// /v1/models; TGI: GET /info); it bounds max_tokens and is what a request
+// without max_tokens reserves per sequence.
 //
 // Every flag can also be set from the environment: --queue-depth is
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a

@@ -107,7 +107,11 @@ type applier struct {
 	fleet   *fleet.Fleet
 	ledger  ledger.Ledger
 	scraper telemetry.Scraper
-	log     *slog.Logger
+	// lens, when set (before start), learns the pools' context lengths
+	// from their engines, asked in each round before the pool is
+	// configured.
+	lens *contextLens
+	log  *slog.Logger
 	// readyTimeout is how long the pools may stay unconfigured before an
 	// error is logged (once); the applier keeps retrying.
 	readyTimeout time.Duration
@@ -293,6 +297,9 @@ func (a *applier) applyPool(ctx context.Context, pool ledger.PoolID, force bool)
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	a.discover(ctx, pool)
+	if a.lens != nil {
+		a.lens.discover(ctx, pool)
+	}
 	a.mu.Lock()
 	disc := maps.Clone(a.discovered)
 	prev, wasApplied := a.applied[pool]

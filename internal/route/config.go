@@ -29,6 +29,17 @@ const (
 	AdmissionLocal = "local"
 )
 
+// Prompt token counting (--prompt-tokens).
+const (
+	// PromptEstimate estimates a text prompt's tokens from its bytes, with
+	// a ratio calibrated from the engines' reported usage (the default).
+	PromptEstimate = "estimate"
+	// PromptTokenize asks an engine of the pool for the exact count (vLLM's
+	// POST /tokenize) before leasing, falling back to the estimate when the
+	// call fails or times out.
+	PromptTokenize = "tokenize"
+)
+
 // Config is the router process's settings. Register the flags with
 // RegisterFlags, apply the environment with ApplyEnv, then Validate.
 type Config struct {
@@ -55,12 +66,20 @@ type Config struct {
 	// PromptMargin is how many mean absolute deviations above the
 	// calibrated prompt-token ratio the estimate is taken (default 2).
 	PromptMargin float64
+	// PromptTokens is how a text prompt's tokens are counted: "estimate"
+	// (default) or "tokenize" (see PromptTokenize).
+	PromptTokens string
+	// TokenizeTimeout bounds one /tokenize call with --prompt-tokens
+	// tokenize (default 2s); when it passes the estimate is used.
+	TokenizeTimeout time.Duration
 
 	// MaxBodyBytes bounds a request body (default 4 MiB).
 	MaxBodyBytes int64
-	// MaxModelLen is the engines' context length in tokens: the most
-	// prompt + output of one sequence, and the reservation per sequence
-	// when a request gives no max_tokens (default 8192).
+	// MaxModelLen is the engines' context length in tokens (the most
+	// prompt + output of one sequence) for a pool whose fleet entry gives
+	// no max_model_len and whose engines have not reported theirs, and for
+	// engines of a pool that have not reported yet (default 8192). See
+	// contextLens.
 	MaxModelLen int64
 	// MaxN bounds a request's n (default 128).
 	MaxN int
@@ -127,6 +146,8 @@ func Defaults() Config {
 		Admission:          AdmissionLedger,
 		OvercommitQuantile: 0.95,
 		PromptMargin:       2,
+		PromptTokens:       PromptEstimate,
+		TokenizeTimeout:    2 * time.Second,
 		MaxBodyBytes:       4 << 20,
 		MaxModelLen:        8192,
 		MaxN:               128,
@@ -153,8 +174,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Overcommit, "overcommit", c.Overcommit, "reserve a learned completion-length quantile instead of max_tokens")
 	fs.Float64Var(&c.OvercommitQuantile, "overcommit-quantile", c.OvercommitQuantile, "completion-length quantile reserved with --overcommit, in (0, 1)")
 	fs.Float64Var(&c.PromptMargin, "prompt-margin", c.PromptMargin, "prompt estimate: mean absolute deviations added to the calibrated ratio")
+	fs.StringVar(&c.PromptTokens, "prompt-tokens", c.PromptTokens, "how text prompts are counted before leasing: estimate (bytes/4 × a calibrated ratio), or tokenize (exact, from an engine's POST /tokenize; the estimate if that fails)")
+	fs.DurationVar(&c.TokenizeTimeout, "tokenize-timeout", c.TokenizeTimeout, "--prompt-tokens=tokenize: bound on one /tokenize call, after which the estimate is used")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted")
-	fs.Int64Var(&c.MaxModelLen, "max-model-len", c.MaxModelLen, "engines' context length in tokens (prompt + output of one sequence)")
+	fs.Int64Var(&c.MaxModelLen, "max-model-len", c.MaxModelLen, "engines' context length in tokens (prompt + output of one sequence) where the fleet file gives no max_model_len and the engines have not reported it")
 	fs.IntVar(&c.MaxN, "max-n", c.MaxN, "largest n (choices per request) accepted")
 	fs.IntVar(&c.AffinityBytes, "affinity-bytes", c.AffinityBytes, "leading prompt bytes hashed for engine affinity (0 disables)")
 	fs.Float64Var(&c.AffinityBonus, "affinity-bonus", c.AffinityBonus, "score bonus of the affinity engine, in [0, 1]")
@@ -229,6 +252,11 @@ func (c *Config) Validate() error {
 	if !(c.PromptMargin >= 0 && c.PromptMargin <= 10) {
 		bad("--prompt-margin = %v: want 0..10", c.PromptMargin)
 	}
+	switch c.PromptTokens {
+	case PromptEstimate, PromptTokenize:
+	default:
+		bad("--prompt-tokens = %q: want %s or %s", c.PromptTokens, PromptEstimate, PromptTokenize)
+	}
 	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 1<<30 {
 		bad("--max-body-bytes = %d: want 1024..%d", c.MaxBodyBytes, 1<<30)
 	}
@@ -258,6 +286,7 @@ func (c *Config) Validate() error {
 		{"--scrape-interval", c.ScrapeInterval, 10 * time.Millisecond},
 		{"--shutdown-timeout", c.ShutdownTimeout, 0},
 		{"--ready-timeout", c.ReadyTimeout, 0},
+		{"--tokenize-timeout", c.TokenizeTimeout, time.Millisecond},
 	} {
 		if d.v < d.min {
 			bad("%s = %s: must be at least %s", d.flag, d.v, d.min)

@@ -8,11 +8,18 @@
 //  1. Authenticate: Authorization: Bearer <key> names the tenant
 //     (fleet.TenantForKey); no or unknown key is 401.
 //  2. Validate (request.go): JSON object, model, messages or prompt,
-//     max_tokens (1..MaxModelLen), n (1..MaxN), stream options, priority
-//     (X-Priority header, else the body's "priority", else the fleet's
-//     default). Every refusal is a 4xx naming the field, before any lease.
+//     max_tokens (1..the pool's context length, see below), n (1..MaxN),
+//     stream options, priority (X-Priority header, else the body's
+//     "priority", else the fleet's default). Every refusal is a 4xx naming
+//     the field, before any lease.
 //  3. Estimate (estimate.go): KV tokens = (prompt + output reservation) × n,
-//     slots = n, with the prompt calibrated from engines' reported usage.
+//     slots = n. The prompt is estimated from its bytes with a ratio
+//     calibrated from engines' reported usage, or, with
+//     --prompt-tokens=tokenize, counted exactly by an engine of the pool
+//     (vLLM's POST /tokenize, bounded by --tokenize-timeout; tokenize.go),
+//     falling back to the estimate, counted in
+//     leasehold_router_tokenize_errors_total, when that call fails. The
+//     count is known before any lease is taken.
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
 //     view, with prompt-prefix affinity by rendezvous hashing.
 //  5. Acquire once over the ranked candidates (lease.Manager; or the local
@@ -40,6 +47,18 @@
 // one; only configured engines are candidates. Start does not wait for the
 // ledger: failures are retried with backoff while the router serves,
 // unready. A new epoch or a wiped store re-applies the fleet.
+//
+// # Context lengths
+//
+// Each pool has its own context length (contextlen.go): the fleet file's
+// pools[].max_model_len, else what its engines report (vLLM and SGLang:
+// GET /v1/models max_model_len; TGI: GET /info max_total_tokens), else
+// --max-model-len. max_tokens is bounded by the smallest an engine
+// reported; a request without max_tokens reserves the largest, an engine
+// that has not reported counting as --max-model-len, so a lease is never
+// smaller than what the granted engine may hold. The engines are asked in
+// the fleet applier's rounds, before the pool is configured (local
+// admission: once, at start).
 //
 // # Admission modes
 //

@@ -6,14 +6,21 @@ package route
 //	kv    = min(prompt + output, MaxModelLen) × n
 //	slots = n
 //
-// prompt is exact for token-id prompts. For text it is estimated without a
-// tokenizer: raw = ceil(bytes/4) + 4 per chat message + 3 (template
-// overhead), times a ratio calibrated online from the engines' reported
-// usage.prompt_tokens. The ratio is an EWMA (alpha 0.1) of actual/raw with
-// an EWMA of its absolute deviation; the estimate uses mean + PromptMargin ×
-// deviation, bounded to [0.25, 8], so it errs high: an underestimate lets
-// an engine hold more than was leased. Until calibrated it starts at 1.5
-// (pessimistic for English text, where bytes/4 is close).
+// MaxModelLen is the pool's context length, the largest of its engines'
+// (ctxLen.reserve, contextlen.go): no engine holds more for one sequence.
+//
+// prompt is exact for token-id prompts, and with --prompt-tokens=tokenize
+// once an engine counted it (tokenize.go). Otherwise it is estimated
+// without a tokenizer: raw = ceil(bytes/4) + 4 per chat message + 3
+// (template overhead), times a ratio calibrated online from the engines'
+// reported usage.prompt_tokens (and /tokenize counts). The ratio is an EWMA
+// (alpha 0.1) of actual/raw with an EWMA of its absolute deviation; the
+// estimate uses mean + PromptMargin × deviation, bounded to [0.25, 8], so
+// it errs high on text like what it was calibrated on: an underestimate
+// lets an engine hold more than was leased. Text far from that (CJK, emoji,
+// runs of punctuation) can still be undershot; tokenize mode closes that
+// gap. Until calibrated the ratio starts at 1.5 (pessimistic for English
+// text, where bytes/4 is close).
 //
 // output is max_tokens (max_completion_tokens for chat); without one the
 // engine may generate up to its context, so the whole MaxModelLen is

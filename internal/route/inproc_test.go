@@ -130,14 +130,19 @@ type stream struct {
 	cancel context.CancelFunc
 }
 
-// openStream posts a streaming request and returns once the first event
-// arrived (the lease is held and the engine is generating).
+// openStream posts a streaming request (chat when body has messages) and
+// returns once the first event arrived (the lease is held and the engine
+// is generating).
 func (h *harness) openStream(t *testing.T, key string, body map[string]any, hdr ...string) (*stream, int, []byte) {
 	t.Helper()
 	body["stream"] = true
 	ctx, cancel := context.WithCancel(context.Background())
 	data := mustJSON(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/completions", strings.NewReader(data))
+	path := "/v1/completions"
+	if _, ok := body["messages"]; ok {
+		path = "/v1/chat/completions"
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url+path, strings.NewReader(data))
 	req.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
@@ -212,6 +217,9 @@ func TestBadInputTakesNoLease(t *testing.T) {
 		{"max_tokens zero", "chat", "sk-acme", chat(`,"max_tokens":0`), nil, 400, "invalid_request", "max_tokens"},
 		{"max_tokens negative", "chat", "sk-acme", chat(`,"max_tokens":-5`), nil, 400, "invalid_request", "max_tokens"},
 		{"max_tokens above context", "chat", "sk-acme", chat(`,"max_tokens":4096`), nil, 400, "invalid_request", "max_tokens"},
+		// The engine reports a context of 1024, below --max-model-len 2048.
+		{"max_tokens above the engines' reported context", "chat", "sk-acme", chat(`,"max_tokens":1025`), nil, 400, "invalid_request", "max_tokens"},
+		{"max_completion_tokens above the engines' reported context", "chat", "sk-acme", chat(`,"max_completion_tokens":1500`), nil, 400, "invalid_request", "max_completion_tokens"},
 		{"max_tokens absurd", "chat", "sk-acme", chat(`,"max_tokens":1e15`), nil, 400, "invalid_request", "max_tokens"},
 		{"max_tokens fraction", "chat", "sk-acme", chat(`,"max_tokens":1.5`), nil, 400, "invalid_request", "max_tokens"},
 		{"max_tokens string", "chat", "sk-acme", chat(`,"max_tokens":"10"`), nil, 400, "invalid_request", "max_tokens"},
@@ -224,7 +232,7 @@ func TestBadInputTakesNoLease(t *testing.T) {
 		{"unknown priority body", "chat", "sk-acme", chat(`,"priority":"urgent"`), nil, 400, "invalid_priority", "priority"},
 		{"numeric priority", "chat", "sk-acme", chat(`,"priority":3`), nil, 400, "invalid_request", "priority"},
 		{"body too large", "completions", "sk-acme", `{"model":"m","prompt":"` + strings.Repeat("x", 8000) + `"}`, nil, 413, "body_too_large", ""},
-		{"can never fit", "chat", "sk-acme", chat(`,"max_tokens":2000`), nil, 400, "too_large", "max_tokens"},
+		{"can never fit", "chat", "sk-acme", chat(`,"max_tokens":600,"n":2`), nil, 400, "too_large", "max_tokens"},
 		{"beyond tenant quota", "chat", "sk-tiny", chat(`,"max_tokens":500`), nil, 400, "too_large", "max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

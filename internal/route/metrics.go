@@ -23,6 +23,7 @@ type metrics struct {
 	upstream   *prometheus.HistogramVec // pool, engine, stream
 	firstByte  *prometheus.HistogramVec // pool, engine
 	estRatio   *prometheus.GaugeVec     // pool
+	tokenize   *prometheus.CounterVec   // pool, reason
 }
 
 func newMetrics() *metrics {
@@ -48,8 +49,11 @@ func newMetrics() *metrics {
 			Help: "Time until the engine's response headers.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}, []string{"pool", "engine"}),
 		estRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "prompt_estimate_ratio",
 			Help: "Calibrated prompt tokens per raw (bytes/4) estimate, margin included."}, []string{"pool"}),
+		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_errors_total",
+			Help: "Prompts (--prompt-tokens=tokenize) whose exact count was not had from an engine, so the estimate was leased, by reason: timeout, unreachable, http_error, bad_response, unsupported (no engine of the pool serves /tokenize)."},
+			[]string{"pool", "reason"}),
 	}
-	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio,
+	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

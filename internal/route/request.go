@@ -17,7 +17,9 @@ import (
 
 // limits bound what parseRequest accepts.
 type limits struct {
-	maxModelLen int64
+	// maxModelLen is the context length of the pool a request names (its
+	// model; see contextLens): max_tokens may not exceed it.
+	maxModelLen func(ledger.PoolID) int64
 	maxN        int
 }
 
@@ -37,7 +39,8 @@ type request struct {
 
 	// promptBytes is the text bytes of the prompt (messages' content and
 	// roles, or the prompt string); promptMessages counts chat messages;
-	// promptTokens is the exact count when the prompt is token ids.
+	// promptTokens is the exact count when the prompt is token ids, or
+	// once an engine counted it (--prompt-tokens=tokenize).
 	promptBytes    int64
 	promptMessages int64
 	promptTokens   int64
@@ -114,8 +117,9 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if err != nil {
 			return nil, err
 		}
-		if v < 1 || v > lim.maxModelLen || v > ledger.MaxAmount {
-			return nil, badf(mtName, "%s = %d, want 1..%d (the engines' context length)", mtName, v, min(lim.maxModelLen, ledger.MaxAmount))
+		maxLen := lim.maxModelLen(r.model)
+		if v < 1 || v > maxLen || v > ledger.MaxAmount {
+			return nil, badf(mtName, "%s = %d, want 1..%d (the engines' context length)", mtName, v, min(maxLen, ledger.MaxAmount))
 		}
 		r.maxTokens = v
 	}

@@ -58,6 +58,10 @@ type Router struct {
 
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
+	// lens is each pool's context length (contextlen.go); lim bounds
+	// requests with it.
+	lens *contextLens
+	lim  limits
 
 	srv   *http.Server
 	ln    net.Listener
@@ -79,6 +83,7 @@ type poolRT struct {
 	urls map[ledger.EngineID]string
 	est  *estimator
 	q    *waitQueue
+	tok  *poolTokenizer // --prompt-tokens=tokenize
 }
 
 // New checks cfg and builds a Router; Start runs it.
@@ -117,9 +122,11 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}),
 	}
+	r.lens = newContextLens(opts.Fleet, cfg.MaxModelLen, r.client, applyScrapeTimeout, opts.Logger)
+	r.lim = limits{maxModelLen: r.lens.limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
 		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile),
-			q: &waitQueue{depth: cfg.QueueDepth}}
+			q: &waitQueue{depth: cfg.QueueDepth}, tok: newPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
@@ -146,11 +153,13 @@ func (r *Router) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		r.lens.discoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
 		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
 	default:
 		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.clock, r.log)
+		ap.lens = r.lens
 		lc := lease.Config{
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,

@@ -127,18 +127,33 @@ func TestErrorTable(t *testing.T) {
 
 func TestConfigValidateNamesFlags(t *testing.T) {
 	c := Defaults()
-	c.Admission, c.QueueDepth, c.MaxN = "yolo", -1, 0
+	c.Admission, c.QueueDepth, c.MaxN, c.PromptTokens, c.TokenizeTimeout = "yolo", -1, 0, "exact", 0
 	err := c.Validate()
-	for _, want := range []string{"--config", "--admission", "--id", "--queue-depth", "--max-n"} {
+	for _, want := range []string{"--config", "--admission", "--id", "--queue-depth", "--max-n",
+		`--prompt-tokens = "exact": want estimate or tokenize`, "--tokenize-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
-	c, err = ParseFlags([]string{"--config", "f.yaml", "--id", "r1"}, func(k string) (string, bool) {
-		return map[string]string{"LEASEHOLD_LEDGER": "memory://", "LEASEHOLD_QUEUE_DEPTH": "7"}[k], k == "LEASEHOLD_LEDGER" || k == "LEASEHOLD_QUEUE_DEPTH"
-	}, &strings.Builder{})
-	if err != nil || c.Ledger != "memory://" || c.QueueDepth != 7 {
+	env := map[string]string{"LEASEHOLD_LEDGER": "memory://", "LEASEHOLD_QUEUE_DEPTH": "7", "LEASEHOLD_PROMPT_TOKENS": "tokenize", "LEASEHOLD_TOKENIZE_TIMEOUT": "750ms"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	c, err = ParseFlags([]string{"--config", "f.yaml", "--id", "r1"}, lookup, &strings.Builder{})
+	if err != nil || c.Ledger != "memory://" || c.QueueDepth != 7 || c.PromptTokens != PromptTokenize || c.TokenizeTimeout != 750*time.Millisecond {
 		t.Errorf("env config: %+v, %v", c, err)
+	}
+	if c, _ := ParseFlags([]string{"--config", "f.yaml", "--id", "r1", "--ledger", "memory://"}, func(string) (string, bool) { return "", false }, &strings.Builder{}); c.PromptTokens != PromptEstimate {
+		t.Errorf("--prompt-tokens defaults to %q, want %q", c.PromptTokens, PromptEstimate)
+	}
+	env["LEASEHOLD_PROMPT_TOKENS"] = "bytes"
+	if _, err := ParseFlags([]string{"--config", "f.yaml", "--id", "r1"}, lookup, &strings.Builder{}); err == nil || !strings.Contains(err.Error(), "--prompt-tokens") {
+		t.Errorf("LEASEHOLD_PROMPT_TOKENS=bytes: %v, want an error naming --prompt-tokens", err)
+	}
+	var help strings.Builder
+	_, _ = ParseFlags([]string{"--help"}, lookup, &help)
+	for _, f := range []string{"-prompt-tokens", "-tokenize-timeout", "-max-model-len"} {
+		if !strings.Contains(help.String(), f) {
+			t.Errorf("--help does not list %s", f)
+		}
 	}
 }
 
@@ -155,7 +170,7 @@ func FuzzParseRequest(f *testing.F) {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
 	}
-	lim := limits{maxModelLen: 2048, maxN: 16}
+	lim := limits{maxModelLen: func(ledger.PoolID) int64 { return 2048 }, maxN: 16}
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
 		r, err := parseRequest(body, chat, lim, 64)
 		if err != nil {

@@ -1,0 +1,234 @@
+package route
+
+// Context lengths. A pool's context length (max_model_len: the most prompt
+// + output tokens of one sequence) bounds a request's max_tokens, and is
+// what a sequence reserves when the request gives no max_tokens. The fleet
+// file's pools[].max_model_len is taken as is. Without it the pool's
+// engines are asked: vLLM and SGLang answer GET /v1/models with
+// data[].max_model_len, TGI answers GET /info with max_total_tokens. Two
+// bounds follow:
+//
+//	limit   = the smallest context of the engines that answered: a larger
+//	          max_tokens is refused (400), so a request fits every
+//	          candidate engine;
+//	reserve = the largest context of the pool's engines, one that has not
+//	          answered counting as --max-model-len: no sequence reserves
+//	          more, one without max_tokens reserves exactly this, so a lease
+//	          never undershoots what the granted engine may hold.
+//
+// In the usual pool of identical engines both are the engines' value. While
+// no engine has answered, or if none ever does, both are --max-model-len
+// (logged once per pool). Engines that have not answered are asked again on
+// every round of the fleet applier (ledger admission, apply.go), which asks
+// before it configures the pool, so a pool is ready only once its engines
+// have been asked; local admission asks once, at start. An answer once had
+// is kept.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// maxInfoBody bounds an engine's /v1/models or /info answer.
+const maxInfoBody = 1 << 20
+
+// ctxLen is one pool's context-length bounds, in tokens.
+type ctxLen struct {
+	limit, reserve int64
+	// reported is how many of the pool's engines answered (0: the
+	// fallback, or the fleet file's value).
+	reported int
+}
+
+// contextLens owns every pool's ctxLen. get is lock-free; discover may run
+// beside it.
+type contextLens struct {
+	fleet    *fleet.Fleet
+	fallback int64 // --max-model-len
+	client   *http.Client
+	timeout  time.Duration // one engine's answer
+	log      *slog.Logger
+
+	// cur is each fleet pool's bounds: the map is built once, the values
+	// replaced whole.
+	cur map[ledger.PoolID]*atomic.Pointer[ctxLen]
+
+	// mu guards reported and warned.
+	mu       sync.Mutex
+	reported map[telemetry.EngineKey]int64
+	warned   map[ledger.PoolID]bool // the fallback was logged
+}
+
+func newContextLens(f *fleet.Fleet, fallback int64, client *http.Client, timeout time.Duration, log *slog.Logger) *contextLens {
+	c := &contextLens{fleet: f, fallback: fallback, client: client, timeout: timeout, log: log,
+		cur: map[ledger.PoolID]*atomic.Pointer[ctxLen]{}, reported: map[telemetry.EngineKey]int64{}, warned: map[ledger.PoolID]bool{}}
+	for _, p := range f.Pools {
+		v := ctxLen{limit: fallback, reserve: fallback}
+		if p.MaxModelLen > 0 {
+			v = ctxLen{limit: p.MaxModelLen, reserve: p.MaxModelLen}
+		}
+		c.cur[p.Name] = &atomic.Pointer[ctxLen]{}
+		c.cur[p.Name].Store(&v)
+	}
+	return c
+}
+
+// get returns pool's bounds; a pool not in the fleet file gets the
+// fallback.
+func (c *contextLens) get(pool ledger.PoolID) ctxLen {
+	if v := c.cur[pool]; v != nil {
+		return *v.Load()
+	}
+	return ctxLen{limit: c.fallback, reserve: c.fallback}
+}
+
+// limit is pool's bound on max_tokens.
+func (c *contextLens) limit(pool ledger.PoolID) int64 { return c.get(pool).limit }
+
+// discoverAll runs discover for every pool.
+func (c *contextLens) discoverAll(ctx context.Context) {
+	for _, p := range c.fleet.Pools {
+		c.discover(ctx, p.Name)
+	}
+}
+
+// discover asks pool's engines that have not answered yet for their
+// context length and updates the pool's bounds. A pool whose fleet entry
+// gives max_model_len is left alone.
+func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
+	p, ok := c.fleet.Pool(pool)
+	if !ok || p.MaxModelLen > 0 {
+		return
+	}
+	var errs []string
+	for _, e := range p.Engines {
+		key := telemetry.EngineKey{Pool: pool, Engine: e.ID}
+		c.mu.Lock()
+		_, known := c.reported[key]
+		c.mu.Unlock()
+		if known {
+			continue
+		}
+		n, err := c.ask(ctx, pool, e)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.mu.Lock()
+		c.reported[key] = n
+		c.mu.Unlock()
+	}
+	c.update(p, errs)
+}
+
+// update recomputes p's bounds from the answers had, logging a change, or
+// the fallback once.
+func (c *contextLens) update(p fleet.Pool, errs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lo, hi int64
+	n, missing := 0, false
+	for _, e := range p.Engines {
+		v, ok := c.reported[telemetry.EngineKey{Pool: p.Name, Engine: e.ID}]
+		if !ok {
+			missing = true
+			continue
+		}
+		if n == 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+		n++
+	}
+	next := ctxLen{limit: c.fallback, reserve: c.fallback}
+	if n > 0 {
+		next = ctxLen{limit: lo, reserve: hi, reported: n}
+		if missing {
+			next.reserve = max(hi, c.fallback)
+		}
+	}
+	prev := c.cur[p.Name].Swap(&next)
+	switch {
+	case next.reported == 0 && !c.warned[p.Name]:
+		c.warned[p.Name] = true
+		c.log.Warn("no engine of the pool reported its context length; using --max-model-len until one does",
+			"pool", p.Name, "max_model_len", c.fallback, "errors", strings.Join(errs, "; "))
+	case next.reported > 0 && *prev != next:
+		c.log.Info("pool context length from its engines", "pool", p.Name, "max_model_len", next.limit,
+			"reserve_per_sequence", next.reserve, "engines_reported", next.reported, "engines", len(p.Engines))
+		if len(errs) > 0 {
+			c.log.Debug("engines that did not report their context length (asked again next round)", "pool", p.Name, "errors", strings.Join(errs, "; "))
+		}
+	}
+}
+
+// ask reads engine e's context length: GET /info max_total_tokens for TGI,
+// else GET /v1/models max_model_len of the entry naming the pool (else the
+// largest listed).
+func (c *contextLens) ask(ctx context.Context, pool ledger.PoolID, e fleet.Engine) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	url := strings.TrimRight(e.URL, "/") + "/v1/models"
+	if e.Format == telemetry.FormatTGI {
+		url = strings.TrimRight(e.URL, "/") + "/info"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, fmt.Errorf("engine %s: %w", e.ID, err)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("engine %s: GET %s: %w", e.ID, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxInfoBody))
+	if err != nil {
+		return 0, fmt.Errorf("engine %s: GET %s: %w", e.ID, url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("engine %s: GET %s: HTTP %s", e.ID, url, resp.Status)
+	}
+	var n int64
+	if e.Format == telemetry.FormatTGI {
+		var info struct {
+			MaxTotalTokens int64 `json:"max_total_tokens"`
+		}
+		if err := json.Unmarshal(body, &info); err != nil {
+			return 0, fmt.Errorf("engine %s: GET %s: %w", e.ID, url, err)
+		}
+		n = info.MaxTotalTokens
+	} else {
+		var models struct {
+			Data []struct {
+				ID          string `json:"id"`
+				MaxModelLen int64  `json:"max_model_len"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(body, &models); err != nil {
+			return 0, fmt.Errorf("engine %s: GET %s: %w", e.ID, url, err)
+		}
+		for _, m := range models.Data {
+			if m.ID == string(pool) && m.MaxModelLen > 0 {
+				n = m.MaxModelLen
+				break
+			}
+			n = max(n, m.MaxModelLen)
+		}
+	}
+	if n < 1 || n > ledger.MaxAmount {
+		return 0, fmt.Errorf("engine %s: GET %s: no context length in 1..%d in the answer", e.ID, url, ledger.MaxAmount)
+	}
+	return n, nil
+}
