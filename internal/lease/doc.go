@@ -29,8 +29,8 @@
 //
 // # Local table
 //
-// Held leases are rows of an in-memory go-memdb table indexed by id,
-// engine and pool. Rows are immutable; Snapshot is a lock-free read view
+// Held leases are rows of an in-memory go-memdb table indexed by (pool, id)
+// and (pool, engine, id) tuples (memdbx.Tuple). Rows are immutable; Snapshot is a lock-free read view
 // for metrics and engine ranking (Snapshot.Engines: what this router holds
 // per engine).
 //

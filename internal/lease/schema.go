@@ -6,18 +6,15 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/memdbx"
 )
 
 // The local lease table: one row per lease this router holds.
 const (
 	tableLeases = "leases"
-	indexID     = "id"     // unique: pool, lease id
-	indexEngine = "engine" // pool, engine
-	indexPool   = "pool"   // pool
+	indexID     = "id"     // (pool, lease id); (pool) alone scans a pool
+	indexEngine = "engine" // (pool, engine, lease id)
 )
-
-// Index arguments must be plain strings (go-memdb rejects named string
-// types): convert ids with string(...) at every lookup.
 
 // row is one held lease. Rows are immutable once inserted: a change
 // (renewal, re-assertion, fencing) inserts a new row, so snapshot readers
@@ -55,13 +52,17 @@ func schema() *memdb.DBSchema {
 		tableLeases: {
 			Name: tableLeases,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: {Name: indexID, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
-					&memdb.StringFieldIndex{Field: "Pool"}, &memdb.StringFieldIndex{Field: "ID"},
-				}}},
-				indexEngine: {Name: indexEngine, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
-					&memdb.StringFieldIndex{Field: "Pool"}, &memdb.StringFieldIndex{Field: "Engine"},
-				}}},
-				indexPool: {Name: indexPool, Indexer: &memdb.StringFieldIndex{Field: "Pool"}},
+				// Tuples (memdbx.Tuple), not go-memdb's field indexes: those
+				// look fields up by reflection on every write, and this
+				// table takes a write per request.
+				indexID: {Name: indexID, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
+					r := o.(*row)
+					return []any{string(r.Pool), string(r.ID)}
+				})},
+				indexEngine: {Name: indexEngine, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
+					r := o.(*row)
+					return []any{string(r.Pool), string(r.Engine), string(r.ID)}
+				})},
 			},
 		},
 	}}

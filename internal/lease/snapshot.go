@@ -95,9 +95,9 @@ func (s Snapshot) each(pool ledger.PoolID, f func(*row)) {
 	var it memdb.ResultIterator
 	var err error
 	if pool == "" {
-		it, err = s.txn.Get(tableLeases, indexID+"_prefix")
+		it, err = s.txn.Get(tableLeases, indexID)
 	} else {
-		it, err = s.txn.Get(tableLeases, indexPool, string(pool))
+		it, err = s.txn.Get(tableLeases, indexID, string(pool))
 	}
 	if err != nil {
 		return // the indexes are constants; schema_test keeps this unreachable

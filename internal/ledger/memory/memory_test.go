@@ -23,35 +23,6 @@ func TestSchema(t *testing.T) {
 	}
 }
 
-func TestEncodeTupleOrder(t *testing.T) {
-	// Each tuple must encode below the next one.
-	ordered := [][]any{
-		{ledger.PoolID("a"), int64(-5)},
-		{ledger.PoolID("a"), int64(0)},
-		{ledger.PoolID("a"), int64(1)},
-		{ledger.PoolID("a"), int64(1 << 50)},
-		{ledger.PoolID("a-"), int64(-1 << 60)},
-		{ledger.PoolID("ab"), int64(0)},
-		{ledger.PoolID("b"), uint64(9)},
-		{ledger.PoolID("b"), uint64(16)},
-		{ledger.PoolID("b"), ledger.Epoch(1 << 40)},
-	}
-	var prev []byte
-	for i, tuple := range ordered {
-		b, err := encodeTuple(tuple)
-		if err != nil {
-			t.Fatalf("encode %v: %v", tuple, err)
-		}
-		if i > 0 && string(prev) >= string(b) {
-			t.Errorf("encode(%v) does not sort after encode(%v)", tuple, ordered[i-1])
-		}
-		prev = b
-	}
-	if _, err := encodeTuple([]any{1.5}); err == nil {
-		t.Errorf("encode(float) succeeded, want an error")
-	}
-}
-
 func TestListOrderAndFilters(t *testing.T) {
 	f := newFixture(t, ledger.Options{})
 	spec := testSpec()

@@ -1,15 +1,13 @@
 package memory
 
 import (
-	"encoding/binary"
-	"fmt"
-	"reflect"
-
 	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/leasehold/leasehold/internal/memdbx"
 )
 
 // The go-memdb schema: every table and index name, and the tuple indexer
-// they share. Rows are the *Row types in rows.go; a row is never modified
+// they share (memdbx.Tuple). Rows are the *Row types in rows.go; a row is never modified
 // after insertion (copy, change, insert the copy).
 
 // Table names.
@@ -21,7 +19,7 @@ const (
 	tableLeases  = "leases"
 )
 
-// Index names. Every index is a tuple (see tupleIndex); the comment lists its
+// Index names. Every index is a tuple (see memdbx.Tuple); the comment lists its
 // parts. A lease write touches every lease index, so there are only three:
 // the primary one gives fence order, and List filters the pool's leases by
 // engine or tenant in a scan (audit reads are rare; grants and releases are
@@ -48,7 +46,7 @@ const (
 func newSchema() *memdb.DBSchema {
 	idx := func(name string, of func(any) []any) *memdb.IndexSchema {
 		// Every tuple is unique: it ends in the row's primary key.
-		return &memdb.IndexSchema{Name: name, Unique: true, Indexer: tupleIndex{of: of}}
+		return &memdb.IndexSchema{Name: name, Unique: true, Indexer: memdbx.Tuple(of)}
 	}
 	lease := func(of func(*leaseRow) []any) func(any) []any {
 		return func(o any) []any { return of(o.(*leaseRow)) }
@@ -104,48 +102,4 @@ func newSchema() *memdb.DBSchema {
 			},
 		},
 	}}
-}
-
-// tupleIndex indexes a row by an order-preserving encoding of a tuple of
-// strings and integers: a string is its bytes and a NUL (identifiers never
-// contain one, see ledger validation), an unsigned integer 8 big-endian
-// bytes, a signed one the same with the sign bit flipped. Lookups may give
-// any leading part of the tuple: Get then returns every row under that
-// prefix, LowerBound seeks to it; since each string part is terminated, a
-// prefix ("pool-a") never matches another ("pool-ab").
-type tupleIndex struct {
-	of func(row any) []any
-}
-
-var _ memdb.PrefixIndexer = tupleIndex{}
-
-// FromObject implements memdb.SingleIndexer.
-func (x tupleIndex) FromObject(row any) (bool, []byte, error) {
-	b, err := encodeTuple(x.of(row))
-	return err == nil, b, err
-}
-
-// FromArgs implements memdb.Indexer.
-func (x tupleIndex) FromArgs(args ...any) ([]byte, error) { return encodeTuple(args) }
-
-// PrefixFromArgs implements memdb.PrefixIndexer.
-func (x tupleIndex) PrefixFromArgs(args ...any) ([]byte, error) { return encodeTuple(args) }
-
-func encodeTuple(parts []any) ([]byte, error) {
-	var b []byte
-	for i, p := range parts {
-		v := reflect.ValueOf(p)
-		switch v.Kind() {
-		case reflect.String:
-			b = append(b, v.String()...)
-			b = append(b, 0)
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			b = binary.BigEndian.AppendUint64(b, v.Uint())
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			b = binary.BigEndian.AppendUint64(b, uint64(v.Int())^(1<<63))
-		default:
-			return nil, fmt.Errorf("memory: index part %d has unsupported type %T", i, p)
-		}
-	}
-	return b, nil
 }
