@@ -30,9 +30,9 @@
 // # Local table
 //
 // Held leases are rows of an in-memory go-memdb table indexed by (pool, id)
-// and (pool, engine, id) tuples (memdbx.Tuple). Rows are immutable; Snapshot is a lock-free read view
-// for metrics and engine ranking (Snapshot.Engines: what this router holds
-// per engine).
+// and (pool, engine, id) tuples (memdbx.Tuple). Rows are immutable;
+// Snapshot is a lock-free read view for metrics and engine ranking
+// (Snapshot.Engines: what this router holds per engine).
 //
 // # Block leases
 //
