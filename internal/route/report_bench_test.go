@@ -16,7 +16,8 @@ package route
 //
 // With LEASEHOLD_BENCH_PROFILE=DIR each router's CPU profile over each
 // loaded phase is written to DIR (router-<ledger>-<clients>.pprof) from its
-// --debug-listen profiler.
+// --debug-listen profiler. LEASEHOLD_BENCH_ENGINES=stress or =gpu measures
+// one engine only.
 
 import (
 	"bytes"
@@ -24,8 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -50,6 +53,11 @@ const (
 	// benchSpeed makes a decode step 1/(50 × benchSpeed) s: a request's
 	// time at the engine is its 1 ms scheduler ticks, not simulated decode.
 	benchSpeed = 2000
+	// benchGPUDecode and benchGPUOutput pace the GPU-paced engine like a
+	// loaded GPU: a 20 ms decode step (50 tokens/s per sequence) and
+	// answers of up to max_tokens.
+	benchGPUDecode = 50
+	benchGPUOutput = 32
 )
 
 var benchBody = []byte(`{"model":"m","stream":true,"max_tokens":32,"messages":[` +
@@ -61,21 +69,31 @@ type benchTarget struct {
 	name   string
 	url    string
 	client *http.Client
-	// ttfb holds each caller's time-to-first-byte samples (one writer per
-	// slice: the caller's goroutine).
-	ttfb       [][]time.Duration
+	// think bounds the uniform random pause before each request; it is
+	// not part of the request's latency.
+	think time.Duration
+	// lat and ttfb hold each caller's latency and time-to-first-byte
+	// samples (one writer per slice: the caller's goroutine).
+	lat, ttfb  [][]time.Duration
 	rejections atomic.Int64 // 429/503 answers; other failures are benchkit errors
 }
 
 func newBenchTarget(name, url string, callers int) *benchTarget {
 	tr := &http.Transport{MaxIdleConns: 2 * callers, MaxIdleConnsPerHost: 2 * callers, DisableCompression: true}
 	return &benchTarget{name: name, url: url + "/v1/chat/completions", client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		ttfb: make([][]time.Duration, callers)}
+		lat: make([][]time.Duration, callers), ttfb: make([][]time.Duration, callers)}
 }
 
 // op sends one streaming chat completion and reads it to its end,
 // recording the time to the first body byte.
 func (bt *benchTarget) op(ctx context.Context, c, _ int) error {
+	if bt.think > 0 {
+		select {
+		case <-time.After(rand.N(bt.think)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	t0 := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, bt.url, bytes.NewReader(benchBody))
 	if err != nil {
@@ -120,6 +138,7 @@ func (bt *benchTarget) op(ctx context.Context, c, _ int) error {
 		return errors.New("stream ended without [DONE]")
 	}
 	bt.ttfb[c] = append(bt.ttfb[c], first)
+	bt.lat[c] = append(bt.lat[c], time.Since(t0))
 	return nil
 }
 
@@ -127,7 +146,10 @@ func (bt *benchTarget) close() { bt.client.CloseIdleConnections() }
 
 // benchRow is one measured target.
 type benchRow struct {
-	res        benchkit.Result
+	res benchkit.Result
+	// p50 and p99 are of completed requests, from sending to the last
+	// byte (think time excluded).
+	p50, p99   time.Duration
 	ttfb50     time.Duration
 	ttfb99     time.Duration
 	rejections int64
@@ -182,7 +204,7 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 	// A short warm-up opens the connections (the router's to the engine
 	// too) so the phase measures steady state.
 	benchkit.Run(ctx, bt.name, callers, min(d/4, 500*time.Millisecond), bt.op)
-	bt.ttfb = make([][]time.Duration, callers)
+	bt.lat, bt.ttfb = make([][]time.Duration, callers), make([][]time.Duration, callers)
 	bt.rejections.Store(0)
 	runtime.GC()
 	var before [3]time.Duration
@@ -214,13 +236,20 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 			cpu[i] = (after - before[i]) / time.Duration(res.Ops)
 		}
 	}
+	lat, ttfb := merged(bt.lat), merged(bt.ttfb)
+	return benchRow{res: res, p50: benchkit.Quantile(lat, 0.5), p99: benchkit.Quantile(lat, 0.99),
+		ttfb50: benchkit.Quantile(ttfb, 0.5), ttfb99: benchkit.Quantile(ttfb, 0.99),
+		rejections: bt.rejections.Load(), cpu: cpu}
+}
+
+// merged returns every caller's samples, sorted.
+func merged(per [][]time.Duration) []time.Duration {
 	var all []time.Duration
-	for _, s := range bt.ttfb {
+	for _, s := range per {
 		all = append(all, s...)
 	}
 	slices.Sort(all)
-	return benchRow{res: res, ttfb50: benchkit.Quantile(all, 0.5), ttfb99: benchkit.Quantile(all, 0.99),
-		rejections: bt.rejections.Load(), cpu: cpu}
+	return all
 }
 
 // benchFleet writes the fleet file of one pool "m" over engine url.
@@ -257,6 +286,9 @@ func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string) benchRout
 	return benchRouter{proc: r, debug: debug}
 }
 
+// onlyEnv, when set, lists the engines (tags: stress, gpu) measured.
+const onlyEnv = "LEASEHOLD_BENCH_ENGINES"
+
 // profileEnv names the directory router CPU profiles are written to.
 const profileEnv = "LEASEHOLD_BENCH_PROFILE"
 
@@ -290,59 +322,53 @@ func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan
 	return done
 }
 
+// benchEngine is one way of running the simulated engine in the report.
+type benchEngine struct {
+	// tag names the engine in profiles and summaries: stress or gpu.
+	tag   string
+	title string
+	// args are the enginesim flags beyond listen, model and capacity.
+	args []string
+	// loads are the numbers of concurrent clients measured.
+	loads []int
+	// phase scales benchkit.Phase for this engine's requests.
+	phase int
+	// think is the upper bound of a uniform random pause before each
+	// request (0: none), the same on every path.
+	think time.Duration
+}
+
 func BenchmarkReport(b *testing.B) {
 	if testing.Short() {
 		b.Skip("report benchmark: skipped in -short")
 	}
 	ctx := context.Background()
 	d := benchkit.Phase()
-
-	engAddr := freeAddr(b)
-	eng := startProc(b, "enginesim", "enginesim", engAddr, "--listen", engAddr, "--model", "m",
-		"--kv-tokens", fmt.Sprint(benchKV), "--slots", fmt.Sprint(benchSlots), "--max-model-len", "2048",
-		"--speed", fmt.Sprint(benchSpeed), "--output-tokens", fmt.Sprint(benchOutput))
-	waitHTTP(b, eng.url()+"/health", 10*time.Second)
-	fleetPath := benchFleet(b, eng.url())
-	rs := redisserver.Start(b)
-	memRouter := startBenchRouter(b, "router-memory", "memory://", fleetPath)
-	redisRouter := startBenchRouter(b, "router-redis", rs.URL(), fleetPath)
-
-	out := &strings.Builder{}
-	fmt.Fprintf(out, "\n### Router overhead (one enginesim at --speed %d, --output-tokens %d, max_tokens %d, streaming chat; %s per phase)\n\n",
-		benchSpeed, benchOutput, benchMaxTokens, d)
-	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	build := exec.Command("go", "build", "-o", filepath.Join(binDir, "bareproxy"), "./testdata/bareproxy")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build bareproxy: %v\n%s", err, out)
+	}
 	var summary []string
-	enginePID := eng.cmd.Process.Pid
-	for _, callers := range []int{1, 64, 256} {
-		direct := measure(ctx, newBenchTarget("direct to enginesim (baseline)", eng.url(), callers), callers, d, [3]int{0, enginePID, -1}, nil)
-		profile := func(br benchRouter, name string) func(time.Duration) <-chan struct{} {
-			return func(d time.Duration) <-chan struct{} { return br.profile(b, fmt.Sprintf("%s-%d", name, callers), d) }
+	out := &strings.Builder{}
+	for _, be := range []benchEngine{
+		{
+			tag:   "stress",
+			title: fmt.Sprintf("Proxy stress: one enginesim at --speed %d, --output-tokens %d (1-2 ms per request at the engine)", benchSpeed, benchOutput),
+			args:  []string{"--speed", fmt.Sprint(benchSpeed), "--output-tokens", fmt.Sprint(benchOutput)},
+			loads: []int{1, 64, 256}, phase: 1,
+		},
+		{
+			tag:   "gpu",
+			title: fmt.Sprintf("GPU-paced: one enginesim at --speed 1, %d tokens/s per sequence (a %s decode step), --output-tokens %d", benchGPUDecode, time.Second/benchGPUDecode, benchGPUOutput),
+			args: []string{"--speed", "1", "--decode-tokens-per-sec", fmt.Sprint(benchGPUDecode),
+				"--output-tokens", fmt.Sprint(benchGPUOutput)},
+			loads: []int{1, 64, 256}, phase: 3, think: time.Second / benchGPUDecode,
+		},
+	} {
+		if only := os.Getenv(onlyEnv); only != "" && !slices.Contains(strings.Split(only, ","), be.tag) {
+			continue
 		}
-		mem := measure(ctx, newBenchTarget("router, memory:// ledger", memRouter.url(), callers), callers, d,
-			[3]int{0, enginePID, memRouter.cmd.Process.Pid}, profile(memRouter, "router-memory"))
-		red := measure(ctx, newBenchTarget("router, Redis ledger", redisRouter.url(), callers), callers, d,
-			[3]int{0, enginePID, redisRouter.cmd.Process.Pid}, profile(redisRouter, "router-redis"))
-		for i, r := range []benchRow{direct, mem, red} {
-			added50, added99, routerCPU := "—", "—", "—"
-			if i > 0 {
-				added50, added99 = benchkit.Micros(r.res.P50-direct.res.P50), benchkit.Micros(r.res.P99-direct.res.P99)
-				routerCPU = cpuMicros(r.cpu[2])
-			}
-			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
-				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.res.P50), benchkit.Micros(r.res.P99),
-				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99,
-				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
-				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
-		}
-		if callers == 1 {
-			continue // unloaded: the added latency is the router's own service time
-		}
-		for _, r := range []benchRow{mem, red} {
-			summary = append(summary, fmt.Sprintf("%s, %d clients: added p50 %.2f ms (target ≤ 1 ms), throughput %s of direct (target ≥ 0.80×).",
-				r.res.Name, callers, float64(r.res.P50-direct.res.P50)/float64(time.Millisecond),
-				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput())))
-		}
+		summary = append(summary, reportEngine(ctx, b, be, d*time.Duration(be.phase), out)...)
 	}
 	fmt.Fprintln(out, "\nCPU µs/req is each process's user+system CPU time (/proc, 10 ms ticks) over the phase divided by the requests served;")
 	fmt.Fprintln(out, "the Redis server's own CPU is not included.")
@@ -351,4 +377,78 @@ func BenchmarkReport(b *testing.B) {
 		fmt.Fprintln(out, s)
 	}
 	fmt.Print(out.String())
+}
+
+// reportEngine measures be's engine directly and through the two routers,
+// writes the table to out and returns the summary lines of the loaded rows.
+func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Duration, out io.Writer) []string {
+	engAddr := freeAddr(b)
+	eng := startProc(b, "enginesim", "enginesim", engAddr, append([]string{"--listen", engAddr, "--model", "m",
+		"--kv-tokens", fmt.Sprint(benchKV), "--slots", fmt.Sprint(benchSlots), "--max-model-len", "2048"}, be.args...)...)
+	defer eng.stop(5 * time.Second)
+	waitHTTP(b, eng.url()+"/health", 10*time.Second)
+	fleetPath := benchFleet(b, eng.url())
+	rs := redisserver.Start(b)
+	memRouter := startBenchRouter(b, "router-memory", "memory://", fleetPath)
+	defer memRouter.stop(5 * time.Second)
+	redisRouter := startBenchRouter(b, "router-redis", rs.URL(), fleetPath)
+	defer redisRouter.stop(5 * time.Second)
+	bareAddr := freeAddr(b)
+	bare := startProc(b, "bareproxy", "bareproxy", bareAddr, "--listen", bareAddr, "--upstream", eng.url())
+	defer bare.stop(5 * time.Second)
+	waitHTTP(b, bare.url()+"/readyz", 10*time.Second)
+
+	think := ""
+	if be.think > 0 {
+		think = fmt.Sprintf("; each client pauses a uniform random 0-%s before each request, on every path", be.think)
+	}
+	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per phase%s.\n\n", be.title, benchMaxTokens, d, think)
+	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var summary []string
+	enginePID := eng.cmd.Process.Pid
+	tag := be.tag
+	for _, callers := range be.loads {
+		target := func(name, url string) *benchTarget {
+			bt := newBenchTarget(name, url, callers)
+			bt.think = be.think
+			return bt
+		}
+		direct := measure(ctx, target("direct to enginesim (baseline)", eng.url()), callers, d, [3]int{0, enginePID, -1}, nil)
+		floor := measure(ctx, target("bare reverse proxy (floor: no admission)", bare.url()), callers, d,
+			[3]int{0, enginePID, bare.cmd.Process.Pid}, nil)
+		profile := func(br benchRouter, name string) func(time.Duration) <-chan struct{} {
+			return func(d time.Duration) <-chan struct{} {
+				return br.profile(b, fmt.Sprintf("%s-%s-%d", name, tag, callers), d)
+			}
+		}
+		mem := measure(ctx, target("router, memory:// ledger", memRouter.url()), callers, d,
+			[3]int{0, enginePID, memRouter.cmd.Process.Pid}, profile(memRouter, "router-memory"))
+		red := measure(ctx, target("router, Redis ledger", redisRouter.url()), callers, d,
+			[3]int{0, enginePID, redisRouter.cmd.Process.Pid}, profile(redisRouter, "router-redis"))
+		for i, r := range []benchRow{direct, floor, mem, red} {
+			added50, added99, addedTTFB, routerCPU := "—", "—", "—", "—"
+			if i > 0 {
+				added50, added99 = benchkit.Micros(r.p50-direct.p50), benchkit.Micros(r.p99-direct.p99)
+				addedTTFB = benchkit.Micros(r.ttfb50 - direct.ttfb50)
+				routerCPU = cpuMicros(r.cpu[2])
+			}
+			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
+				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.p50), benchkit.Micros(r.p99),
+				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99, addedTTFB,
+				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
+				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
+		}
+		if callers == 1 {
+			continue // unloaded: the added latency is the router's own service time
+		}
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		for _, r := range []benchRow{floor, mem, red} {
+			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
+				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.ttfb50-direct.ttfb50),
+				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), ms(r.p50-floor.p50),
+				benchkit.Ratio(r.res.Throughput(), floor.res.Throughput())))
+		}
+	}
+	return summary
 }
