@@ -76,6 +76,7 @@ type benchTarget struct {
 	// samples (one writer per slice: the caller's goroutine).
 	lat, ttfb  [][]time.Duration
 	rejections atomic.Int64 // 429/503 answers; other failures are benchkit errors
+	firstErr   atomic.Value // string: the first failure that was not a rejection
 }
 
 func newBenchTarget(name, url string, callers int) *benchTarget {
@@ -86,7 +87,17 @@ func newBenchTarget(name, url string, callers int) *benchTarget {
 
 // op sends one streaming chat completion and reads it to its end,
 // recording the time to the first body byte.
-func (bt *benchTarget) op(ctx context.Context, c, _ int) error {
+func (bt *benchTarget) op(ctx context.Context, c, seq int) error {
+	err := bt.request(ctx, c, seq)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errRejected) {
+		bt.firstErr.CompareAndSwap(nil, err.Error())
+	}
+	return err
+}
+
+var errRejected = errors.New("rejected")
+
+func (bt *benchTarget) request(ctx context.Context, c, _ int) error {
 	if bt.think > 0 {
 		select {
 		case <-time.After(rand.N(bt.think)):
@@ -110,6 +121,7 @@ func (bt *benchTarget) op(ctx context.Context, c, _ int) error {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		if (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) && ctx.Err() == nil {
 			bt.rejections.Add(1)
+			return fmt.Errorf("%w: status %d", errRejected, resp.StatusCode)
 		}
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
@@ -153,6 +165,7 @@ type benchRow struct {
 	ttfb50     time.Duration
 	ttfb99     time.Duration
 	rejections int64
+	firstErr   string // the first other failure, if any
 	// cpu is CPU time per request of the client (this process), the
 	// engine and the router (0 for the direct path); -1 when unknown.
 	cpu [3]time.Duration
@@ -206,6 +219,7 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 	benchkit.Run(ctx, bt.name, callers, min(d/4, 500*time.Millisecond), bt.op)
 	bt.lat, bt.ttfb = make([][]time.Duration, callers), make([][]time.Duration, callers)
 	bt.rejections.Store(0)
+	bt.firstErr = atomic.Value{}
 	runtime.GC()
 	var before [3]time.Duration
 	for i, pid := range pids {
@@ -237,9 +251,10 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 		}
 	}
 	lat, ttfb := merged(bt.lat), merged(bt.ttfb)
+	firstErr, _ := bt.firstErr.Load().(string)
 	return benchRow{res: res, p50: benchkit.Quantile(lat, 0.5), p99: benchkit.Quantile(lat, 0.99),
 		ttfb50: benchkit.Quantile(ttfb, 0.5), ttfb99: benchkit.Quantile(ttfb, 0.99),
-		rejections: bt.rejections.Load(), cpu: cpu}
+		rejections: bt.rejections.Load(), cpu: cpu, firstErr: firstErr}
 }
 
 // merged returns every caller's samples, sorted.
@@ -405,7 +420,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per phase%s.\n\n", be.title, benchMaxTokens, d, think)
 	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var summary []string
+	var summary, errNotes []string
 	enginePID := eng.cmd.Process.Pid
 	tag := be.tag
 	for _, callers := range be.loads {
@@ -439,6 +454,11 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
 				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
 		}
+		for _, r := range []benchRow{direct, floor, mem, red} {
+			if r.firstErr != "" {
+				errNotes = append(errNotes, fmt.Sprintf("%s, %d clients, first error: %s", r.res.Name, callers, r.firstErr))
+			}
+		}
 		if callers == 1 {
 			continue // unloaded: the added latency is the router's own service time
 		}
@@ -448,6 +468,12 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.ttfb50-direct.ttfb50),
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), ms(r.p50-floor.p50),
 				benchkit.Ratio(r.res.Throughput(), floor.res.Throughput())))
+		}
+	}
+	if len(errNotes) > 0 {
+		fmt.Fprintln(out)
+		for _, n := range errNotes {
+			fmt.Fprintln(out, "-", n)
 		}
 	}
 	return summary

@@ -8,7 +8,9 @@
 package main
 
 import (
+	"bytes"
 	"flag"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -36,7 +38,18 @@ func main() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {})
-	mux.Handle("/", rp)
+	// Read the request body first, as the router does: forwarding it as a
+	// stream made ~9% of streamed answers end early ("use of closed
+	// network connection" on the upstream read).
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		rp.ServeHTTP(w, r)
+	})
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }
