@@ -58,6 +58,7 @@ func capacities(specs []ledger.PoolSpec) map[ledger.PoolID][]engineView {
 type ledgerAdmitter struct {
 	m  *lease.Manager
 	ap *applier
+	fv *fleetView // nil when --view-interval is 0
 }
 
 func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
@@ -66,10 +67,14 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 		return nil
 	}
 	held := a.m.Snapshot().Engines(pool)
+	var fleet map[ledger.EngineID]reserved
+	if a.fv != nil {
+		fleet = a.fv.engines(pool)
+	}
 	out := append([]engineView(nil), cands...)
 	for i := range out {
-		r := held[out[i].id]
-		out[i].usedKV, out[i].usedSlots = r.KVTokens, r.Slots
+		r, f := held[out[i].id], fleet[out[i].id]
+		out[i].usedKV, out[i].usedSlots = max(r.KVTokens, f.kv), max(r.Slots, f.slots)
 	}
 	return out
 }
@@ -106,6 +111,9 @@ func (a *ledgerAdmitter) fenced(pool ledger.PoolID) bool { return !a.m.Confirmed
 // close stops the applier first (it may be configuring, and the
 // Reconfigure hook waits for it), then releases and ends the sessions.
 func (a *ledgerAdmitter) close(ctx context.Context) error {
+	if a.fv != nil {
+		a.fv.stop()
+	}
 	a.ap.stop()
 	return a.m.Close(ctx)
 }

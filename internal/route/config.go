@@ -118,6 +118,12 @@ type Config struct {
 	// before the router logs an error; it keeps serving, unready, and
 	// retrying with backoff (default 30s).
 	ReadyTimeout time.Duration
+	// ViewInterval is how often the ledger's per-engine totals are polled
+	// (fleetview.go): ranking then sees every router's leases, and queued
+	// requests are woken when another router releases (default 250ms; 0
+	// turns polling off: ranking sees this router's leases only and
+	// waiters retry on the ledger's hint).
+	ViewInterval time.Duration
 	// BlockLeaseKV and BlockLeaseSlots are the size of a block lease
 	// (lease.BlockConfig): small requests are admitted locally against
 	// blocks of an engine's capacity held per engine, tenant and priority.
@@ -160,6 +166,7 @@ func Defaults() Config {
 		ScrapeInterval:     time.Second,
 		ShutdownTimeout:    30 * time.Second,
 		ReadyTimeout:       30 * time.Second,
+		ViewInterval:       250 * time.Millisecond,
 		LogLevel:           "info",
 	}
 }
@@ -189,6 +196,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long the pools may stay unconfigured in the ledger before an error is logged (the router keeps retrying, unready)")
+	fs.DurationVar(&c.ViewInterval, "view-interval", c.ViewInterval, "how often the ledger's per-engine totals are polled for ranking and to wake queued requests (0: off)")
 	fs.Int64Var(&c.BlockLeaseKV, "block-lease-kv", c.BlockLeaseKV, "KV tokens of a block lease that small requests are admitted against locally (0: off; needs --block-lease-slots)")
 	fs.Int64Var(&c.BlockLeaseSlots, "block-lease-slots", c.BlockLeaseSlots, "slots of a block lease (0: off; needs --block-lease-kv)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -271,6 +279,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.AffinityBonus >= 0 && c.AffinityBonus <= 1) {
 		bad("--affinity-bonus = %v: want [0, 1]", c.AffinityBonus)
+	}
+	if c.ViewInterval != 0 && c.ViewInterval < 10*time.Millisecond {
+		bad("--view-interval = %s: want 0 (off) or at least 10ms", c.ViewInterval)
 	}
 	if c.QueueDepth < 0 {
 		bad("--queue-depth = %d: want >= 0", c.QueueDepth)

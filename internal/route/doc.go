@@ -21,10 +21,14 @@
 //     leasehold_router_tokenize_errors_total, when that call fails. The
 //     count is known before any lease is taken.
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
-//     view, with prompt-prefix affinity by rendezvous hashing.
+//     view, with prompt-prefix affinity by rendezvous hashing. The view is
+//     the larger of this router's own leases and the ledger's per-engine
+//     totals polled every --view-interval (fleetview.go), so engines
+//     other routers filled rank lower.
 //  5. Acquire once over the ranked candidates (lease.Manager; or the local
 //     baseline). Capacity rejections wait in a bounded per-pool queue
-//     (queue.go); the final rejection is 503 (capacity) or 429 (tenant
+//     (queue.go), woken by this router's releases and by a poll that finds
+//     the pool's totals lower (another router released); the final rejection is 503 (capacity) or 429 (tenant
 //     quota) with a jittered Retry-After and the ledger's reason as code;
 //     ReasonTooLarge is 400. A ledger that cannot confirm a grant (fenced,
 //     unreachable) is 503 ledger_unavailable: fail-closed.

@@ -32,6 +32,7 @@ type harness struct {
 	rs      *redisserver.Server
 	engines []*enginesim.Engine
 	client  *http.Client
+	fleet   *fleet.Fleet
 }
 
 type harnessOpts struct {
@@ -41,13 +42,18 @@ type harnessOpts struct {
 	output    int
 	extra     string // fleet YAML after the pools
 	cfg       func(*Config)
+	// retryAfter is the pool's retry_after (default 200ms).
+	retryAfter string
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	h := &harness{t: t, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
 	var b strings.Builder
-	b.WriteString("pools:\n  - name: m\n    retry_after: 200ms\n    engines:\n")
+	if o.retryAfter == "" {
+		o.retryAfter = "200ms"
+	}
+	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n    engines:\n", o.retryAfter)
 	for i := range o.engines {
 		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv)})
 		if err != nil {
@@ -63,6 +69,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatalf("fleet: %v\n%s", err, b.String())
 	}
+	h.fleet = f
 	h.rs = redisserver.Start(t)
 	l, err := lhredis.Open(h.rs.URL(), lhredis.Options{Options: f.Lease.LedgerOptions()})
 	if err != nil {
@@ -451,5 +458,84 @@ func TestShutdownTwice(t *testing.T) {
 	first := h.r.Shutdown(ctx)
 	if second := h.r.Shutdown(ctx); second != first {
 		t.Errorf("second Shutdown = %v, want the first call's result %v", second, first)
+	}
+}
+
+// TestFleetViewWakesQueuedRequests: router B queues a request while router
+// A holds the only slot; when A's request ends, B hears of it from its
+// fleet view and admits within a poll, long before the ledger's retry hint
+// (30s, jittered to at least 15s, beyond B's 10s queue timeout: without
+// the view B would answer 503). B's ranking view also shows A's lease.
+func TestFleetViewWakesQueuedRequests(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 1, speed: 1, output: 16, extra: tenants, retryAfter: "30s"})
+	cfg := Defaults()
+	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger = "127.0.0.1:0", "b", "fleet.yaml", h.rs.URL()
+	cfg.MaxModelLen, cfg.ViewInterval, cfg.QueueTimeout = 2048, 50*time.Millisecond, 10*time.Second
+	b, err := New(cfg, Options{Fleet: h.fleet, Ledger: h.l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+	})
+	bURL := "http://" + b.Addr()
+	waitHTTP(t, bURL+"/readyz", 10*time.Second)
+
+	s, code, body := h.openStream(t, "sk-acme", map[string]any{"model": "m", "prompt": "hold the slot", "max_tokens": 1000, "ignore_eos": true})
+	if code != http.StatusOK {
+		t.Fatalf("router A: %d %s", code, body)
+	}
+	defer s.close()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		v := b.adm.views("m")
+		if len(v) == 1 && v[0].usedSlots == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("router B's view never showed router A's lease: %+v", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	type result struct {
+		code int
+		body string
+		at   time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, bURL+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"next","max_tokens":4}`))
+		req.Header.Set("Authorization", "Bearer sk-acme")
+		resp, err := h.client.Do(req)
+		if err != nil {
+			done <- result{code: -1, body: err.Error(), at: time.Now()}
+			return
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		done <- result{code: resp.StatusCode, body: string(data), at: time.Now()}
+	}()
+	// B's request is queued once its first Acquire was refused.
+	deadline = time.Now().Add(3 * time.Second)
+	for b.pools["m"].q.len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("router B's request never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	released := time.Now()
+	s.close() // A's lease is released after the abort grace (250ms)
+	r := <-done
+	if r.code != http.StatusOK {
+		t.Fatalf("router B answered %d %s, want 200 once router A released", r.code, r.body)
+	}
+	if waited := r.at.Sub(released); waited > 5*time.Second {
+		t.Errorf("router B admitted %s after router A's release, want within a few polls", waited)
 	}
 }

@@ -6,8 +6,9 @@ package route
 // woken per release, oldest first, and a waiter that then succeeds passes
 // the wake-up on, since one release may make room for several) or after
 // the ledger's retry hint, jittered, whichever comes first, until
-// QueueTimeout. Releases by other routers are not seen; the hint covers
-// them. A full queue rejects at once. Newcomers try the ledger before
+// QueueTimeout. Releases by other routers are heard through the fleet view
+// (fleetview.go): a poll that finds the pool's reserved totals lower wakes
+// a waiter the same way. A full queue rejects at once. Newcomers try the ledger before
 // queueing, so the queue is not strictly FIFO.
 
 import (

@@ -176,7 +176,16 @@ func (r *Router) Start(ctx context.Context) error {
 			return fmt.Errorf("lease manager: %w", err)
 		}
 		ap.start(m)
-		r.adm = &ledgerAdmitter{m: m, ap: ap}
+		la := &ledgerAdmitter{m: m, ap: ap}
+		if r.cfg.ViewInterval > 0 {
+			la.fv = newFleetView(r.ledger, pools, r.cfg.ViewInterval, r.clock, r.log, func(pool ledger.PoolID) {
+				if p := r.pools[pool]; p != nil {
+					p.q.notify()
+				}
+			})
+			la.fv.start()
+		}
+		r.adm = la
 	}
 	r.met.registerAdmitter(r.adm, pools)
 	for name := range r.pools {

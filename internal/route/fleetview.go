@@ -1,0 +1,127 @@
+package route
+
+// The fleet view (ledger admission). A router's own lease table shows only
+// what this router holds; the fleet view polls the ledger's per-engine
+// totals (Stats) every ViewInterval, so that
+//
+//   - ranking sees what every router holds: an engine's used capacity is
+//     the larger of the last poll and this router's own holdings (which are
+//     current), so a busy engine is not ranked first just because another
+//     router filled it;
+//   - queued requests hear other routers' releases: when a pool's reserved
+//     KV or slots went down since the previous poll, one waiter is woken
+//     (and passes the wake-up on if it is granted), instead of waiting for
+//     the ledger's retry hint.
+//
+// The view only orders candidates and times retries: admission is still
+// the ledger's atomic decision, so a stale or failed poll can cost a
+// retry, never capacity. A poll that fails keeps the previous figures
+// until they are older than four intervals, then the view falls back to
+// this router's own holdings.
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/leasehold/leasehold/internal/ledger"
+)
+
+// poolTotals is one poll of a pool.
+type poolTotals struct {
+	at      time.Time // local clock
+	engines map[ledger.EngineID]reserved
+	kv      int64
+	slots   int64
+}
+
+type reserved struct{ kv, slots int64 }
+
+// fleetView polls the ledger's reserved totals per pool.
+type fleetView struct {
+	l       ledger.Ledger
+	pools   []ledger.PoolID
+	every   time.Duration
+	clock   clockwork.Clock
+	log     *slog.Logger
+	onFreed func(ledger.PoolID) // called from the poll loop
+
+	mu   sync.Mutex
+	last map[ledger.PoolID]poolTotals
+
+	stopOnce sync.Once
+	stopC    chan struct{}
+	doneC    chan struct{}
+}
+
+func newFleetView(l ledger.Ledger, pools []ledger.PoolID, every time.Duration, clock clockwork.Clock, log *slog.Logger, onFreed func(ledger.PoolID)) *fleetView {
+	return &fleetView{l: l, pools: pools, every: every, clock: clock, log: log, onFreed: onFreed,
+		last: map[ledger.PoolID]poolTotals{}, stopC: make(chan struct{}), doneC: make(chan struct{})}
+}
+
+func (v *fleetView) start() { go v.loop() }
+
+func (v *fleetView) stop() {
+	v.stopOnce.Do(func() { close(v.stopC) })
+	<-v.doneC
+}
+
+func (v *fleetView) loop() {
+	defer close(v.doneC)
+	t := v.clock.NewTicker(v.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-v.stopC:
+			return
+		case <-t.Chan():
+		}
+		for _, pool := range v.pools {
+			v.poll(pool)
+		}
+	}
+}
+
+// poll reads pool's totals and wakes a waiter if they went down.
+func (v *fleetView) poll(pool ledger.PoolID) {
+	ctx, cancel := context.WithTimeout(context.Background(), v.every)
+	defer cancel()
+	st, err := v.l.Stats(ctx, pool)
+	if err != nil {
+		v.log.Debug("fleet view: stats", "pool", pool, "err", err)
+		return
+	}
+	now := totals(st, v.clock.Now())
+	v.mu.Lock()
+	prev, had := v.last[pool]
+	v.last[pool] = now
+	v.mu.Unlock()
+	if had && (now.kv < prev.kv || now.slots < prev.slots) {
+		v.onFreed(pool)
+	}
+}
+
+func totals(st ledger.PoolStats, at time.Time) poolTotals {
+	t := poolTotals{at: at, engines: make(map[ledger.EngineID]reserved, len(st.Engines))}
+	for _, e := range st.Engines {
+		t.engines[e.Spec.ID] = reserved{kv: e.ReservedKV, slots: e.ReservedSlots}
+		t.kv += e.ReservedKV
+		t.slots += e.ReservedSlots
+	}
+	return t
+}
+
+// engines returns pool's per-engine totals from a poll no older than four
+// intervals; nil when there is none.
+func (v *fleetView) engines(pool ledger.PoolID) map[ledger.EngineID]reserved {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	t, ok := v.last[pool]
+	if !ok || v.clock.Since(t.at) > 4*v.every {
+		return nil
+	}
+	return t.engines
+}
