@@ -257,6 +257,32 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 		rejections: bt.rejections.Load(), cpu: cpu, firstErr: firstErr}
 }
 
+// metricSum is the sum of every series of a counter on base's /metrics
+// (-1 when it cannot be read).
+func metricSum(base, name string) float64 {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // merged returns every caller's samples, sorted.
 func merged(per [][]time.Duration) []time.Duration {
 	var all []time.Duration
@@ -292,11 +318,11 @@ type benchRouter struct {
 	debug string
 }
 
-func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string) benchRouter {
+func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string, extra ...string) benchRouter {
 	b.Helper()
 	addr, debug := freeAddr(b), freeAddr(b)
-	r := startProc(b, name, "router", addr, "--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", name,
-		"--max-model-len", "2048", "--log-level", "warn", "--debug-listen", debug)
+	r := startProc(b, name, "router", addr, append([]string{"--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", name,
+		"--max-model-len", "2048", "--log-level", "warn", "--debug-listen", debug}, extra...)...)
 	waitHTTP(b, r.url()+"/readyz", 15*time.Second)
 	return benchRouter{proc: r, debug: debug}
 }
@@ -408,6 +434,11 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	defer memRouter.stop(5 * time.Second)
 	redisRouter := startBenchRouter(b, "router-redis", rs.URL(), fleetPath)
 	defer redisRouter.stop(5 * time.Second)
+	// Block leases: blocks of 256 slots (two per engine and tenant at
+	// most), so at 256 clients nearly every request is admitted locally.
+	blockRouter := startBenchRouter(b, "router-redis-blocks", rs.URL(), fleetPath,
+		"--block-lease-kv", "65536", "--block-lease-slots", "256")
+	defer blockRouter.stop(5 * time.Second)
 	bareAddr := freeAddr(b)
 	bare := startProc(b, "bareproxy", "bareproxy", bareAddr, "--listen", bareAddr, "--upstream", eng.url())
 	defer bare.stop(5 * time.Second)
@@ -441,7 +472,9 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			[3]int{0, enginePID, memRouter.cmd.Process.Pid}, profile(memRouter, "router-memory"))
 		red := measure(ctx, target("router, Redis ledger", redisRouter.url()), callers, d,
 			[3]int{0, enginePID, redisRouter.cmd.Process.Pid}, profile(redisRouter, "router-redis"))
-		for i, r := range []benchRow{direct, floor, mem, red} {
+		blk := measure(ctx, target("router, Redis ledger, block leases", blockRouter.url()), callers, d,
+			[3]int{0, enginePID, blockRouter.cmd.Process.Pid}, profile(blockRouter, "router-redis-blocks"))
+		for i, r := range []benchRow{direct, floor, mem, red, blk} {
 			added50, added99, addedTTFB, routerCPU := "—", "—", "—", "—"
 			if i > 0 {
 				added50, added99 = benchkit.Micros(r.p50-direct.p50), benchkit.Micros(r.p99-direct.p99)
@@ -454,7 +487,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
 				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
 		}
-		for _, r := range []benchRow{direct, floor, mem, red} {
+		for _, r := range []benchRow{direct, floor, mem, red, blk} {
 			if r.firstErr != "" {
 				errNotes = append(errNotes, fmt.Sprintf("%s, %d clients, first error: %s", r.res.Name, callers, r.firstErr))
 			}
@@ -463,13 +496,17 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			continue // unloaded: the added latency is the router's own service time
 		}
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		for _, r := range []benchRow{floor, mem, red} {
+		for _, r := range []benchRow{floor, mem, red, blk} {
 			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
 				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.ttfb50-direct.ttfb50),
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), ms(r.p50-floor.p50),
 				benchkit.Ratio(r.res.Throughput(), floor.res.Throughput())))
 		}
 	}
+	local, grants := metricSum(blockRouter.url(), "leasehold_router_block_local_admits_total"),
+		metricSum(blockRouter.url(), "leasehold_router_grants_total")
+	blocks := metricSum(blockRouter.url(), "leasehold_router_block_acquires_total")
+	fmt.Fprintf(out, "\nBlock leases: %.0f of %.0f grants admitted locally against %.0f blocks (warm-ups included).\n", local, grants, blocks)
 	if len(errNotes) > 0 {
 		fmt.Fprintln(out)
 		for _, n := range errNotes {
