@@ -102,6 +102,7 @@ func New(cfg Config, log *slog.Logger) (_ *Reserver, err error) {
 	if err != nil {
 		return nil, err
 	}
+	r.metrics.reg.MustRegister(newAuditCollector(r.buildReport, log))
 
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(r.metrics.unary(r.sessions))}
 	var tlsCfg *tls.Config

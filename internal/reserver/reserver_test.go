@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -338,6 +339,25 @@ func TestExpiredHolderAndPassedDeadline(t *testing.T) {
 	}
 	if len(kinds) != 1 || kinds[0] != audit.KindExpiredHolder {
 		t.Errorf("anomalies of the dead holder's lease = %v, want [%s]; report %+v", kinds, audit.KindExpiredHolder, rep.Anomalies)
+	}
+	// The gauge counts what the audit shows, per pool and kind, and exports
+	// every kind (0 when none).
+	count := map[audit.Kind]int{}
+	for _, a := range rep.Anomalies {
+		if a.Pool == l.Pool {
+			count[a.Kind]++
+		}
+	}
+	_, mb := get(t, r, "/metrics", "")
+	metrics := string(mb)
+	if !strings.Contains(metrics, "leasehold_audit_up 1") {
+		t.Errorf("/metrics lacks leasehold_audit_up 1")
+	}
+	for _, k := range audit.Kinds {
+		want := fmt.Sprintf("leasehold_audit_anomalies{kind=%q,pool=%q} %d", k, l.Pool, count[k])
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 
