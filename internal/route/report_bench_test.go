@@ -33,6 +33,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -330,8 +331,13 @@ func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string, extra ...
 // onlyEnv, when set, lists the engines (tags: stress, gpu) measured.
 const onlyEnv = "LEASEHOLD_BENCH_ENGINES"
 
-// profileEnv names the directory router CPU profiles are written to.
-const profileEnv = "LEASEHOLD_BENCH_PROFILE"
+// profileEnv names the directory router CPU profiles are written to;
+// with traceEnv set too, execution traces (name.trace) are written beside
+// them.
+const (
+	profileEnv = "LEASEHOLD_BENCH_PROFILE"
+	traceEnv   = "LEASEHOLD_BENCH_TRACE"
+)
 
 // profile fetches a CPU profile of d from the router's profiler into
 // $LEASEHOLD_BENCH_PROFILE/name.pprof, in the background; wait for the
@@ -343,23 +349,31 @@ func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan
 		close(done)
 		return done
 	}
-	go func() {
-		defer close(done)
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", br.debug, max(1, int(d/time.Second)))
-		resp, err := http.Get(url)
-		if err != nil {
-			b.Logf("profile %s: %v", name, err)
-			return
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
-		}
-		if err != nil {
-			b.Logf("profile %s: %v", name, err)
-		}
-	}()
+	kinds := []string{"profile"}
+	if os.Getenv(traceEnv) != "" {
+		kinds = append(kinds, "trace")
+	}
+	var wg sync.WaitGroup
+	for _, kind := range kinds {
+		wg.Go(func() {
+			url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", br.debug, kind, max(1, int(d/time.Second)))
+			resp, err := http.Get(url)
+			if err != nil {
+				b.Logf("%s %s: %v", kind, name, err)
+				return
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil {
+				ext := map[string]string{"profile": ".pprof", "trace": ".trace"}[kind]
+				err = os.WriteFile(filepath.Join(dir, name+ext), data, 0o644)
+			}
+			if err != nil {
+				b.Logf("%s %s: %v", kind, name, err)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
 	return done
 }
 
