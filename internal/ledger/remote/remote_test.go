@@ -2,17 +2,8 @@ package remote
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
+	"github.com/leasehold/leasehold/internal/testutil/testpki"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -93,32 +85,24 @@ func TestClosedAndUnreachable(t *testing.T) {
 // client with the CA and its certificate gets through, one without its
 // certificate or without the CA does not.
 func TestMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	_, _ = newCert(t, dir, "server", ca, caKey)
-	_, _ = newCert(t, dir, "client", ca, caKey)
-	serverCert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
+	ca := testpki.New(t, "ca")
+	_, _, serverCert := ca.Server(t, "server")
+	clientCert, clientKey, _ := ca.Client(t, "client")
 	creds := credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{serverCert}, ClientCAs: pool,
+		Certificates: []tls.Certificate{serverCert}, ClientCAs: ca.Pool(),
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	})
 	r := startReserver(t, memory.New(ledger.Options{}, nil), rpc.Config{Token: testToken}, grpc.Creds(creds))
 
-	good := dial(t, r, Options{Token: testToken, CAFile: filepath.Join(dir, "ca.pem"),
-		CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client.key")})
+	good := dial(t, r, Options{Token: testToken, CAFile: ca.File, CertFile: clientCert, KeyFile: clientKey})
 	if _, err := good.Pools(t.Context()); err != nil {
 		t.Fatalf("Pools over mTLS: %v", err)
 	}
-	noCert := dial(t, r, Options{Token: testToken, CAFile: filepath.Join(dir, "ca.pem")})
+	noCert := dial(t, r, Options{Token: testToken, CAFile: ca.File})
 	if _, err := noCert.Pools(t.Context()); err == nil {
 		t.Errorf("Pools over TLS without a client certificate succeeded")
 	}
-	noCA := dial(t, r, Options{Token: testToken, TLS: true, CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client.key")})
+	noCA := dial(t, r, Options{Token: testToken, TLS: true, CertFile: clientCert, KeyFile: clientKey})
 	if _, err := noCA.Pools(t.Context()); err == nil {
 		t.Errorf("Pools over TLS trusting only the system roots succeeded")
 	}
@@ -126,51 +110,4 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := plain.Pools(t.Context()); err == nil {
 		t.Errorf("Pools in plaintext against a TLS reserver succeeded")
 	}
-}
-
-// newCert writes name.pem and name.key in dir: a CA when parent is nil,
-// else a leaf for 127.0.0.1 signed by parent.
-func newCert(t *testing.T, dir, name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-	}
-	signer, signerKey := tmpl, key
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-		tmpl.KeyUsage = x509.KeyUsageCertSign
-	} else {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		signer, signerKey = parent, parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, block := range map[string]*pem.Block{
-		name + ".pem": {Type: "CERTIFICATE", Bytes: der},
-		name + ".key": {Type: "EC PRIVATE KEY", Bytes: kb},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, file), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return cert, key
 }

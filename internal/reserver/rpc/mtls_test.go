@@ -2,17 +2,9 @@ package rpc_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,101 +16,17 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
+	"github.com/leasehold/leasehold/internal/testutil/testpki"
 )
-
-// testCA is a certificate authority made for one test; its files live in
-// the test's temporary directory.
-type testCA struct {
-	dir    string
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	caFile string
-	serial int64
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key, serial: 1}
-	ca.caFile = writePEM(t, ca.dir, name+"-ca.pem", "CERTIFICATE", der)
-	return ca
-}
-
-// issue signs a leaf certificate; DNS SANs, CommonName and usage come from
-// the arguments. It returns the PEM files and the parsed key pair.
-func (ca *testCA) issue(t *testing.T, file, cn string, dnsNames []string, ips []net.IP, usage x509.ExtKeyUsage) (certFile, keyFile string, pair tls.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial),
-		Subject:      pkix.Name{CommonName: cn},
-		DNSNames:     dnsNames,
-		IPAddresses:  ips,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile = writePEM(t, ca.dir, file+".pem", "CERTIFICATE", der)
-	keyFile = writePEM(t, ca.dir, file+"-key.pem", "EC PRIVATE KEY", kder)
-	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, pair
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // mtlsServer serves cfg over TLS on loopback, requiring client
 // certificates signed by ca, with a server certificate for 127.0.0.1.
-func mtlsServer(t *testing.T, ca *testCA, cfg rpc.Config) (ledger.Ledger, string) {
+func mtlsServer(t *testing.T, ca *testpki.CA, cfg rpc.Config) (ledger.Ledger, string) {
 	t.Helper()
-	_, _, pair := ca.issue(t, "server", "reserver", nil, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	_, _, pair := ca.Issue(t, "server", "reserver", nil, []net.IP{net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
 	creds := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pair},
-		ClientCAs:    pool,
+		ClientCAs:    ca.Pool(),
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	})
@@ -127,9 +35,9 @@ func mtlsServer(t *testing.T, ca *testCA, cfg rpc.Config) (ledger.Ledger, string
 
 // tlsClient dials url verifying the server against ca, presenting the
 // client certificate in certFile/keyFile (none when empty) and token.
-func tlsClient(t *testing.T, url string, ca *testCA, certFile, keyFile, token string) *remote.Ledger {
+func tlsClient(t *testing.T, url string, ca *testpki.CA, certFile, keyFile, token string) *remote.Ledger {
 	t.Helper()
-	c, err := remote.Dial(url, remote.Options{Token: token, CAFile: ca.caFile, CertFile: certFile, KeyFile: keyFile})
+	c, err := remote.Dial(url, remote.Options{Token: token, CAFile: ca.File, CertFile: certFile, KeyFile: keyFile})
 	if err != nil {
 		t.Fatalf("Dial(%s): %v", url, err)
 	}
@@ -138,7 +46,7 @@ func tlsClient(t *testing.T, url string, ca *testCA, certFile, keyFile, token st
 }
 
 func TestMTLSIdentities(t *testing.T) {
-	ca := newTestCA(t, "leasehold-clients")
+	ca := testpki.New(t, "leasehold-clients")
 	l, url := mtlsServer(t, ca, rpc.Config{
 		ClientCerts:     true,
 		AdminIdentities: []string{"ops-admin"},
@@ -146,11 +54,11 @@ func TestMTLSIdentities(t *testing.T) {
 	})
 	ctx := t.Context()
 	// The admin certificate has no SAN: its CommonName is its identity.
-	adminCert, adminKey, _ := ca.issue(t, "admin", "ops-admin", nil, nil, x509.ExtKeyUsageClientAuth)
+	adminCert, adminKey, _ := ca.Issue(t, "admin", "ops-admin", nil, nil, x509.ExtKeyUsageClientAuth)
 	// A router certificate's first DNS SAN wins over its CommonName.
-	aCert, aKey, _ := ca.issue(t, "router-a", "ignored-cn", []string{"router-a", "router-b"}, nil, x509.ExtKeyUsageClientAuth)
-	bCert, bKey, _ := ca.issue(t, "router-b", "router-b", nil, nil, x509.ExtKeyUsageClientAuth)
-	auditCert, auditKey, _ := ca.issue(t, "auditor", "x", []string{"auditor"}, nil, x509.ExtKeyUsageClientAuth)
+	aCert, aKey, _ := ca.Issue(t, "router-a", "ignored-cn", []string{"router-a", "router-b"}, nil, x509.ExtKeyUsageClientAuth)
+	bCert, bKey, _ := ca.Issue(t, "router-b", "router-b", nil, nil, x509.ExtKeyUsageClientAuth)
+	auditCert, auditKey, _ := ca.Issue(t, "auditor", "x", []string{"auditor"}, nil, x509.ExtKeyUsageClientAuth)
 
 	admin := tlsClient(t, url, ca, adminCert, adminKey, "")
 	if _, err := admin.Configure(ctx, spec); err != nil {
@@ -211,12 +119,12 @@ func TestMTLSIdentities(t *testing.T) {
 // TestMTLSTokenWins: with tokens and a client CA, a token that is sent
 // decides, whatever the certificate says; without one the certificate does.
 func TestMTLSTokenWins(t *testing.T) {
-	ca := newTestCA(t, "leasehold-clients")
+	ca := testpki.New(t, "leasehold-clients")
 	cfg := authConfig()
 	cfg.ClientCerts = true
 	_, url := mtlsServer(t, ca, cfg)
 	ctx := t.Context()
-	aCert, aKey, _ := ca.issue(t, "router-a", "router-a", []string{"router-a"}, nil, x509.ExtKeyUsageClientAuth)
+	aCert, aKey, _ := ca.Issue(t, "router-a", "router-a", []string{"router-a"}, nil, x509.ExtKeyUsageClientAuth)
 
 	if _, err := tlsClient(t, url, ca, aCert, aKey, sharedToken).Configure(ctx, spec); err != nil {
 		t.Fatalf("Configure with router-a's certificate and the shared token: %v", err)
@@ -237,11 +145,11 @@ func TestMTLSTokenWins(t *testing.T) {
 // TestMTLSRefused: without a certificate, or with one the client CA did not
 // sign, nothing is served.
 func TestMTLSRefused(t *testing.T) {
-	ca := newTestCA(t, "leasehold-clients")
+	ca := testpki.New(t, "leasehold-clients")
 	l, url := mtlsServer(t, ca, rpc.Config{ClientCerts: true, AdminIdentities: []string{"ops-admin"}})
-	other := newTestCA(t, "someone-else")
+	other := testpki.New(t, "someone-else")
 	// Same names as the trusted ones, signed by the other CA.
-	uCert, uKey, _ := other.issue(t, "untrusted-admin", "ops-admin", []string{"ops-admin"}, nil, x509.ExtKeyUsageClientAuth)
+	uCert, uKey, _ := other.Issue(t, "untrusted-admin", "ops-admin", []string{"ops-admin"}, nil, x509.ExtKeyUsageClientAuth)
 	for _, tc := range []struct {
 		name            string
 		certFile, keyFl string
