@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +37,29 @@ var (
 
 // Scheme is the --ledger URL scheme of this backend.
 const Scheme = "grpc"
+
+// The Options fields that name files, as FileError.Option reports them.
+const (
+	OptionCAFile   = "CAFile"
+	OptionCertFile = "CertFile"
+	OptionKeyFile  = "KeyFile"
+)
+
+// FileError is a file named in Options that Dial could not read or parse.
+// Callers that took the path from a flag map Option back to that flag.
+type FileError struct {
+	// Option is the Options field: OptionCAFile, OptionCertFile or
+	// OptionKeyFile.
+	Option string
+	// Path is the file.
+	Path string
+	// Err is why it was refused.
+	Err error
+}
+
+func (e *FileError) Error() string { return fmt.Sprintf("remote: %s %s: %v", e.Option, e.Path, e.Err) }
+
+func (e *FileError) Unwrap() error { return e.Err }
 
 // Options configure Dial. The zero value is a plaintext connection without a
 // token, which a reserver accepts only from loopback when it has neither
@@ -95,7 +119,8 @@ func ParseTarget(target string) (string, error) {
 
 // Dial returns a Ledger for the reserver at target ("grpc://host:port"). It
 // does not wait for the connection: the first call makes it, and a reserver
-// that is down fails calls, not Dial. Bad options fail here.
+// that is down fails calls, not Dial. Bad options fail here, and so do TLS
+// files that cannot be read or parsed (a *FileError).
 func Dial(target string, opts Options) (*Ledger, error) {
 	addr, err := ParseTarget(target)
 	if err != nil {
@@ -140,13 +165,13 @@ func transportCredentials(addr string, o Options) (credentials.TransportCredenti
 		cfg.ServerName = host
 	}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		data, err := os.ReadFile(o.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("remote: ca file: %w", err)
+			return nil, &FileError{Option: OptionCAFile, Path: o.CAFile, Err: err}
 		}
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("remote: ca file %s: no PEM certificate", o.CAFile)
+		if !pool.AppendCertsFromPEM(data) {
+			return nil, &FileError{Option: OptionCAFile, Path: o.CAFile, Err: errors.New("no PEM certificate")}
 		}
 		cfg.RootCAs = pool
 	}
@@ -154,13 +179,39 @@ func transportCredentials(addr string, o Options) (credentials.TransportCredenti
 		return nil, errors.New("remote: cert file and key file: set both for mTLS, or neither")
 	}
 	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		cert, err := loadKeyPair(o.CertFile, o.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("remote: client certificate: %w", err)
+			return nil, err
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// loadKeyPair loads the client certificate and its key, blaming the file
+// at fault: the certificate file when it holds no parsable certificate,
+// else the key file (missing, unparsable, or not the certificate's key).
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, &FileError{Option: OptionCertFile, Path: certFile, Err: err}
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return tls.Certificate{}, &FileError{Option: OptionCertFile, Path: certFile, Err: errors.New("no PEM certificate")}
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return tls.Certificate{}, &FileError{Option: OptionCertFile, Path: certFile, Err: err}
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, &FileError{Option: OptionKeyFile, Path: keyFile, Err: err}
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, &FileError{Option: OptionKeyFile, Path: keyFile, Err: err}
+	}
+	return cert, nil
 }
 
 // bearerToken sends "authorization: Bearer <token>" with every call. It
