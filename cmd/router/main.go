@@ -6,6 +6,7 @@
 //
 //	router --ledger URL --config FLEET.yaml --listen ADDR --id NAME [--admission=ledger|local]
 //	       [--block-lease-kv N --block-lease-slots N] [--prompt-tokens=estimate|tokenize]
+//	       [--ledger-ca-file FILE] [--ledger-cert-file FILE --ledger-key-file FILE]
 //
 // --block-lease-kv/--block-lease-slots (both 0, off, by default) size the
 // block leases small requests are admitted against locally.
@@ -26,6 +27,21 @@
 // Every flag can also be set from the environment: --queue-depth is
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
 // reserver (grpc:// ledgers).
+//
+// A grpc:// ledger is plaintext unless one of these is set (they are
+// refused with any other scheme):
+//
+//	--ledger-tls                TLS, verifying the reserver against the system roots
+//	--ledger-ca-file FILE       PEM CAs that sign the reserver's certificate (implies TLS)
+//	--ledger-cert-file FILE     PEM client certificate for mTLS (implies TLS) ...
+//	--ledger-key-file FILE      ... and its key: both or neither
+//	--ledger-server-name NAME   name checked in the reserver's certificate (default: the --ledger host)
+//
+// The files are read at startup: one that is missing or does not parse is
+// an error naming its flag (exit status 2). With a client certificate and
+// no LEASEHOLD_TOKEN the certificate is the router's identity at a
+// reserver with --tls-client-ca-file: its first DNS SAN (else CN) must be
+// --id. A token that is sent decides instead.
 //
 // --debug-listen ADDR (off by default) serves Go's profiler, /debug/pprof/,
 // on its own listener: bind it to loopback.
@@ -52,7 +68,6 @@ import (
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
-	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/route"
 )
 
@@ -79,9 +94,9 @@ func run() int {
 	var l ledger.Ledger
 	if cfg.Admission == route.AdmissionLedger {
 		token, _ := os.LookupEnv("LEASEHOLD_TOKEN")
-		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: remote.Options{Token: token}})
+		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: cfg.RemoteOptions(token)})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "router: --ledger:", err)
+			fmt.Fprintln(os.Stderr, "router:", route.LedgerError(err))
 			return 2
 		}
 		defer l.Close()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --queue-depth
@@ -45,6 +46,27 @@ const (
 type Config struct {
 	// Ledger is the --ledger URL (required in ledger admission).
 	Ledger string
+	// LedgerTLS connects to a grpc:// ledger (a reserver) over TLS,
+	// verifying its certificate against the system roots unless
+	// LedgerCAFile is set (--ledger-tls; default false, plaintext). The
+	// file flags below imply it. Like every Ledger* field below, it
+	// applies to grpc:// ledgers only; with another scheme it is an error.
+	LedgerTLS bool
+	// LedgerCAFile is a PEM file of the CAs that sign the reserver's
+	// certificate (--ledger-ca-file; optional). Read at startup.
+	LedgerCAFile string
+	// LedgerCertFile and LedgerKeyFile are this router's PEM client
+	// certificate and key for mTLS (--ledger-cert-file, --ledger-key-file;
+	// both or neither, read at startup). Without LEASEHOLD_TOKEN the
+	// certificate is the router's identity at the reserver: its first DNS
+	// SAN (else CN) must equal ID, or the reserver refuses this router's
+	// holders and it never becomes ready. A token that is sent decides
+	// instead.
+	LedgerCertFile, LedgerKeyFile string
+	// LedgerServerName overrides the name checked in the reserver's
+	// certificate (--ledger-server-name; default the host of the --ledger
+	// URL).
+	LedgerServerName string
 	// FleetFile is the fleet YAML (--config); required.
 	FleetFile string
 	// Listen is the HTTP listen address (default 127.0.0.1:8080; port 0
@@ -174,6 +196,11 @@ func Defaults() Config {
 // RegisterFlags registers c's flags on fs, with c's values as defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Ledger, "ledger", c.Ledger, "ledger URL: memory://, redis://host:port/db, etcd://host:port, grpc://host:port")
+	fs.BoolVar(&c.LedgerTLS, "ledger-tls", c.LedgerTLS, "grpc:// ledger: connect over TLS, verifying the reserver against the system roots (implied by the other --ledger-*-file flags)")
+	fs.StringVar(&c.LedgerCAFile, "ledger-ca-file", c.LedgerCAFile, "grpc:// ledger: PEM CAs that sign the reserver's certificate (implies TLS)")
+	fs.StringVar(&c.LedgerCertFile, "ledger-cert-file", c.LedgerCertFile, "grpc:// ledger: PEM client certificate for mTLS, with --ledger-key-file; without LEASEHOLD_TOKEN its first DNS SAN (else CN) is this router's identity and must equal --id")
+	fs.StringVar(&c.LedgerKeyFile, "ledger-key-file", c.LedgerKeyFile, "grpc:// ledger: PEM key of --ledger-cert-file")
+	fs.StringVar(&c.LedgerServerName, "ledger-server-name", c.LedgerServerName, "grpc:// ledger: name checked in the reserver's certificate (default: the --ledger host)")
 	fs.StringVar(&c.FleetFile, "config", c.FleetFile, "fleet file (YAML); required")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<random>); required")
@@ -248,6 +275,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("--admission = %q: want ledger or local", c.Admission)
 	}
+	c.validateLedgerTLS(bad)
 	if c.ID == "" || len(c.ID) > ledger.MaxIDLen-17 || strings.ContainsAny(c.ID, " \t\r\n") {
 		bad("--id = %q: required, 1..%d bytes, no spaces", c.ID, ledger.MaxIDLen-17)
 	}
@@ -316,4 +344,65 @@ func (c *Config) Validate() error {
 		bad("--log-level = %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return errors.Join(errs...)
+}
+
+// validateLedgerTLS reports --ledger-* TLS flags set for a ledger that is
+// not grpc://, and a client certificate without its key or a key without
+// its certificate. The files are read when the ledger is opened at startup
+// (remote.Dial); LedgerError names the flag of one that fails.
+func (c *Config) validateLedgerTLS(bad func(format string, args ...any)) {
+	scheme, _, _ := strings.Cut(c.Ledger, "://")
+	if scheme != remote.Scheme {
+		for _, f := range []struct {
+			flag string
+			set  bool
+		}{
+			{"--ledger-tls", c.LedgerTLS},
+			{"--ledger-ca-file", c.LedgerCAFile != ""},
+			{"--ledger-cert-file", c.LedgerCertFile != ""},
+			{"--ledger-key-file", c.LedgerKeyFile != ""},
+			{"--ledger-server-name", c.LedgerServerName != ""},
+		} {
+			if f.set {
+				bad("%s: applies to a grpc:// --ledger (a reserver) only, not --ledger = %q", f.flag, c.Ledger)
+			}
+		}
+		return
+	}
+	if c.LedgerCertFile != "" && c.LedgerKeyFile == "" {
+		bad("--ledger-key-file: required with --ledger-cert-file (the client certificate's key)")
+	}
+	if c.LedgerKeyFile != "" && c.LedgerCertFile == "" {
+		bad("--ledger-cert-file: required with --ledger-key-file")
+	}
+}
+
+// RemoteOptions returns the options of a grpc:// ledger from the
+// --ledger-* TLS flags, with token as the bearer token (LEASEHOLD_TOKEN;
+// empty sends none, and a client certificate then identifies the router).
+func (c *Config) RemoteOptions(token string) remote.Options {
+	return remote.Options{
+		Token: token, TLS: c.LedgerTLS, CAFile: c.LedgerCAFile,
+		CertFile: c.LedgerCertFile, KeyFile: c.LedgerKeyFile, ServerName: c.LedgerServerName,
+	}
+}
+
+// ledgerFileFlags maps remote.FileError options to the flags that set them.
+var ledgerFileFlags = map[string]string{
+	remote.OptionCAFile:   "--ledger-ca-file",
+	remote.OptionCertFile: "--ledger-cert-file",
+	remote.OptionKeyFile:  "--ledger-key-file",
+}
+
+// LedgerError names the flag at fault in an error of opening the ledger
+// with RemoteOptions: the --ledger-*-file flag of a TLS file that could
+// not be read or parsed, else --ledger.
+func LedgerError(err error) error {
+	var fe *remote.FileError
+	if errors.As(err, &fe) {
+		if flag, ok := ledgerFileFlags[fe.Option]; ok {
+			return fmt.Errorf("%s = %q: %w", flag, fe.Path, fe.Err)
+		}
+	}
+	return fmt.Errorf("--ledger: %w", err)
 }
