@@ -21,7 +21,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-// binDir holds the router and enginesim binaries built once by TestMain.
+// binDir holds the router, enginesim and reserver binaries built once by
+// TestMain.
 var binDir string
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		binDir = dir
-		for _, cmd := range []string{"router", "enginesim"} {
+		for _, cmd := range []string{"router", "enginesim", "reserver"} {
 			b := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/leasehold/leasehold/cmd/"+cmd)
 			b.Stdout, b.Stderr = os.Stderr, os.Stderr
 			if err := b.Run(); err != nil {
@@ -94,8 +95,15 @@ func (s *syncBuffer) String() string {
 // startProc runs binary bin with args; addr is what it listens on.
 func startProc(t testing.TB, name, bin, addr string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, name, bin, addr, nil, args...)
+}
+
+// startProcEnv is startProc with the environment env (nil: this process's).
+func startProcEnv(t testing.TB, name, bin, addr string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, addr: addr, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, bin), args...)
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -134,6 +142,19 @@ func (p *proc) stop(grace time.Duration) {
 }
 
 func (p *proc) url() string { return "http://" + p.addr }
+
+// withoutLeaseholdEnv returns this process's environment without any
+// LEASEHOLD_ variable, so no token or flag of the caller's shell reaches a
+// binary under test.
+func withoutLeaseholdEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEHOLD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
 
 // waitHTTP polls url until it answers 200.
 func waitHTTP(t testing.TB, url string, within time.Duration) {
