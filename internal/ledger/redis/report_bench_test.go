@@ -118,6 +118,9 @@ func (e *benchEnv) preload(n int) {
 	keys, _ := keySchema(e.led.opts.Prefix, e.pool)
 	k := keys.scriptKeys()
 	sha := e.led.scripts.acquire.Hash()
+	if err := e.led.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
+		e.b.Fatalf("script load: %v", err)
+	}
 	const batch = 2000
 	for done := 0; done < n; {
 		p := e.client.Pipeline()
@@ -333,4 +336,25 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		return err
 	})
 	return out
+}
+
+// BenchmarkScriptTimes prints only the server-time table of BenchmarkReport
+// (each script alone, 2,000 calls, on a pool of 10,000 leases): the quick
+// loop for work on the Lua scripts.
+//
+//	go test -run '^$' -bench '^BenchmarkScriptTimes$' -benchtime 1x ./internal/ledger/redis/
+func BenchmarkScriptTimes(b *testing.B) {
+	if testing.Short() {
+		b.Skip("report benchmark: skipped in -short")
+	}
+	ctx := context.Background()
+	srv := redisserver.Start(b)
+	e := &benchEnv{b: b, ctx: ctx, srv: srv, client: srv.Client()}
+	out := &strings.Builder{}
+	fmt.Fprintln(out, "\n| script | calls | Redis server time per call µs (INFO commandstats) |")
+	fmt.Fprintln(out, "|---|---:|---:|")
+	for _, s := range e.scriptTimes() {
+		fmt.Fprintf(out, "| %s | %d | %s |\n", s.name, s.calls, benchkit.Micros(s.per))
+	}
+	fmt.Print(out.String())
 }
