@@ -112,7 +112,9 @@ func New(cfg Config, log *slog.Logger) (_ *Reserver, err error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
-	if r.grpc, err = rpc.NewGRPCServer(l, cfg.RPCConfig(), opts...); err != nil {
+	rc := cfg.RPCConfig()
+	rc.Logger = log
+	if r.grpc, err = rpc.NewGRPCServer(l, rc, opts...); err != nil {
 		return nil, err
 	}
 	if r.grpcLis, err = net.Listen("tcp", cfg.GRPCListen); err != nil {

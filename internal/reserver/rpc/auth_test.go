@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,4 +260,60 @@ func TestLoopbackOnlyWithoutToken(t *testing.T) {
 	// Refusal of non-loopback peers is checked at the unit level with
 	// synthetic peer addresses (config_test.go): tests send traffic to
 	// loopback only.
+}
+
+// syncBuf is a bytes.Buffer safe for the server's and the test's goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRefusalsLogged: a refused call is logged once per peer, method and
+// code per minute, naming the method, code, peer and who the caller was
+// taken for, and never a token.
+func TestRefusalsLogged(t *testing.T) {
+	var buf syncBuf
+	cfg := authConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	_, url := serve(t, cfg, "127.0.0.1:0")
+	ctx := context.Background()
+	bad := client(t, url, "not-a-configured-token")
+	for range 3 {
+		if _, err := bad.KeepAlive(ctx, "p", "router-a/x", time.Minute); err == nil {
+			t.Fatal("KeepAlive with an unknown token succeeded")
+		}
+	}
+	a := client(t, url, tokA)
+	for range 3 {
+		if _, err := a.KeepAlive(ctx, "p", "router-b/x", time.Minute); err == nil {
+			t.Fatal("router-a acting for router-b succeeded")
+		}
+	}
+	logs := buf.String()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines (one per code), got %d:\n%s", len(lines), logs)
+	}
+	for _, want := range []string{"method=KeepAlive", "code=Unauthenticated", "code=PermissionDenied", `as="router router-a"`, "peer=127.0.0.1:"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("refusal log lacks %q:\n%s", want, logs)
+		}
+	}
+	for _, secret := range []string{"not-a-configured-token", tokA, tokB, sharedToken, adminToken, auditToken} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("refusal log contains a token %q", secret)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 )
@@ -12,6 +13,10 @@ import (
 // client-certificate identities. The zero value configures neither: the
 // server then serves loopback peers only.
 type Config struct {
+	// Logger receives one warning per refused caller, method and code per
+	// minute (peer address, who it was taken for, why; never a token).
+	// Nil discards them.
+	Logger *slog.Logger
 	// Token is the shared router token (env LEASEHOLD_TOKEN). It may do
 	// everything, including the admin methods. Optional.
 	Token string

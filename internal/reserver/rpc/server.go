@@ -17,8 +17,9 @@ import (
 // for safety.
 type Server struct {
 	pb.UnimplementedLedgerServer
-	l    ledger.Ledger
-	auth *authenticator
+	l       ledger.Ledger
+	auth    *authenticator
+	refused *refusalLog
 }
 
 var _ pb.LedgerServer = (*Server)(nil)
@@ -31,7 +32,7 @@ func New(l ledger.Ledger, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{l: l, auth: newAuthenticator(cfg)}, nil
+	return &Server{l: l, auth: newAuthenticator(cfg), refused: newRefusalLog(cfg.Logger)}, nil
 }
 
 // LoopbackOnly reports whether neither a token nor client certificates are
@@ -58,6 +59,9 @@ func (s *Server) check(ctx context.Context, method string, acc access, holder le
 	p, st := s.auth.authenticate(ctx)
 	if st == nil {
 		st = authorize(p, method, acc, holder)
+	}
+	if st != nil {
+		s.refused.note(ctx, method, p, st)
 	}
 	return st.Err() // nil for a nil status
 }
