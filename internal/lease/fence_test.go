@@ -3,6 +3,9 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,4 +113,44 @@ func TestFailClosedBeforeFirstKeepAlive(t *testing.T) {
 	if got := m.Stats().Counters.Fences; got != 0 {
 		t.Errorf("fences = %d, want 0 (never confirmed is not a fence)", got)
 	}
+}
+
+// lockedBuf is a strings.Builder safe for the Manager's goroutines.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A failing keepalive is logged once per change of error, not on every
+// retry: an operator sees why the pool is fenced or unready (here the
+// ledger is unreachable) without a line a second.
+func TestKeepAliveFailureLoggedOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		var buf lockedBuf
+		cfg := fx.fastConfig()
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+		m := newManager(t, cfg)
+		fx.fault.down.Store(true)
+		eventually(t, 5*time.Second, "four failed keepalives", func() bool { return m.Stats().Counters.KeepAliveFails >= 4 })
+		fx.fault.down.Store(false)
+		if got := strings.Count(buf.String(), "keepalive failed"); got != 1 {
+			t.Errorf("%d keepalive-failure lines for one unchanged error over %d failures, want 1:\n%s",
+				got, m.Stats().Counters.KeepAliveFails, buf.String())
+		}
+		if !strings.Contains(buf.String(), "unreachable") {
+			t.Errorf("the line does not say why:\n%s", buf.String())
+		}
+	})
 }

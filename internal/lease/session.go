@@ -231,15 +231,24 @@ func (m *Manager) onKeepAlive(p *poolState, r kaResult) bool {
 
 	default:
 		m.cnt.keepAliveFails.Add(1)
-		m.setLastErr(p, r.err)
+		// Logged when the failure changes, not on every retry: a refused
+		// session (a certificate or token naming another router) or an
+		// unreachable ledger is said once, then counted.
+		if prev := m.setLastErr(p, r.err); prev == nil || prev.Error() != r.err.Error() {
+			m.log.Warn("lease: holder session keepalive failed; the pool stays unready or fences until one succeeds",
+				slog.String("pool", string(p.id)), slog.String("err", r.err.Error()))
+		}
 		return false
 	}
 }
 
-func (m *Manager) setLastErr(p *poolState, err error) {
+// setLastErr records p's last session error and returns the one before.
+func (m *Manager) setLastErr(p *poolState, err error) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	prev := p.lastErr
 	p.lastErr = err
-	p.mu.Unlock()
+	return prev
 }
 
 // newIncarnation replaces p's holder after its session expired in the
