@@ -19,7 +19,10 @@
 //     (vLLM's POST /tokenize, bounded by --tokenize-timeout; tokenize.go),
 //     falling back to the estimate, counted in
 //     leasehold_router_tokenize_errors_total, when that call fails. The
-//     count is known before any lease is taken.
+//     count is known before any lease is taken. An exact count (token ids,
+//     or tokenized) that with max_tokens exceeds the pool's largest context
+//     is refused with 400 context_length_exceeded: no engine could serve
+//     it. An estimate is never refused for its size; the engine judges.
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
 //     view, with prompt-prefix affinity by rendezvous hashing. The view is
 //     the larger of this router's own leases and the ledger's per-engine

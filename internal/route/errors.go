@@ -31,7 +31,19 @@ var (
 	ErrUpstream = errors.New("route: upstream engine failed")
 	// ErrUpstreamTimeout: the engine did not finish within UpstreamTimeout.
 	ErrUpstreamTimeout = errors.New("route: upstream engine timed out")
+	// ErrContextLength: an exactly counted prompt plus max_tokens exceeds
+	// every engine's context.
+	ErrContextLength = errors.New("route: context length exceeded")
 )
+
+// contextLengthError is ErrContextLength with the field to blame.
+type contextLengthError struct {
+	param string
+	msg   string
+}
+
+func (e *contextLengthError) Error() string { return e.msg }
+func (e *contextLengthError) Unwrap() error { return ErrContextLength }
 
 // apiError is an error's HTTP answer.
 type apiError struct {
@@ -49,6 +61,7 @@ type apiError struct {
 //
 //	validation (badRequest)          400 invalid_request_error  invalid_request (param names the field)
 //	unknown priority                 400 invalid_request_error  invalid_priority
+//	counted prompt + max_tokens > ctx 400 invalid_request_error  context_length_exceeded
 //	ledger ReasonTooLarge            400 invalid_request_error  too_large (can never fit)
 //	missing/unknown API key          401 authentication_error   invalid_api_key
 //	tenant not allowed in the pool   403 permission_error       model_not_allowed
@@ -78,6 +91,10 @@ func toAPIError(err error) *apiError {
 			return &apiError{status: http.StatusServiceUnavailable, typ: "capacity_error", code: string(rej.Reason),
 				msg: "no engine capacity: " + string(rej.Reason), retryAfter: rej.RetryAfter}
 		}
+	}
+	var cle *contextLengthError
+	if errors.As(err, &cle) {
+		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "context_length_exceeded", param: cle.param, msg: cle.msg}
 	}
 	switch {
 	case errors.Is(err, ErrUnknownPriority):

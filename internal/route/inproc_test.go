@@ -240,6 +240,12 @@ func TestBadInputTakesNoLease(t *testing.T) {
 		{"numeric priority", "chat", "sk-acme", chat(`,"priority":3`), nil, 400, "invalid_request", "priority"},
 		{"body too large", "completions", "sk-acme", `{"model":"m","prompt":"` + strings.Repeat("x", 8000) + `"}`, nil, 413, "body_too_large", ""},
 		{"can never fit", "chat", "sk-acme", chat(`,"max_tokens":600,"n":2`), nil, 400, "too_large", "max_tokens"},
+		// Token-id prompts are counted exactly, so the router refuses what
+		// no engine's context (1024) holds, before any lease.
+		{"token prompt + max_tokens above context", "completions", "sk-acme",
+			`{"model":"m","prompt":` + tokenIDs(100) + `,"max_tokens":1000}`, nil, 400, "context_length_exceeded", "max_tokens"},
+		{"token prompt fills the context", "completions", "sk-acme",
+			`{"model":"m","prompt":` + tokenIDs(1024) + `}`, nil, 400, "context_length_exceeded", "prompt"},
 		{"beyond tenant quota", "chat", "sk-tiny", chat(`,"max_tokens":500`), nil, 400, "too_large", "max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,7 +275,22 @@ func TestBadInputTakesNoLease(t *testing.T) {
 	if err != nil || status != 200 {
 		t.Fatalf("good request: %d %v %s", status, err, body)
 	}
+	// So does a token-id prompt that fits the context exactly.
+	status, _, body, err = post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme",
+		`{"model":"m","prompt":`+tokenIDs(100)+`,"max_tokens":924}`)
+	if err != nil || status != 200 {
+		t.Fatalf("token prompt of 100 + max_tokens 924 = the context 1024: %d %v %s", status, err, body)
+	}
 	h.waitNoLeases(2 * time.Second)
+}
+
+// tokenIDs is a JSON array of n token ids.
+func tokenIDs(n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i%50 + 1)
+	}
+	return "[" + strings.Join(ids, ",") + "]"
 }
 
 func TestTenantQuota429(t *testing.T) {

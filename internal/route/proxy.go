@@ -91,6 +91,9 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
 	views := r.adm.views(req.model)
 	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
+	if err := checkContext(req, r.lens.get(req.model).reserve); err != nil {
+		return out, err
+	}
 	kv, slots, _ := p.est.demand(req, r.lens.get(req.model).reserve, r.cfg.Overcommit)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
@@ -116,6 +119,31 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	status, code := r.dispatch(w, hr, p, req, t)
 	out.status, out.code = status, code
 	return out, nil
+}
+
+// checkContext refuses, before any lease, a request whose prompt is known
+// exactly (token ids, or counted by --prompt-tokens=tokenize) and does not
+// fit maxCtx, the largest context of the pool's engines: no engine could
+// serve it. An estimated prompt is never refused here (the estimate errs
+// high); the engine judges it.
+func checkContext(req *request, maxCtx int64) error {
+	if req.promptTokens <= 0 {
+		return nil
+	}
+	param := "prompt"
+	if req.chat {
+		param = "messages"
+	}
+	switch {
+	case req.promptTokens >= maxCtx:
+		return &contextLengthError{param: param, msg: fmt.Sprintf(
+			"this model's maximum context length is %d tokens; the prompt has %d, leaving no room for output", maxCtx, req.promptTokens)}
+	case req.maxTokens > 0 && req.promptTokens+req.maxTokens > maxCtx:
+		return &contextLengthError{param: req.maxTokensField, msg: fmt.Sprintf(
+			"this model's maximum context length is %d tokens; you requested %d (%d in the prompt, %d for the output): lower %s or shorten the prompt",
+			maxCtx, req.promptTokens+req.maxTokens, req.promptTokens, req.maxTokens, req.maxTokensField)}
+	}
+	return nil
 }
 
 // priority is X-Priority, else the body's "priority", else the fleet's

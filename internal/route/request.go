@@ -32,8 +32,10 @@ type request struct {
 	// maxTokens is the explicit max_tokens (max_completion_tokens for
 	// chat), 0 when absent.
 	maxTokens int64
-	n         int64
-	stream    bool
+	// maxTokensField is the body field maxTokens came from.
+	maxTokensField string
+	n              int64
+	stream         bool
 	// includeUsage is what the client asked for in stream_options.
 	includeUsage bool
 
@@ -121,7 +123,7 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if v < 1 || v > maxLen || v > ledger.MaxAmount {
 			return nil, badf(mtName, "%s = %d, want 1..%d (the engines' context length)", mtName, v, min(maxLen, ledger.MaxAmount))
 		}
-		r.maxTokens = v
+		r.maxTokens, r.maxTokensField = v, mtName
 	}
 	if raw, ok := fields["n"]; ok && !isNull(raw) {
 		v, err := intField("n", raw)
