@@ -48,6 +48,8 @@ type fleetView struct {
 	clock   clockwork.Clock
 	log     *slog.Logger
 	onFreed func(ledger.PoolID) // called from the poll loop
+	// counted, when set, counts each poll's result: ok, freed or error.
+	counted func(pool ledger.PoolID, result string)
 
 	mu   sync.Mutex
 	last map[ledger.PoolID]poolTotals
@@ -92,6 +94,7 @@ func (v *fleetView) poll(pool ledger.PoolID) {
 	st, err := v.l.Stats(ctx, pool)
 	if err != nil {
 		v.log.Debug("fleet view: stats", "pool", pool, "err", err)
+		v.count(pool, "error")
 		return
 	}
 	now := totals(st, v.clock.Now())
@@ -101,6 +104,15 @@ func (v *fleetView) poll(pool ledger.PoolID) {
 	v.mu.Unlock()
 	if had && (now.kv < prev.kv || now.slots < prev.slots) {
 		v.onFreed(pool)
+		v.count(pool, "freed")
+		return
+	}
+	v.count(pool, "ok")
+}
+
+func (v *fleetView) count(pool ledger.PoolID, result string) {
+	if v.counted != nil {
+		v.counted(pool, result)
 	}
 }
 

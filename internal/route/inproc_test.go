@@ -559,4 +559,14 @@ func TestFleetViewWakesQueuedRequests(t *testing.T) {
 	if waited := r.at.Sub(released); waited > 5*time.Second {
 		t.Errorf("router B admitted %s after router A's release, want within a few polls", waited)
 	}
+	resp, err := h.client.Get(bURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(metrics), `leasehold_router_fleet_view_polls_total{pool="m",result="freed"}`) ||
+		!strings.Contains(string(metrics), `leasehold_router_fleet_view_polls_total{pool="m",result="ok"}`) {
+		t.Errorf("router B's metrics lack fleet view polls (ok and freed):\n%s", metrics)
+	}
 }

@@ -24,6 +24,7 @@ type metrics struct {
 	firstByte  *prometheus.HistogramVec // pool, engine
 	estRatio   *prometheus.GaugeVec     // pool
 	tokenize   *prometheus.CounterVec   // pool, reason
+	viewPolls  *prometheus.CounterVec   // pool, result
 }
 
 func newMetrics() *metrics {
@@ -52,8 +53,11 @@ func newMetrics() *metrics {
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_errors_total",
 			Help: "Prompts (--prompt-tokens=tokenize) whose exact count was not had from an engine, so the estimate was leased, by reason: timeout, unreachable, http_error, bad_response, unsupported (no engine of the pool serves /tokenize)."},
 			[]string{"pool", "reason"}),
+		viewPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fleet_view_polls_total",
+			Help: "Fleet view reads of the ledger's per-engine totals (--view-interval), by result: ok, freed (totals went down: a queued request was woken), error."},
+			[]string{"pool", "result"}),
 	}
-	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize,
+	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize, m.viewPolls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

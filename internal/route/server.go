@@ -183,6 +183,9 @@ func (r *Router) Start(ctx context.Context) error {
 					p.q.notify()
 				}
 			})
+			la.fv.counted = func(pool ledger.PoolID, result string) {
+				r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
+			}
 			la.fv.start()
 		}
 		r.adm = la
