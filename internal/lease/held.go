@@ -133,7 +133,7 @@ func (h *Held) Resize(ctx context.Context, kvTokens int64) error {
 // remove deletes h's row and returns the lease's local deadline (zero if
 // it was not in the table).
 func (m *Manager) remove(h *Held) time.Time {
-	txn := m.db.Txn(true)
+	txn := m.writeTxn()
 	defer txn.Abort()
 	l := h.Lease()
 	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
@@ -144,14 +144,14 @@ func (m *Manager) remove(h *Held) time.Time {
 	if err := txn.Delete(tableLeases, r); err != nil {
 		return time.Time{}
 	}
-	txn.Commit()
+	m.commit(txn)
 	return r.RenewedAt.Add(r.TTL)
 }
 
 // update replaces h's row with a changed copy, and h's lease with the
 // row's; false if h is no longer in the table.
 func (m *Manager) update(h *Held, f func(*row)) bool {
-	txn := m.db.Txn(true)
+	txn := m.writeTxn()
 	defer txn.Abort()
 	l := h.Lease()
 	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
@@ -166,6 +166,6 @@ func (m *Manager) update(h *Held, f func(*row)) bool {
 	h.mu.Lock()
 	h.lease = nr.Lease
 	h.mu.Unlock()
-	txn.Commit()
+	m.commit(txn)
 	return true
 }

@@ -44,6 +44,8 @@ type Manager struct {
 
 	blocks *blockSet // nil unless Config.Block is enabled
 
+	tot totals // the table's holdings per pool and engine
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -216,7 +218,7 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 	case p.gen != gen || !p.confirmedLocked(m.clock.Now(), m.cfg):
 		return nil, ErrFenced
 	}
-	txn := m.db.Txn(true)
+	txn := m.writeTxn()
 	defer txn.Abort()
 	if raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID)); err == nil && raw != nil {
 		if h := raw.(*row).held; h.Err() == nil {
@@ -228,7 +230,7 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 	if err := txn.Insert(tableLeases, r); err != nil {
 		return nil, fmt.Errorf("local table: %w", err)
 	}
-	txn.Commit()
+	m.commit(txn)
 	return h, nil
 }
 

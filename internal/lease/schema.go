@@ -12,8 +12,10 @@ import (
 // The local lease table: one row per lease this router holds.
 const (
 	tableLeases = "leases"
-	indexID     = "id"     // (pool, lease id); (pool) alone scans a pool
-	indexEngine = "engine" // (pool, engine, lease id)
+	// indexID is (pool, lease id); (pool) alone scans a pool. There is no
+	// engine index: per-engine totals are kept apart (totals.go), and an
+	// index costs every write.
+	indexID = "id"
 )
 
 // row is one held lease. Rows are immutable once inserted: a change
@@ -58,10 +60,6 @@ func schema() *memdb.DBSchema {
 				indexID: {Name: indexID, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
 					r := o.(*row)
 					return []any{string(r.Pool), string(r.ID)}
-				})},
-				indexEngine: {Name: indexEngine, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
-					r := o.(*row)
-					return []any{string(r.Pool), string(r.Engine), string(r.ID)}
 				})},
 			},
 		},

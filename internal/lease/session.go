@@ -270,7 +270,7 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 	m.log.Warn("lease: holder session expired, starting a new incarnation",
 		slog.String("pool", string(p.id)), slog.String("old_holder", string(oldHolder)), slog.String("holder", string(p.holder)))
 
-	txn := m.db.Txn(true)
+	txn := m.writeTxn()
 	defer txn.Abort()
 	var old []*row
 	for _, e := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
@@ -280,7 +280,7 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 		old = append(old, e)
 		_ = txn.Delete(tableLeases, e)
 	}
-	txn.Commit()
+	m.commit(txn)
 	for _, e := range old {
 		e.held.lose(ErrLeaseLost, &m.cnt.lost)
 	}
@@ -310,7 +310,7 @@ func (m *Manager) checkFence(p *poolState) time.Duration {
 // fenceLeasesLocked closes Done of every unfenced lease of p and marks
 // its row. p.mu is held, so no insert for p runs concurrently.
 func (m *Manager) fenceLeasesLocked(p *poolState) int {
-	txn := m.db.Txn(true)
+	txn := m.writeTxn()
 	defer txn.Abort()
 	var fenced []*row
 	for _, r := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
@@ -320,7 +320,7 @@ func (m *Manager) fenceLeasesLocked(p *poolState) int {
 		fenced = append(fenced, r)
 		_ = txn.Insert(tableLeases, r.with(func(r *row) { r.Fenced = true }))
 	}
-	txn.Commit()
+	m.commit(txn)
 	n := 0
 	for _, r := range fenced {
 		if r.held.finish(ErrFenced, &m.cnt.fencedLeases) {

@@ -63,15 +63,13 @@ func (s Snapshot) Get(pool ledger.PoolID, id ledger.LeaseID) (Entry, bool) {
 
 // Engine returns what this router holds on one engine.
 func (s Snapshot) Engine(pool ledger.PoolID, engine ledger.EngineID) Reserved {
-	var r Reserved
-	it, err := s.txn.Get(tableLeases, indexEngine, string(pool), string(engine))
-	if err != nil {
-		return r
-	}
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		add(&r, raw.(*row))
-	}
-	return r
+	var res Reserved
+	s.each(pool, func(r *row) {
+		if r.Engine == engine {
+			add(&res, r)
+		}
+	})
+	return res
 }
 
 // Engines returns what this router holds per engine of pool.

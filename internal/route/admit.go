@@ -66,7 +66,7 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 	if len(cands) == 0 {
 		return nil
 	}
-	held := a.m.Snapshot().Engines(pool)
+	held := a.m.HeldByEngine(pool)
 	var fleet map[ledger.EngineID]reserved
 	if a.fv != nil {
 		fleet = a.fv.engines(pool)
