@@ -10,8 +10,10 @@ package route
 // again. The lease is released exactly once, with the
 // actual usage when the engine reported it, on every way out: completion,
 // upstream error, timeout, client disconnect, revocation; the release runs
-// under its own bounded context, never the request's, in the background
-// once the answer has ended (Shutdown waits for it).
+// under its own bounded context, never the request's: before the answer
+// ends when the engine's answer was read to its end (so the client's next
+// request finds the capacity free), in the background after AbortGrace
+// when the request was cut (Shutdown waits for it).
 
 import (
 	"bufio"
@@ -263,20 +265,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if !known {
 			usage = ledger.Usage{CompletionTokens: chunks}
 		}
-		// The release runs after the handler has returned, so the end of
-		// the answer does not wait for a ledger round trip: holding the
-		// lease a little longer than the engine holds the request is the
-		// safe direction. It counts as in flight, so Shutdown waits for it
-		// before closing the holder sessions.
-		cut, known, usage := sent && !finished, known, usage
-		r.inflight.Add(1)
-		go func() {
-			defer r.inflight.Add(-1)
-			if cut && r.cfg.AbortGrace > 0 {
-				// The connection was cut: give the engine time to notice
-				// and abort before the capacity can be granted again.
-				time.Sleep(r.cfg.AbortGrace)
-			}
+		finish := func() {
 			_ = t.release(usage) // bounded, own context; retried in background
 			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
 			p.q.notify()
@@ -284,6 +273,25 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 				p.est.observePrompt(req, usage.PromptTokens)
 				p.est.observeCompletion(usage.CompletionTokens / req.n)
 			}
+		}
+		if !sent || finished {
+			// Before the answer ends: a client that sends its next request
+			// once this one is done finds the capacity (and its tenant's
+			// quota) free again, on any router.
+			finish()
+			return
+		}
+		// The connection was cut: nobody waits for this answer. Give the
+		// engine time to notice and abort before the capacity can be
+		// granted again, in the background; it counts as in flight, so
+		// Shutdown waits for it before closing the holder sessions.
+		r.inflight.Add(1)
+		go func() {
+			defer r.inflight.Add(-1)
+			if r.cfg.AbortGrace > 0 {
+				time.Sleep(r.cfg.AbortGrace)
+			}
+			finish()
 		}()
 	}()
 
