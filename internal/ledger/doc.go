@@ -97,6 +97,15 @@
 // was never observed, is stale: policy hold keeps the last correction, block
 // refuses grants (ReasonTelemetryStale), ignore drops the correction.
 //
+// A lease the ledger ends itself — its deadline passed, or its holder's
+// session died — may still be running on its engine: a paused holder
+// (SIGSTOP, a long stall, a partition) cannot abort what it sent. On an
+// engine that has been observed, such a lease's KV tokens and slots are
+// therefore added to the engine's correction as it ends, and stay charged
+// until the next applied observation, which measures what the engine still
+// runs. On an engine never observed the capacity returns at once (nothing
+// would ever measure it). A lease its holder releases is not charged.
+//
 // # What a Ledger does not do
 //
 // It does not estimate tokens, rank engines, queue requests, retry, or jitter

@@ -306,6 +306,16 @@ const (
 	CounterActualComplete = "actual_completion_tokens" // from Release usage
 )
 
+// EndedByLedger reports whether a lease ended with counter (expired, or
+// revoked with its holder's session) was ended by the ledger rather than
+// released by its holder: the engine may still run its request, so on an
+// engine that has telemetry its amounts stay charged to the engine's
+// correction until the next applied observation measures them (see the
+// package doc, "Observe").
+func EndedByLedger(counter string) bool {
+	return counter == CounterExpired || counter == CounterRevoked
+}
+
 // PoolStats is a pool's state, for audit.
 type PoolStats struct {
 	Pool            PoolID

@@ -133,13 +133,24 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
 end
 
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
+-- A lease the ledger ends (cnt 'expired' or 'revoked') may still run on its
+-- engine: on an engine that has been observed its amounts are added to the
+-- correction, charged until the next observation (ledger.EndedByLedger).
 local function drop_lease(l, cnt)
   local id = l[L_ID]
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HDEL', K_LEASES, id)
-  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt)
+  local extra
+  if cnt[1] == 'expired' or cnt[1] == 'revoked' then
+    local cf = 'e:' .. l[L_ENGINE] .. ':c'
+    local ckv, cs, arrived = triple(redis.call('HGET', K_STATE, cf))
+    if arrived > 0 then
+      extra = {cf, fmt3(ckv + num(l[L_KV]), cs + num(l[L_SLOTS]), arrived)}
+    end
+  end
+  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra)
 end
 
 -- holder_state returns 'live' (and the expiry), 'dead' (expired session not

@@ -336,6 +336,11 @@ func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledg
 		er.ReservedKV -= r.KVTokens
 		er.ReservedSlots -= r.Slots
 		er.Leases--
+		if ledger.EndedByLedger(out.cause) && er.Obs != nil {
+			// The engine may still run it: charged until observed.
+			er.CorrectionKV += r.KVTokens
+			er.CorrectionSlots += r.Slots
+		}
 		count(&er.Counters, out.cause, 1)
 		if out.cause == ledger.CounterReleases {
 			count(&er.Counters, ledger.CounterReleasedKV, r.KVTokens)

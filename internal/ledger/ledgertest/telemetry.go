@@ -16,6 +16,48 @@ func (s *suite) testTelemetry(t *testing.T) {
 	t.Run("NoCreditBelowReserved", s.testObserveNoCredit)
 	t.Run("NotNewerIgnored", s.testObserveNotNewer)
 	t.Run("StalePolicies", s.testStalePolicies)
+	t.Run("EndedLeaseChargedUntilObserved", s.testEndedLeaseCharged)
+}
+
+// testEndedLeaseCharged: a lease the ledger ends (session death, deadline)
+// may still run on its engine, so on an observed engine it stays charged
+// to the correction until the next observation; on a never-observed engine
+// its capacity returns at once. A lease its holder releases is not charged.
+func (s *suite) testEndedLeaseCharged(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
+	f.observe(e1, 0, 0, time.Now(), true) // e1 has telemetry, e2 never had
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
+	f.acquire(f.req("hx", 600, 2, e1), e1)
+	f.acquire(f.req("hx", 700, 3, e2), e2)
+	released := f.acquire(f.req(h1, 100, 1, e1), e1)
+	if _, err := f.l.Release(f.ctx, released.Ref(), ledger.Usage{}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	f.wantCorrection(e1, 0, 0) // released by its holder: not charged
+	f.waitPast(sess.Expires)
+	f.sweepAll()
+	f.wantReserved(e1, 0, 0, 0)
+	f.wantReserved(e2, 0, 0, 0)
+	// Revoked with the dead session: charged on e1 until it is observed.
+	f.wantCorrection(e1, 600, 2)
+	f.reject(f.req(h1, 401, 1, e1), ledger.ReasonEngineKV, e1)
+	f.wantCorrection(e2, 0, 0)
+	f.acquire(f.req(h1, 1000, 4, e2), e2)
+	// The next observation measures it: the engine had aborted it.
+	f.observe(e1, 0, 0, time.Now().Add(time.Millisecond), true)
+	f.wantCorrection(e1, 0, 0)
+	// A lease whose deadline passes is charged the same way.
+	r := f.req(h1, 300, 1, e1)
+	r.TTL = f.ttl(200 * time.Millisecond)
+	a := f.acquire(r, e1)
+	f.waitPast(a.Deadline)
+	f.sweepAll()
+	f.wantReserved(e1, 0, 0, 0)
+	f.wantCorrection(e1, 300, 1)
+	f.reject(f.req(h1, 701, 1, e1), ledger.ReasonEngineKV, e1)
+	f.acquire(f.req(h1, 700, 3, e1), e1)
+	f.observe(e1, 0, 0, time.Now().Add(2*time.Millisecond), true)
+	f.wantCorrection(e1, 0, 0)
 }
 
 // observe applies an observation of e1 and wants it applied or not.

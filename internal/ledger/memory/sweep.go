@@ -122,6 +122,11 @@ func (o *op) removeLease(ls *leaseRow, counter string) {
 		c.ReservedKV -= ls.KVTokens
 		c.ReservedSlots -= ls.Slots
 		c.Leases--
+		if ledger.EndedByLedger(counter) && !c.ObservedAt.IsZero() {
+			// The engine may still run it: charged until observed.
+			c.CorrectionKV += ls.KVTokens
+			c.CorrectionSlots += ls.Slots
+		}
 		if c.Removed && c.Leases <= 0 {
 			o.delete(tableEngines, e)
 		} else {
