@@ -2,7 +2,8 @@ package route
 
 // The fleet view (ledger admission). A router's own lease table shows only
 // what this router holds; the fleet view polls the ledger's per-engine
-// totals (Stats) every ViewInterval, so that
+// totals (Stats: reservations plus telemetry correction, what admission
+// counts) every ViewInterval, so that
 //
 //   - ranking sees what every router holds: an engine's used capacity is
 //     the larger of the last poll and this router's own holdings (which are
@@ -119,9 +120,13 @@ func (v *fleetView) count(pool ledger.PoolID, result string) {
 func totals(st ledger.PoolStats, at time.Time) poolTotals {
 	t := poolTotals{at: at, engines: make(map[ledger.EngineID]reserved, len(st.Engines))}
 	for _, e := range st.Engines {
-		t.engines[e.Spec.ID] = reserved{kv: e.ReservedKV, slots: e.ReservedSlots}
-		t.kv += e.ReservedKV
-		t.slots += e.ReservedSlots
+		// What admission counts: reservations plus the telemetry
+		// correction (load no lease covers, and leases the ledger ended
+		// that the engine may still run).
+		r := reserved{kv: e.ReservedKV + e.CorrectionKV, slots: e.ReservedSlots + e.CorrectionSlots}
+		t.engines[e.Spec.ID] = r
+		t.kv += r.kv
+		t.slots += r.slots
 	}
 	return t
 }
