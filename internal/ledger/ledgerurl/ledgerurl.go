@@ -1,7 +1,8 @@
 // Package ledgerurl picks a ledger backend from a --ledger URL, once, for
-// the commands: memory://, redis://host:port/db (rediss:// for TLS),
-// etcd://host:port[,host:port][/prefix], grpc://host:port (a reserver). It
-// owns no state of its own.
+// the commands: memory://, redis://host:port/db (rediss:// for TLS;
+// ?wait_replicas=N[&wait_timeout=D] acknowledges changes only once N
+// replicas have them), etcd://host:port[,host:port][/prefix],
+// grpc://host:port (a reserver). It owns no state of its own.
 package ledgerurl
 
 import (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,26 @@ type Options struct {
 	// Prefix starts every key; "" means DefaultPrefix. It must not contain
 	// braces, glob characters or spaces.
 	Prefix string
+	// WaitReplicas, when > 0, acknowledges a change (every operation but
+	// the reads and Sweep) only once that many replicas have it: the script
+	// and a Redis WAIT go in one pipeline on one connection, so a failover
+	// to a replica that acknowledged loses no acknowledged grant, renewal
+	// or release. 0 (the default) is Redis's asynchronous replication. URL
+	// parameter wait_replicas.
+	WaitReplicas int
+	// WaitTimeout bounds that WAIT (default 100ms; URL parameter
+	// wait_timeout). When fewer replicas acknowledge in time the call fails
+	// with ErrNotReplicated and the change stays on the primary:
+	// operations are idempotent, so the caller retries.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is Options.WaitTimeout's default.
+const DefaultWaitTimeout = 100 * time.Millisecond
+
+// ErrNotReplicated: with Options.WaitReplicas, fewer replicas acknowledged
+// a change within WaitTimeout. The change was made on the primary.
+var ErrNotReplicated = errors.New("redis ledger: change not acknowledged by enough replicas")
 
 // Ledger is the Redis backend of ledger.Ledger: every operation is one Lua
 // script call on the pool's keys, so it is atomic on Redis and on one Redis
@@ -60,7 +80,27 @@ func Open(rawURL string, opts Options) (*Ledger, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("open redis ledger: scheme %q, want redis or rediss", u.Scheme)
 	}
-	copts, err := goredis.ParseURL(rawURL)
+	// wait_replicas and wait_timeout are ours; go-redis refuses unknown
+	// parameters.
+	q := u.Query()
+	if v := q.Get("wait_replicas"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("open redis ledger %s: wait_replicas = %q: want a whole number >= 0", u.Redacted(), v)
+		}
+		opts.WaitReplicas = n
+	}
+	if v := q.Get("wait_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("open redis ledger %s: wait_timeout = %q: want a duration > 0 (e.g. 100ms)", u.Redacted(), v)
+		}
+		opts.WaitTimeout = d
+	}
+	q.Del("wait_replicas")
+	q.Del("wait_timeout")
+	u.RawQuery = q.Encode()
+	copts, err := goredis.ParseURL(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
 	}
@@ -77,6 +117,12 @@ func (o Options) withDefaults() (Options, error) {
 	o.Options = o.Options.WithDefaults()
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
+	}
+	if o.WaitReplicas < 0 || o.WaitTimeout < 0 {
+		return o, fmt.Errorf("%w: WaitReplicas %d and WaitTimeout %s must not be negative", ledger.ErrInvalidArgument, o.WaitReplicas, o.WaitTimeout)
+	}
+	if o.WaitTimeout == 0 {
+		o.WaitTimeout = DefaultWaitTimeout
 	}
 	return o, checkPrefix(o.Prefix)
 }
@@ -112,7 +158,51 @@ func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool
 }
 
 func (l *Ledger) mutate(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
-	return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
+	if l.opts.WaitReplicas <= 0 {
+		return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
+	}
+	return l.runWait(ctx, s(l.scripts), pool, args...)
+}
+
+// runWait runs a changing script and WAIT in one pipeline, so both use one
+// connection and WAIT counts the replicas that have this script's writes.
+// A script Redis no longer caches is loaded and the pipeline sent again.
+func (l *Ledger) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
+	if l.closed.Load() {
+		return reply{}, ledger.ErrClosed
+	}
+	if l.err != nil {
+		return reply{}, l.err
+	}
+	keys, _ := keySchema(l.opts.Prefix, pool)
+	argv := append([]any{l.opts.SweepBatch}, args...)
+	for attempt := 0; ; attempt++ {
+		var eval *goredis.Cmd
+		var wait *goredis.Cmd
+		_, err := l.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			eval = script.EvalSha(ctx, p, keys.scriptKeys(), argv...)
+			// WAIT's timeout is whole ms, and 0 would block forever.
+			wait = p.Do(ctx, "wait", l.opts.WaitReplicas, max(1, l.opts.WaitTimeout.Milliseconds()))
+			return nil
+		})
+		if err != nil && attempt == 0 && goredis.HasErrorPrefix(eval.Err(), "NOSCRIPT") {
+			if lerr := script.Load(ctx, l.client).Err(); lerr != nil {
+				return reply{}, lerr
+			}
+			continue
+		}
+		if err := eval.Err(); err != nil {
+			return reply{}, err
+		}
+		n, err := wait.Int64()
+		if err != nil {
+			return reply{}, fmt.Errorf("redis ledger: WAIT: %w", err)
+		}
+		if n < int64(l.opts.WaitReplicas) {
+			return reply{}, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, l.opts.WaitReplicas, l.opts.WaitTimeout)
+		}
+		return decodeReply(eval.Val())
+	}
 }
 
 // Configure applies spec and returns the pool's epoch: a new one, with its

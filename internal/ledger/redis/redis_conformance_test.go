@@ -16,15 +16,29 @@ import (
 // ledger gets its own key prefix, and losing a ledger deletes its keys, as a
 // restart without persistence or a FLUSHALL would.
 func TestConformance(t *testing.T) {
-	srv := redisserver.Start(t)
+	conformance(t, "redis", redisserver.Start(t), 0)
+}
+
+// TestConformanceWaitReplicas runs the suite again with every change
+// acknowledged only once a replica has it (Options.WaitReplicas).
+func TestConformanceWaitReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite with WAIT: skipped in -short")
+	}
+	primary := redisserver.Start(t)
+	redisserver.StartReplica(t, primary)
+	conformance(t, "redis+wait", primary, 1)
+}
+
+func conformance(t *testing.T, name string, srv *redisserver.Server, waitReplicas int) {
 	client := srv.Client()
 	var mu sync.Mutex // guards prefixes
 	prefixes := map[ledger.Ledger]string{}
 	ledgertest.Run(t, ledgertest.Backend{
-		Name: "redis",
+		Name: name,
 		New: func(t testing.TB, opts ledger.Options) ledger.Ledger {
 			p := newPrefix()
-			l := lhredis.New(client, lhredis.Options{Options: opts, Prefix: p})
+			l := lhredis.New(client, lhredis.Options{Options: opts, Prefix: p, WaitReplicas: waitReplicas, WaitTimeout: 2 * time.Second})
 			mu.Lock()
 			prefixes[l] = p
 			mu.Unlock()

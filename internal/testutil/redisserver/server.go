@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,6 +28,8 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	// extra are more redis-server arguments (a replica's --replicaof).
+	extra []string
 
 	mu      sync.Mutex // guards cmd, waitC, clients
 	cmd     *exec.Cmd
@@ -39,6 +42,38 @@ type Server struct {
 // Client returned.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return start(tb)
+}
+
+// StartReplica starts a server replicating primary (--replicaof) and waits
+// until the replication link is up.
+func StartReplica(tb testing.TB, primary *Server) *Server {
+	tb.Helper()
+	// Full syncs start at once rather than after Redis's 5 s default delay.
+	pc := goredis.NewClient(&goredis.Options{Addr: primary.Addr()})
+	err := pc.ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err()
+	_ = pc.Close()
+	if err != nil {
+		tb.Fatalf("redisserver: primary %s: CONFIG SET repl-diskless-sync-delay: %v", primary.Addr(), err)
+	}
+	s := start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redisserver: replica of %s not linked within %s: %v\n%s", primary.Addr(), startTimeout, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
 	bin := Binary
 	if env := os.Getenv("REDIS_SERVER"); env != "" {
 		bin = env
@@ -47,7 +82,7 @@ func Start(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("redisserver: %s not found (%v): install redis-server >= 7 (e.g. apt-get install redis-server) or set REDIS_SERVER", bin, err)
 	}
-	s := &Server{tb: tb, bin: path, dir: tb.TempDir()}
+	s := &Server{tb: tb, bin: path, dir: tb.TempDir(), extra: extra}
 	tb.Cleanup(s.stop)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -93,6 +128,7 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--logfile", logPath,
 	)
+	cmd.Args = append(cmd.Args, s.extra...)
 	cmd.Dir = s.dir
 	// Its own process group, so a Ctrl-C to go test reaches us, not it, and
 	// cleanup decides when it dies.
