@@ -9,6 +9,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -247,7 +248,39 @@ func BenchmarkReport(b *testing.B) {
 		fmt.Fprintf(out, "| %s | %d | %s |\n", s.name, s.calls, benchkit.Micros(s.per))
 	}
 	fmt.Fprintln(out, "\nTarget: ≤ 20 µs of Redis server time per acquire. The empty script's row is the same-run floor of one script call.")
+	e.waitReplicas(out, d)
 	fmt.Print(out.String())
+}
+
+// waitReplicas attaches a replica to the server and measures Acquire+Release
+// with WaitReplicas 0 (asynchronous replication, the baseline) and 1 (every
+// change acknowledged once the replica has it), in alternating rounds.
+func (e *benchEnv) waitReplicas(out io.Writer, d time.Duration) {
+	redisserver.StartReplica(e.b, e.srv)
+	fmt.Fprintln(out, "\n| replication (one replica attached) | callers | Acquire+Release ops/s | p50 µs | p99 µs | vs async |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
+	for _, callers := range []int{1, 16} {
+		var res [2]benchkit.Result
+		for round := 0; round < 2; round++ {
+			for i, wait := range []int{0, 1} {
+				e.fresh(callers)
+				e.led = New(e.client, Options{Options: ledger.Options{RecoveryWindow: -1}, WaitReplicas: wait})
+				e.addPool(benchPool, callers)
+				r := benchkit.Run(e.ctx, "", callers, d/2, e.acquireRelease(fmt.Sprintf("w%d-%d-", wait, round)))
+				res[i].Ops += r.Ops
+				res[i].Errors += r.Errors
+				res[i].Elapsed += r.Elapsed
+				res[i].P50 += r.P50 / 2
+				res[i].P99 += r.P99 / 2
+			}
+		}
+		res[0].Name, res[1].Name = "async (default)", "wait_replicas=1"
+		res[0].Callers, res[1].Callers = callers, callers
+		for _, r := range res {
+			fmt.Fprintln(out, benchkit.Row(r, res[0].Throughput()))
+		}
+	}
+	fmt.Fprintln(out, "\n(2 alternating rounds of", d/2, "each; p50/p99 are the rounds' means.)")
 }
 
 func redisVersion(ctx context.Context, c *goredis.Client) string {
