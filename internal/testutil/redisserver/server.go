@@ -59,10 +59,16 @@ func StartReplica(tb testing.TB, primary *Server) *Server {
 	s := start(tb, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
+	pc = goredis.NewClient(&goredis.Options{Addr: primary.Addr()})
+	defer pc.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
+		// Linked on the replica's side, and online on the primary's: only
+		// then does WAIT count it.
 		info, err := c.Info(context.Background(), "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
+		pinfo, perr := pc.Info(context.Background(), "replication").Result()
+		online := perr == nil && strings.Contains(pinfo, "port="+strconv.Itoa(s.port)+",state=online")
+		if err == nil && strings.Contains(info, "master_link_status:up") && online {
 			return s
 		}
 		if time.Now().After(deadline) {
