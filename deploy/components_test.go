@@ -23,6 +23,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
 // binaries are built once per test process.
@@ -80,24 +82,13 @@ func freeAddr(t *testing.T) string {
 
 // proc is a started component; its stderr is kept for failure messages.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex // guards log
-	log  bytes.Buffer
-	done chan struct{}
+	name           string
+	cmd            *exec.Cmd
+	syncbuf.Buffer // the process's output
+	done           chan struct{}
 }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *proc) output() string { return p.String() }
 
 // start runs bin with args and env (added to a minimal environment) and
 // stops it with SIGTERM (then SIGKILL) at cleanup.

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
 // When the ledger becomes unreachable the router fences itself before
@@ -115,30 +115,12 @@ func TestFailClosedBeforeFirstKeepAlive(t *testing.T) {
 	}
 }
 
-// lockedBuf is a strings.Builder safe for the Manager's goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A failing keepalive is logged once per change of error, not on every
 // retry: an operator sees why the pool is fenced or unready (here the
 // ledger is unreachable) without a line a second.
 func TestKeepAliveFailureLoggedOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
-		var buf lockedBuf
+		var buf syncbuf.Buffer
 		cfg := fx.fastConfig()
 		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 		m := newManager(t, cfg)

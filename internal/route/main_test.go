@@ -13,12 +13,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
 // binDir holds the router, enginesim and reserver binaries built once by
@@ -71,25 +72,8 @@ type proc struct {
 	name string
 	addr string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startProc runs binary bin with args; addr is what it listens on.
@@ -101,7 +85,7 @@ func startProc(t testing.TB, name, bin, addr string, args ...string) *proc {
 // startProcEnv is startProc with the environment env (nil: this process's).
 func startProcEnv(t testing.TB, name, bin, addr string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, addr: addr, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, addr: addr, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, bin), args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger/memory"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
+	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
 const (
@@ -262,29 +262,11 @@ func TestLoopbackOnlyWithoutToken(t *testing.T) {
 	// loopback only.
 }
 
-// syncBuf is a bytes.Buffer safe for the server's and the test's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRefusalsLogged: a refused call is logged once per peer, method and
 // code per minute, naming the method, code, peer and who the caller was
 // taken for, and never a token.
 func TestRefusalsLogged(t *testing.T) {
-	var buf syncBuf
+	var buf syncbuf.Buffer
 	cfg := authConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 	_, url := serve(t, cfg, "127.0.0.1:0")
