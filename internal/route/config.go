@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/flagenv"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
 )
@@ -152,6 +153,9 @@ type Config struct {
 	// Both 0 (the default) turn blocks off; otherwise both must be
 	// positive.
 	BlockLeaseKV, BlockLeaseSlots int64
+	// BlockLeaseIdle is how long a block with no request on it is kept
+	// before it goes back to the ledger (default 5s).
+	BlockLeaseIdle time.Duration
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
 	// DebugListen, when set, serves Go's profiler (net/http/pprof) on this
@@ -189,6 +193,7 @@ func Defaults() Config {
 		ShutdownTimeout:    30 * time.Second,
 		ReadyTimeout:       30 * time.Second,
 		ViewInterval:       250 * time.Millisecond,
+		BlockLeaseIdle:     lease.DefaultBlockIdle,
 		LogLevel:           "info",
 	}
 }
@@ -226,6 +231,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ViewInterval, "view-interval", c.ViewInterval, "how often the ledger's per-engine totals are polled for ranking and to wake queued requests (0: off)")
 	fs.Int64Var(&c.BlockLeaseKV, "block-lease-kv", c.BlockLeaseKV, "KV tokens of a block lease that small requests are admitted against locally (0: off; needs --block-lease-slots)")
 	fs.Int64Var(&c.BlockLeaseSlots, "block-lease-slots", c.BlockLeaseSlots, "slots of a block lease (0: off; needs --block-lease-kv)")
+	fs.DurationVar(&c.BlockLeaseIdle, "block-lease-idle", c.BlockLeaseIdle, "how long an idle block lease is kept before it goes back to the ledger")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve Go's profiler (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (default off)")
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "fault injection/testing only: skew this router's wall clock by this much (e.g. 30s, -30s); intervals are unaffected")
@@ -325,6 +331,7 @@ func (c *Config) Validate() error {
 		{"--scrape-interval", c.ScrapeInterval, 10 * time.Millisecond},
 		{"--shutdown-timeout", c.ShutdownTimeout, 0},
 		{"--ready-timeout", c.ReadyTimeout, 0},
+		{"--block-lease-idle", c.BlockLeaseIdle, 100 * time.Millisecond},
 		{"--tokenize-timeout", c.TokenizeTimeout, time.Millisecond},
 	} {
 		if d.v < d.min {

@@ -164,7 +164,7 @@ func (r *Router) Start(ctx context.Context) error {
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
 			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
-			Block: lease.BlockConfig{KVTokens: r.cfg.BlockLeaseKV, Slots: r.cfg.BlockLeaseSlots}, Clock: r.clock,
+			Block: lease.BlockConfig{KVTokens: r.cfg.BlockLeaseKV, Slots: r.cfg.BlockLeaseSlots, Idle: r.cfg.BlockLeaseIdle}, Clock: r.clock,
 			// The ledger lost the pool (wiped store): configure it again.
 			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.applyPool(ctx, pool, true) },
 		}
