@@ -311,26 +311,11 @@ func (fs *fleetState) applyAll(ctx context.Context, force bool) {
 // a note when the last one has joined.
 func (fs *fleetState) setWaiting(pool ledger.PoolID, waiting []fleet.WaitingEngine) {
 	fs.mu.Lock()
-	prev := fs.waiting[pool]
-	if len(waiting) == 0 {
-		delete(fs.waiting, pool)
-	} else {
-		fs.waiting[pool] = waiting
-	}
+	changed := fleet.UpdateWaiting(fs.waiting, pool, waiting)
 	fs.mu.Unlock()
-	if slices.EqualFunc(prev, waiting, func(a, b fleet.WaitingEngine) bool { return a.ID == b.ID }) {
-		return
+	if changed {
+		fleet.LogWaiting(fs.r.log, pool, waiting, "they join when their metrics report one (tenant quotas grow then)")
 	}
-	if len(waiting) == 0 {
-		fs.r.log.Info("every engine of the pool is configured", "pool", pool)
-		return
-	}
-	ids, why := make([]string, len(waiting)), make([]string, len(waiting))
-	for i, w := range waiting {
-		ids[i], why[i] = string(w.ID), w.Err.Error()
-	}
-	fs.r.log.Warn("pool configured without engines whose capacity is unknown; they join when their metrics report one (tenant quotas grow then)",
-		"pool", pool, "waiting", strings.Join(ids, ","), "why", strings.Join(why, "; "))
 }
 
 // setPending records why a pool is not configured, logging when the

@@ -493,24 +493,9 @@ func (a *applier) setPending(pool ledger.PoolID, err error) error {
 // logging when the set changes.
 func (a *applier) setWaiting(pool ledger.PoolID, waiting []fleet.WaitingEngine) {
 	a.mu.Lock()
-	prev := a.waiting[pool]
-	if len(waiting) == 0 {
-		delete(a.waiting, pool)
-	} else {
-		a.waiting[pool] = waiting
-	}
+	changed := fleet.UpdateWaiting(a.waiting, pool, waiting)
 	a.mu.Unlock()
-	if slices.EqualFunc(prev, waiting, func(x, y fleet.WaitingEngine) bool { return x.ID == y.ID }) {
-		return
+	if changed {
+		fleet.LogWaiting(a.log, pool, waiting, "they are not candidates until their metrics report one")
 	}
-	if len(waiting) == 0 {
-		a.log.Info("every engine of the pool is configured", "pool", pool)
-		return
-	}
-	ids := make([]string, len(waiting))
-	for i, w := range waiting {
-		ids[i] = string(w.ID)
-	}
-	a.log.Warn("pool configured without engines whose capacity is unknown; they are not candidates until their metrics report one",
-		"pool", pool, "waiting", strings.Join(ids, ","))
 }
