@@ -83,22 +83,11 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}
-	r, err := New(cfg, Options{Fleet: f, Ledger: l, LeaseConfig: func(c *lease.Config) {
+	t.Cleanup(h.client.CloseIdleConnections)
+	r := startRouter(t, cfg, Options{Fleet: f, Ledger: l, LeaseConfig: func(c *lease.Config) {
 		c.CallTimeout, c.ReleaseTimeout = 300*time.Millisecond, 300*time.Millisecond
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	h.r, h.url = r, "http://"+r.Addr()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.Shutdown(ctx)
-		h.client.CloseIdleConnections()
-	})
 	waitHTTP(t, h.url+"/readyz", 10*time.Second)
 	return h
 }
@@ -492,18 +481,7 @@ func TestFleetViewWakesQueuedRequests(t *testing.T) {
 	cfg := Defaults()
 	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger = "127.0.0.1:0", "b", "fleet.yaml", h.rs.URL()
 	cfg.MaxModelLen, cfg.ViewInterval, cfg.QueueTimeout = 2048, 50*time.Millisecond, 10*time.Second
-	b, err := New(cfg, Options{Fleet: h.fleet, Ledger: h.l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Shutdown(ctx)
-	})
+	b := startRouter(t, cfg, Options{Fleet: h.fleet, Ledger: h.l})
 	bURL := "http://" + b.Addr()
 	waitHTTP(t, bURL+"/readyz", 10*time.Second)
 

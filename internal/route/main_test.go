@@ -76,6 +76,25 @@ type proc struct {
 	done chan struct{}
 }
 
+// startRouter builds and starts an in-process Router, shut down at
+// cleanup. It does not wait for the router to be ready.
+func startRouter(t testing.TB, cfg Config, opts Options) *Router {
+	t.Helper()
+	r, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.Shutdown(ctx)
+	})
+	return r
+}
+
 // startProc runs binary bin with args; addr is what it listens on.
 func startProc(t testing.TB, name, bin, addr string, args ...string) *proc {
 	t.Helper()

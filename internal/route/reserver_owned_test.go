@@ -73,22 +73,11 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 
 	cfg := Defaults()
 	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger, cfg.MaxModelLen = "127.0.0.1:0", "r1", "fleet.yaml", target, 2048
-	r, err := New(cfg, Options{Fleet: f, Ledger: rl, LeaseConfig: func(c *lease.Config) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	r := startRouter(t, cfg, Options{Fleet: f, Ledger: rl, LeaseConfig: func(c *lease.Config) {
 		c.CallTimeout, c.ReleaseTimeout = 2*time.Second, 2*time.Second
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = r.Shutdown(ctx)
-		client.CloseIdleConnections()
-	})
 	url := "http://" + r.Addr()
 
 	// Before the pool is configured: not ready, and it stays so.
