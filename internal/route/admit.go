@@ -67,14 +67,14 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 		return nil
 	}
 	held := a.m.HeldByEngine(pool)
-	var fleet map[ledger.EngineID]reserved
+	var fleet map[ledger.EngineID]lease.Reserved
 	if a.fv != nil {
 		fleet = a.fv.engines(pool)
 	}
 	out := append([]engineView(nil), cands...)
 	for i := range out {
 		r, f := held[out[i].id], fleet[out[i].id]
-		out[i].usedKV, out[i].usedSlots = max(r.KVTokens, f.kv), max(r.Slots, f.slots)
+		out[i].usedKV, out[i].usedSlots = max(r.KVTokens, f.KVTokens), max(r.Slots, f.Slots)
 	}
 	return out
 }

@@ -28,18 +28,17 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // poolTotals is one poll of a pool.
 type poolTotals struct {
 	at      time.Time // local clock
-	engines map[ledger.EngineID]reserved
+	engines map[ledger.EngineID]lease.Reserved
 	kv      int64
 	slots   int64
 }
-
-type reserved struct{ kv, slots int64 }
 
 // fleetView polls the ledger's reserved totals per pool.
 type fleetView struct {
@@ -118,22 +117,22 @@ func (v *fleetView) count(pool ledger.PoolID, result string) {
 }
 
 func totals(st ledger.PoolStats, at time.Time) poolTotals {
-	t := poolTotals{at: at, engines: make(map[ledger.EngineID]reserved, len(st.Engines))}
+	t := poolTotals{at: at, engines: make(map[ledger.EngineID]lease.Reserved, len(st.Engines))}
 	for _, e := range st.Engines {
 		// What admission counts: reservations plus the telemetry
 		// correction (load no lease covers, and leases the ledger ended
 		// that the engine may still run).
-		r := reserved{kv: e.ReservedKV + e.CorrectionKV, slots: e.ReservedSlots + e.CorrectionSlots}
+		r := lease.Reserved{KVTokens: e.ReservedKV + e.CorrectionKV, Slots: e.ReservedSlots + e.CorrectionSlots, Leases: int(e.Leases)}
 		t.engines[e.Spec.ID] = r
-		t.kv += r.kv
-		t.slots += r.slots
+		t.kv += r.KVTokens
+		t.slots += r.Slots
 	}
 	return t
 }
 
 // engines returns pool's per-engine totals from a poll no older than four
 // intervals; nil when there is none.
-func (v *fleetView) engines(pool ledger.PoolID) map[ledger.EngineID]reserved {
+func (v *fleetView) engines(pool ledger.PoolID) map[ledger.EngineID]lease.Reserved {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t, ok := v.last[pool]
