@@ -16,7 +16,11 @@ package route
 //	          more, one without max_tokens reserves exactly this, so a lease
 //	          never undershoots what the granted engine may hold.
 //
-// In the usual pool of identical engines both are the engines' value. While
+// In a pool whose engines differ, a request is also matched to engines by
+// its prompt plus max_tokens (ctxLen.fit): engines too small are not
+// offered when the prompt is counted exactly, and offered last when it is
+// estimated. In the usual pool of identical engines both bounds are the
+// engines' value. While
 // no engine has answered, or if none ever does, both are --max-model-len
 // (logged once per pool). Engines that have not answered are asked again on
 // every round of the fleet applier (ledger admission, apply.go), which asks
@@ -50,6 +54,37 @@ type ctxLen struct {
 	// reported is how many of the pool's engines answered (0: the
 	// fallback, or the fleet file's value).
 	reported int
+	// engines is each engine's context (--max-model-len for one that has
+	// not answered) when they differ; nil in a pool of equal engines.
+	engines map[ledger.EngineID]int64
+}
+
+// fit orders cands for a request that needs need tokens of context (its
+// prompt plus max_tokens) on one engine. With an exact prompt count an
+// engine too small for it is dropped: it could only refuse the request.
+// With an estimated one (which errs high) such engines go last, in their
+// order, and stay candidates. In a pool of equal engines, or when every
+// candidate would be dropped, cands is returned as is.
+func (l ctxLen) fit(cands []ledger.EngineID, need int64, exact bool) []ledger.EngineID {
+	if l.engines == nil || need <= 0 {
+		return cands
+	}
+	fits := make([]ledger.EngineID, 0, len(cands))
+	var small []ledger.EngineID
+	for _, id := range cands {
+		if n, ok := l.engines[id]; ok && n < need {
+			small = append(small, id)
+			continue
+		}
+		fits = append(fits, id)
+	}
+	switch {
+	case len(small) == 0 || len(fits) == 0:
+		return cands
+	case exact:
+		return fits
+	}
+	return append(fits, small...)
 }
 
 // contextLens owns every pool's ctxLen. get is lock-free; discover may run
@@ -140,12 +175,15 @@ func (c *contextLens) update(p fleet.Pool, errs []string) {
 	defer c.mu.Unlock()
 	var lo, hi int64
 	n, missing := 0, false
+	per := make(map[ledger.EngineID]int64, len(p.Engines))
 	for _, e := range p.Engines {
 		v, ok := c.reported[telemetry.EngineKey{Pool: p.Name, Engine: e.ID}]
 		if !ok {
 			missing = true
+			per[e.ID] = c.fallback
 			continue
 		}
+		per[e.ID] = v
 		if n == 0 || v < lo {
 			lo = v
 		}
@@ -158,6 +196,13 @@ func (c *contextLens) update(p fleet.Pool, errs []string) {
 		if missing {
 			next.reserve = max(hi, c.fallback)
 		}
+		smallest := lo
+		if missing {
+			smallest = min(lo, c.fallback)
+		}
+		if smallest != next.reserve {
+			next.engines = per
+		}
 	}
 	prev := c.cur[p.Name].Swap(&next)
 	switch {
@@ -165,7 +210,7 @@ func (c *contextLens) update(p fleet.Pool, errs []string) {
 		c.warned[p.Name] = true
 		c.log.Warn("no engine of the pool reported its context length; using --max-model-len until one does",
 			"pool", p.Name, "max_model_len", c.fallback, "errors", strings.Join(errs, "; "))
-	case next.reported > 0 && *prev != next:
+	case next.reported > 0 && (prev.limit != next.limit || prev.reserve != next.reserve || prev.reported != next.reported):
 		c.log.Info("pool context length from its engines", "pool", p.Name, "max_model_len", next.limit,
 			"reserve_per_sequence", next.reserve, "engines_reported", next.reported, "engines", len(p.Engines))
 		if len(errs) > 0 {

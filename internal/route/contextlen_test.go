@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +115,59 @@ func TestContextLengthPerPool(t *testing.T) {
 			}
 		})
 	}
+	// In the mixed pool a counted prompt that fits only the long engine
+	// (3072) is never offered to the short one (1024),
+	// whatever engine its prefix prefers; a short request may go to either.
+	engines := map[string]int{}
+	for i := range 12 {
+		prompt := fmt.Sprintf("request %d: %s", i, strings.Repeat("lease the capacity first. ", 170))
+		body := fmt.Sprintf(`{"model":"mixed","prompt":%q,"max_tokens":8}`, prompt)
+		status, hdr, data, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != 200 || hdr.Get("X-Leasehold-Engine") != "long" {
+			t.Fatalf("prompt of over 1024 tokens in the mixed pool: %d on %q %s, want 200 on long", status, hdr.Get("X-Leasehold-Engine"), data)
+		}
+		status, hdr, data, err = post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme",
+			fmt.Sprintf(`{"model":"mixed","prompt":"short %d","max_tokens":8}`, i))
+		if err != nil || status != 200 {
+			t.Fatalf("short request in the mixed pool: %d %s %v", status, data, err)
+		}
+		engines[hdr.Get("X-Leasehold-Engine")]++
+	}
+	if engines["short"] == 0 {
+		t.Errorf("short requests went to %v: the short engine was never chosen, so the test above proves nothing", engines)
+	}
 	if m := h.metrics(t); !strings.Contains(m, `leasehold_router_tokenize_errors_total{pool="tgi",reason="unsupported"}`) {
 		t.Errorf("/metrics lacks tokenize errors for the TGI pool:\n%s", grepLines(m, "tokenize_errors"))
+	}
+}
+
+// fit drops engines too small for an exact prompt and moves them last for
+// an estimated one; equal engines, or no engine that fits, leave the order.
+func TestContextFit(t *testing.T) {
+	l := ctxLen{limit: 1024, reserve: 4096, engines: map[ledger.EngineID]int64{"a": 1024, "b": 4096, "c": 2048, "d": 4096}}
+	cands := []ledger.EngineID{"a", "b", "c", "d"}
+	for _, tc := range []struct {
+		need  int64
+		exact bool
+		want  []ledger.EngineID
+	}{
+		{1024, true, cands},
+		{1025, true, []ledger.EngineID{"b", "c", "d"}},
+		{1025, false, []ledger.EngineID{"b", "c", "d", "a"}},
+		{3000, true, []ledger.EngineID{"b", "d"}},
+		{3000, false, []ledger.EngineID{"b", "d", "a", "c"}},
+		{5000, true, cands}, // nothing fits: checkContext's to refuse
+		{0, true, cands},
+	} {
+		if got := l.fit(slices.Clone(cands), tc.need, tc.exact); !slices.Equal(got, tc.want) {
+			t.Errorf("fit(need %d, exact %v) = %v, want %v", tc.need, tc.exact, got, tc.want)
+		}
+	}
+	equal := ctxLen{limit: 2048, reserve: 2048}
+	if got := equal.fit(cands, 4000, true); !slices.Equal(got, cands) {
+		t.Errorf("equal engines: %v, want %v unchanged", got, cands)
 	}
 }

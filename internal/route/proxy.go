@@ -93,17 +93,22 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
 	views := r.adm.views(req.model)
 	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
-	if err := checkContext(req, r.lens.get(req.model).reserve); err != nil {
+	lens := r.lens.get(req.model)
+	if err := checkContext(req, lens.reserve); err != nil {
 		return out, err
 	}
-	kv, slots, _ := p.est.demand(req, r.lens.get(req.model).reserve, r.cfg.Overcommit)
+	kv, slots, prompt := p.est.demand(req, lens.reserve, r.cfg.Overcommit)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.ratio())
 
+	// In a pool of engines with different contexts, one too small for
+	// the prompt and max_tokens is not offered (exact prompt) or offered
+	// last (estimated prompt).
+	cands := lens.fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
 	areq := ledger.AcquireRequest{
-		Pool: req.model, Candidates: rank(views, req.prefix, r.cfg.AffinityBonus),
+		Pool: req.model, Candidates: cands,
 		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
 	}
 	t, err := r.acquire(hr.Context(), p, areq)
