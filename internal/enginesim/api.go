@@ -153,6 +153,8 @@ func (e *Engine) serveInfo(w http.ResponseWriter, _ *http.Request) {
 type completionRequest struct {
 	Model               string          `json:"model"`
 	Messages            []rawMessage    `json:"messages"`
+	Tools               json.RawMessage `json:"tools"`
+	Functions           json.RawMessage `json:"functions"`
 	Prompt              json.RawMessage `json:"prompt"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
@@ -167,8 +169,10 @@ type completionRequest struct {
 }
 
 type rawMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	Name      string          `json:"name"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
 }
 
 // decodeBody reads a JSON body into v, rejecting trailing data.
@@ -183,9 +187,24 @@ func decodeBody(r *http.Request, w http.ResponseWriter, v any) error {
 	return nil
 }
 
-// messages reduces chat messages to text.
-func messages(raw []rawMessage) ([]chatMessage, error) {
-	out := make([]chatMessage, 0, len(raw))
+// messages reduces chat messages to text, as a chat template renders
+// them: tool definitions (each of tools, non-null) first, as a message of
+// their own, then each message's name, content and tool calls.
+func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error) {
+	out := make([]chatMessage, 0, len(raw)+1)
+	var defs strings.Builder
+	for _, t := range tools {
+		if len(t) > 0 && string(t) != "null" {
+			var b bytes.Buffer
+			if json.Compact(&b, t) != nil {
+				return nil, badRequest("tools", "tools must be an array of tool definitions")
+			}
+			defs.Write(b.Bytes())
+		}
+	}
+	if defs.Len() > 0 {
+		out = append(out, chatMessage{Role: "tools", Text: defs.String()})
+	}
 	for i, m := range raw {
 		if m.Role == "" {
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
@@ -209,6 +228,16 @@ func messages(raw []rawMessage) ([]chatMessage, error) {
 			text = b.String()
 		default:
 			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content must be a string or an array of content parts", i)
+		}
+		if m.Name != "" {
+			text = m.Name + ": " + text
+		}
+		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
+			var b bytes.Buffer
+			if json.Compact(&b, m.ToolCalls) != nil {
+				return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls must be an array", i)
+			}
+			text += b.String()
 		}
 		out = append(out, chatMessage{Role: m.Role, Text: text})
 	}
@@ -261,7 +290,7 @@ func (e *Engine) parseCompletion(body *completionRequest, chat bool) (parsed, er
 		if len(body.Messages) == 0 {
 			return p, badRequest("messages", "messages is required and must not be empty")
 		}
-		msgs, err := messages(body.Messages)
+		msgs, err := messages(body.Messages, body.Tools, body.Functions)
 		if err != nil {
 			return p, err
 		}
@@ -570,9 +599,10 @@ func (e *Engine) serveTokenize(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	var body struct {
-		Model    string       `json:"model"`
-		Prompt   *string      `json:"prompt"`
-		Messages []rawMessage `json:"messages"`
+		Model    string          `json:"model"`
+		Prompt   *string         `json:"prompt"`
+		Messages []rawMessage    `json:"messages"`
+		Tools    json.RawMessage `json:"tools"`
 	}
 	if err := decodeBody(hr, w, &body); err != nil {
 		writeError(w, err)
@@ -583,7 +613,7 @@ func (e *Engine) serveTokenize(w http.ResponseWriter, hr *http.Request) {
 	case body.Prompt != nil:
 		ids = appendTokens([]int{}, *body.Prompt)
 	case len(body.Messages) > 0:
-		msgs, err := messages(body.Messages)
+		msgs, err := messages(body.Messages, body.Tools)
 		if err != nil {
 			writeError(w, err)
 			return

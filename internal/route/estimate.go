@@ -11,7 +11,9 @@ package route
 //
 // prompt is exact for token-id prompts, and with --prompt-tokens=tokenize
 // once an engine counted it (tokenize.go). Otherwise it is estimated
-// without a tokenizer: raw = ceil(bytes/4) + 4 per chat message + 3
+// without a tokenizer from the prompt's text bytes (for chat: roles,
+// names, content, tool calls and tool definitions, the JSON weighed 4/3):
+// raw = ceil(bytes/4) + 4 per chat message + 3
 // (template overhead), times a ratio calibrated online from the engines'
 // reported usage.prompt_tokens (and /tokenize counts). The ratio is an EWMA
 // (alpha 0.1) of actual/raw with an EWMA of its absolute deviation; the

@@ -222,6 +222,8 @@ func TestBadInputTakesNoLease(t *testing.T) {
 		{"max_completion_tokens zero", "chat", "sk-acme", chat(`,"max_completion_tokens":0`), nil, 400, "invalid_request", "max_completion_tokens"},
 		{"n zero", "chat", "sk-acme", chat(`,"n":0`), nil, 400, "invalid_request", "n"},
 		{"n huge", "chat", "sk-acme", chat(`,"n":100000`), nil, 400, "invalid_request", "n"},
+		{"tools not an array", "chat", "sk-acme", chat(`,"tools":{"type":"function"}`), nil, 400, "invalid_request", "tools"},
+		{"functions not an array", "chat", "sk-acme", chat(`,"functions":"get_weather"`), nil, 400, "invalid_request", "functions"},
 		{"stream not bool", "chat", "sk-acme", chat(`,"stream":"yes"`), nil, 400, "invalid_request", "stream"},
 		{"stream_options without stream", "chat", "sk-acme", chat(`,"stream_options":{"include_usage":true}`), nil, 400, "invalid_request", "stream_options"},
 		{"unknown priority header", "chat", "sk-acme", chat(""), []string{"X-Priority", "urgent"}, 400, "invalid_priority", "priority"},

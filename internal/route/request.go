@@ -39,8 +39,10 @@ type request struct {
 	// includeUsage is what the client asked for in stream_options.
 	includeUsage bool
 
-	// promptBytes is the text bytes of the prompt (messages' content and
-	// roles, or the prompt string); promptMessages counts chat messages;
+	// promptBytes is the text bytes of the prompt (messages' content,
+	// roles, names and tool calls, and the tool definitions, JSON counting
+	// 4/3 of its bytes; or the prompt string); promptMessages counts chat
+	// messages;
 	// promptTokens is the exact count when the prompt is token ids, or
 	// once an engine counted it (--prompt-tokens=tokenize).
 	promptBytes    int64
@@ -102,6 +104,12 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if err := r.parseMessages(fields["messages"], &prefix, prefixBytes); err != nil {
 			return nil, err
 		}
+		n, err := toolBytes(fields)
+		if err != nil {
+			return nil, err
+		}
+		// JSON runs nearer 3 bytes a token than prose's 4: weigh it so.
+		r.promptBytes += (4*n + 2) / 3
 	} else if err := r.parsePrompt(fields["prompt"], &prefix, prefixBytes); err != nil {
 		return nil, err
 	}
@@ -197,8 +205,10 @@ func appendPrefix(prefix *[]byte, max int, s string) {
 
 func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes int) error {
 	var msgs []struct {
-		Role    *string         `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role      *string         `json:"role"`
+		Content   json.RawMessage `json:"content"`
+		Name      string          `json:"name"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
 	}
 	if isNull(raw) {
 		return badf("messages", "messages is required and must not be empty")
@@ -213,7 +223,7 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		if m.Role == nil || *m.Role == "" {
 			return badf(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
 		}
-		r.promptBytes += int64(len(*m.Role))
+		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + (4*compactLen(m.ToolCalls)+2)/3
 		appendPrefix(prefix, prefixBytes, *m.Role)
 		var text string
 		var parts []struct {
@@ -236,6 +246,38 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 	}
 	r.promptMessages = int64(len(msgs))
 	return nil
+}
+
+// toolBytes is the size of a chat request's tool definitions ("tools", and
+// the older "functions"), which the chat template renders into the prompt:
+// they take KV like the messages, often more.
+func toolBytes(fields map[string]json.RawMessage) (int64, error) {
+	var n int64
+	for _, name := range []string{"tools", "functions"} {
+		raw, ok := fields[name]
+		if !ok || isNull(raw) {
+			continue
+		}
+		var defs []json.RawMessage
+		if json.Unmarshal(raw, &defs) != nil {
+			return 0, badf(name, "%s must be an array of definitions", name)
+		}
+		n += compactLen(raw)
+	}
+	return n, nil
+}
+
+// compactLen is the length of raw JSON without insignificant whitespace
+// (0 for absent or null).
+func compactLen(raw json.RawMessage) int64 {
+	if isNull(raw) {
+		return 0
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return int64(len(raw))
+	}
+	return int64(b.Len())
 }
 
 // parsePrompt accepts a string, an array of one string, token ids, or an

@@ -144,6 +144,18 @@ func TestPromptTokensTokenizeIsExact(t *testing.T) {
 			})
 		}
 	}
+	// Tool definitions and tool calls are part of the prompt: the engine
+	// counts them, and so does the lease.
+	t.Run("tools/chat=true", func(t *testing.T) {
+		body := toolsBody()
+		kv := h.heldReservation(t, "m", body)
+		prompt := h.enginePromptTokens(t, body)
+		bare := h.enginePromptTokens(t, withField(body, "tools", nil))
+		if kv != prompt+heldOutput || prompt-bare < 100 {
+			t.Errorf("leased %d KV tokens, want the engine's prompt_tokens %d + %d; the tools are %d of them (want 100 or more)",
+				kv, prompt, heldOutput, prompt-bare)
+		}
+	})
 	// A token-id prompt needs no call and is exact too.
 	if kv := h.heldReservation(t, "m", map[string]any{"model": "m", "prompt": []int{1, 2, 3, 4, 5}, "max_tokens": heldOutput, "ignore_eos": true}); kv != 5+heldOutput {
 		t.Errorf("token-id prompt: leased %d, want %d", kv, 5+heldOutput)
@@ -164,6 +176,40 @@ func TestPromptTokensEstimateUndershootsOddText(t *testing.T) {
 		t.Errorf("estimate mode leased %d prompt tokens for %d actual; expected the byte estimate to undershoot this text", kv-heldOutput, prompt)
 	}
 	t.Logf("estimate %d, engine %d prompt tokens", kv-heldOutput, prompt)
+}
+
+// toolsBody is a chat request with tool definitions and a tool call in
+// its history.
+func toolsBody() map[string]any {
+	var tools []any
+	for _, name := range []string{"get_weather", "search_flights", "book_hotel"} {
+		tools = append(tools, map[string]any{"type": "function", "function": map[string]any{
+			"name": name, "description": "Look up " + name + " for the user and answer with the result in a short sentence.",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{
+				"city": map[string]any{"type": "string", "description": "the city name, in English"},
+				"date": map[string]any{"type": "string", "description": "the day, as YYYY-MM-DD"}},
+				"required": []string{"city"}}}})
+	}
+	return map[string]any{"model": "m", "max_tokens": heldOutput, "ignore_eos": true, "tools": tools,
+		"messages": []map[string]any{
+			{"role": "user", "content": "What is the weather in Paris tomorrow?"},
+			{"role": "assistant", "content": nil, "tool_calls": []map[string]any{{"id": "call_1", "type": "function",
+				"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Paris","date":"2026-12-01"}`}}}},
+			{"role": "tool", "tool_call_id": "call_1", "content": "12 C, light rain"},
+		}}
+}
+
+// In estimate mode tool definitions and calls are counted too: a cold
+// router (no calibration yet) leases at least what the engine counts.
+func TestPromptTokensEstimateCountsTools(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 1, output: 2000, extra: tenants})
+	body := toolsBody()
+	kv := h.heldReservation(t, "m", body)
+	prompt := h.enginePromptTokens(t, body)
+	t.Logf("estimate %d, engine %d prompt tokens", kv-heldOutput, prompt)
+	if kv-heldOutput < prompt {
+		t.Errorf("estimate mode leased %d prompt tokens for %d actual: the tools are not counted", kv-heldOutput, prompt)
+	}
 }
 
 // When /tokenize fails the request is still admitted, with the estimate,
