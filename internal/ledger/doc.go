@@ -101,10 +101,23 @@
 // session died — may still be running on its engine: a paused holder
 // (SIGSTOP, a long stall, a partition) cannot abort what it sent. On an
 // engine that has been observed, such a lease's KV tokens and slots are
-// therefore added to the engine's correction as it ends, and stay charged
-// until the next applied observation, which measures what the engine still
-// runs. On an engine never observed the capacity returns at once (nothing
-// would ever measure it). A lease its holder releases is not charged.
+// therefore added to the engine's orphan charge as it ends, and stay
+// charged until the next applied observation, which measures what the
+// engine still runs. On an engine never observed the capacity returns at
+// once (nothing would ever measure it). A lease its holder releases is not
+// charged.
+//
+// An observation measures what an orphaned request holds then, not what it
+// will grow to before its paused holder resumes and aborts it. With
+// Options.OrphanHold > 0 the orphan charge therefore outlasts observations:
+// the first observation that clears it is one that arrives (ledger clock)
+// at least OrphanHold after the last of the engine's leases the ledger
+// ended. Until then an orphan's measured usage is counted twice, in the
+// correction and in the charge, which errs safe. The charge counts with the
+// correction everywhere (admission, stale policy ignore, and Stats, which
+// reports their sum as the correction). The price is capacity: a crashed
+// holder's leases on observed engines return OrphanHold (plus up to one
+// observation interval) after they end, not at the next observation.
 //
 // # What a Ledger does not do
 //

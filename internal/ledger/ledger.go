@@ -88,6 +88,11 @@ type Options struct {
 	// SweepBatch bounds expired leases and dead sessions handled per call;
 	// 0 means DefaultSweepBatch.
 	SweepBatch int
+	// OrphanHold is how long a lease the ledger ends on an observed engine
+	// stays charged at its full amounts however observations read (see
+	// the package doc, "Observe"); 0, the default, charges it until the
+	// next observation only. Negative is 0.
+	OrphanHold time.Duration
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -101,5 +106,6 @@ func (o Options) WithDefaults() Options {
 	if o.SweepBatch <= 0 {
 		o.SweepBatch = DefaultSweepBatch
 	}
+	o.OrphanHold = max(o.OrphanHold, 0)
 	return o
 }

@@ -22,7 +22,7 @@
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c'}
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o'}
 local F_SPECS = #fields
 for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
 local v = redis.call('HMGET', K_STATE, unpack(fields))
@@ -47,7 +47,7 @@ if prev then
     return {'replayed', m.epoch, unpack(l, 1, 13)}
   end
   if l then
-    drop_lease(l, {'expired', 1})
+    drop_lease(l, {'expired', 1}, now)
     v = redis.call('HMGET', K_STATE, unpack(fields))
   else
     redis.call('HDEL', K_REQ, holder .. ' ' .. req)
@@ -64,13 +64,14 @@ for j = 1, n do
   if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local cands = {engine(ARGV[10], v[F_SPECS + 1])}
-usage(cands[1], v[8], v[9])
+usage(cands[1], v[8], v[9], v[10])
 local function cand(j)
   local e = cands[j]
   if not e then
     e = engine(ARGV[9 + j], v[F_SPECS + j])
-    local u = redis.call('HMGET', K_STATE, 'e:' .. e.id .. ':r', 'e:' .. e.id .. ':c')
-    usage(e, u[1], u[2])
+    local ef = 'e:' .. e.id
+    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o')
+    usage(e, u[1], u[2], u[3])
     cands[j] = e
   end
   return e

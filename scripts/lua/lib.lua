@@ -12,7 +12,10 @@
 --   6 req        HASH  "<holder> <request id>" -> lease id
 --   7 leases     HASH  lease id -> lease record (LEASE_FIELDS, then owns_req)
 --   8 holder key prefix  (.. holder id -> SET of lease ids)
--- ARGV[1] is always the sweep batch.
+-- ARGV[1], the "sweep batch" of each script's header, is always
+-- "<sweep batch> <orphan hold ms>", parsed below into SWEEP_BATCH and
+-- ORPHAN_HOLD (ledger.Options.SweepBatch, or Sweep's max, and OrphanHold);
+-- a script's own arguments start at ARGV[2].
 --
 -- State fields. Values of several parts are joined by single spaces (ids,
 -- names and numbers never contain one), so a hot script reads a pool in one
@@ -26,6 +29,10 @@
 --               when none)
 --   e:<id>:r    "rkv rslots nleases" (reservations)
 --   e:<id>:c    "ckv cslots obs_arrived" (telemetry correction)
+--   e:<id>:o    "okv oslots until_ms" (orphan charge: leases the ledger
+--               ended on an observed engine; counts with the correction
+--               until an observation arrives at or after until_ms, see
+--               drop_lease and observe.lua)
 --   e:<id>:url; e:<id>:obs "used total running waiting sec nsec"
 --   t:<name>    "configured kv_share slot_share"
 --   t:<name>:r  "rkv rslots nleases"
@@ -38,7 +45,8 @@
 
 local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SWEEP_BATCH = tonumber(ARGV[1])
+local SWEEP_BATCH, ORPHAN_HOLD = string.match(ARGV[1], '^(%S+) (%S+)$')
+SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 
 local function int(x) return string.format('%.0f', x) end
@@ -59,7 +67,8 @@ local function meta(s, sweep_at)
     retry = tonumber(retry), sweep_at = num(sweep_at)}
 end
 
--- triple parses "a b c" (reservations, corrections) into numbers.
+-- triple parses "a b c" (reservations, corrections, orphan charges) into
+-- numbers.
 local function triple(s)
   if not s then return 0, 0, 0 end
   local a, b, c = string.match(s, '^(%S+) (%S+) (%S+)$')
@@ -94,7 +103,7 @@ end
 -- forget removes a removed engine's or tenant's fields with its last lease.
 local function forget_engine(id)
   local f = 'e:' .. id
-  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs')
+  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs')
   redis.call('SREM', K_ENGINES, id)
 end
 
@@ -133,10 +142,12 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
 end
 
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
--- A lease the ledger ends (cnt 'expired' or 'revoked') may still run on its
--- engine: on an engine that has been observed its amounts are added to the
--- correction, charged until the next observation (ledger.EndedByLedger).
-local function drop_lease(l, cnt)
+-- A lease the ledger ends at now (cnt 'expired' or 'revoked') may still run
+-- on its engine: on an engine that has been observed its amounts are added
+-- to the engine's orphan charge, which counts with the correction until
+-- the first observation arriving at or after until = max(until, now +
+-- ORPHAN_HOLD) (ledger.EndedByLedger, ledger.Options.OrphanHold).
+local function drop_lease(l, cnt, now)
   local id = l[L_ID]
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
@@ -144,10 +155,12 @@ local function drop_lease(l, cnt)
   redis.call('HDEL', K_LEASES, id)
   local extra
   if cnt[1] == 'expired' or cnt[1] == 'revoked' then
-    local cf = 'e:' .. l[L_ENGINE] .. ':c'
-    local ckv, cs, arrived = triple(redis.call('HGET', K_STATE, cf))
+    local ef = 'e:' .. l[L_ENGINE]
+    local x = redis.call('HMGET', K_STATE, ef .. ':c', ef .. ':o')
+    local _, _, arrived = triple(x[1])
     if arrived > 0 then
-      extra = {cf, fmt3(ckv + num(l[L_KV]), cs + num(l[L_SLOTS]), arrived)}
+      local okv, oslots, until_ms = triple(x[2])
+      extra = {ef .. ':o', fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), math.max(until_ms, now + ORPHAN_HOLD))}
     end
   end
   charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra)
@@ -180,7 +193,7 @@ local function sweep(now, batch)
   for _, id in ipairs(ids) do
     local l = get_lease(id)
     if l then
-      drop_lease(l, {'expired', 1})
+      drop_lease(l, {'expired', 1}, now)
       expired = expired + 1
     else
       redis.call('ZREM', K_DEADLINES, id)
@@ -196,7 +209,7 @@ local function sweep(now, batch)
       for _, id in ipairs(lids) do
         local l = get_lease(id)
         if l then
-          drop_lease(l, {'revoked', 1})
+          drop_lease(l, {'revoked', 1}, now)
           revoked = revoked + 1
         else
           redis.call('SREM', hk, id)

@@ -2,10 +2,13 @@
 -- (acquire, resize). lua.go inserts this file after lib.lua for them only:
 -- every function defined costs each call of a script, used or not.
 
--- usage adds an engine's e:<id>:r and e:<id>:c fields to e.
-local function usage(e, r, c)
+-- usage adds an engine's e:<id>:r, e:<id>:c and e:<id>:o fields to e: the
+-- orphan charge counts with the correction (ckv, cslots).
+local function usage(e, r, c, o)
   e.rkv, e.rslots, e.n = triple(r)
   e.ckv, e.cslots, e.obs = triple(c)
+  local okv, oslots = triple(o)
+  e.ckv, e.cslots = e.ckv + okv, e.cslots + oslots
 end
 
 -- ledger.EngineState.Stale

@@ -8,7 +8,9 @@
 --
 -- Observations not after the last applied one are ignored. An applied one
 -- sets the correction to max(0, observed - reserved) for KV tokens and
--- running sequences, and the arrival time (ledger clock) for staleness.
+-- running sequences, and the arrival time (ledger clock) for staleness. It
+-- clears the engine's orphan charge (see drop_lease in lib.lua) when it
+-- arrives at or after the charge's until ms, and leaves it otherwise.
 
 local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
 local m = meta(v[1], v[2])
@@ -17,7 +19,7 @@ local now = clock()
 if now >= m.sweep_at then sweep(now, SWEEP_BATCH) end
 local id = ARGV[2]
 local ef = 'e:' .. id
-local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs')
+local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o')
 if not engine(id, x[1]) then return {'unknown_engine', m.epoch, id} end
 if x[3] then
   local ls, lns = string.match(x[3], '(%S+) (%S+)$')
@@ -30,4 +32,8 @@ local ckv = math.max(0, tonumber(ARGV[3]) - rkv)
 local cslots = math.max(0, tonumber(ARGV[5]) - rslots)
 redis.call('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
   ef .. ':obs', table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' '))
+if x[4] then
+  local _, _, until_ms = triple(x[4])
+  if now >= until_ms then redis.call('HDEL', K_STATE, ef .. ':o') end
+end
 return {'ok', m.epoch, 1}

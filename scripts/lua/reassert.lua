@@ -34,7 +34,7 @@ if prev then
     redis.call('HINCRBY', K_STATE, 'c:replays', 1)
     return {'replayed', m.epoch, unpack(prev, 1, 13)}
   end
-  drop_lease(prev, {'expired', 1})
+  drop_lease(prev, {'expired', 1}, now)
 end
 
 local engine_id, tenant_name, prio = ARGV[4], ARGV[5], ARGV[6]

@@ -17,13 +17,13 @@ local l = get_lease(id)
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
 if num(l[L_DEADLINE]) <= now then
-  drop_lease(l, {'expired', 1})
+  drop_lease(l, {'expired', 1}, now)
   return {'ok', m.epoch, 0}
 end
 if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
-  drop_lease(l, {'revoked', 1})
+  drop_lease(l, {'revoked', 1}, now)
   return {'ok', m.epoch, 0}
 end
 drop_lease(l, {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
-  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])})
+  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}, now)
 return {'ok', m.epoch, 1}

@@ -23,11 +23,11 @@ end
 local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, 13)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
-local v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO])
+local v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO], ef .. ':o')
 if delta > 0 then
   local e = engine(l[L_ENGINE], v[3])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-  usage(e, v[1], v[4])
+  usage(e, v[1], v[4], v[7])
   local t = tenant(l[L_TENANT], v[5], v[2])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
   local maxfill = tonumber(v[6])

@@ -16,7 +16,7 @@ local now = clock()
 local engines = {}
 for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
   local f = 'e:' .. id
-  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs')
+  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs', f .. ':o')
   if x[1] then
     local cfg, kv, slots, stale_ns, policy, draining = string.match(x[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
     if policy == '-' then policy = '' end
@@ -26,6 +26,10 @@ for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
     if x[4] then
       local ckv, cslots, arrived = triple(x[4])
       for _, p in ipairs({'ckv', int(ckv), 'cslots', int(cslots), 'obs_arrived', int(arrived)}) do h[#h + 1] = p end
+    end
+    if x[6] then
+      local okv, oslots, until_ms = triple(x[6])
+      for _, p in ipairs({'okv', int(okv), 'oslots', int(oslots), 'orphan_until', int(until_ms)}) do h[#h + 1] = p end
     end
     if x[5] then
       local names = {'obs_used', 'obs_total', 'obs_running', 'obs_waiting', 'obs_sec', 'obs_nsec'}

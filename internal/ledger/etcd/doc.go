@@ -22,7 +22,8 @@
 //
 // # Time
 //
-// The ledger's clock is etcd's: nothing ends because a local clock says so.
+// The ledger's clock is etcd's: nothing ends because a local clock says so
+// (but for the orphan hold, below).
 // A holder session is an etcd lease (Grant, then one KeepAliveOnce per
 // KeepAlive) carrying the holder's live marker. A lease's deadline is a
 // marker key on an etcd lease that lives at least until the deadline; the
@@ -36,8 +37,25 @@
 // that way: its nominal end, then, while the marker outlives it, when etcd
 // should have deleted the marker; never a past time while it exists. The local
 // clock (Options.Clock) only stamps the times reported (Created, Deadline,
-// Expires, Now, RecoveringUntil), mints epochs and orders the expiry
-// indexes that bound the sweeps.
+// Expires, Now, RecoveringUntil, ObservedAt), mints epochs, orders the expiry
+// indexes that bound the sweeps and times the orphan hold below.
+//
+// # Telemetry
+//
+// An engine record keeps two charges from telemetry, and admission, stale
+// policy ignore and Stats count their sum as the correction. The correction
+// proper is what the last applied observation saw beyond the reservations.
+// The orphan charge is the KV tokens and slots of leases the ledger ended
+// (expired, revoked) while the engine had been observed, with the time it
+// is held until: the latest end (local clock of the process that ended the
+// lease) plus Options.OrphanHold. An applied observation that arrives (local
+// clock of the observing process) at or after that time clears the charge;
+// one that arrives earlier leaves it. The hold is thus timed by local
+// clocks: processes whose clocks disagree by d make it up to d shorter or
+// longer. With no hold the ending process sets no time, so the next applied
+// observation clears the charge whatever the clocks say. The charge lives
+// in the engine record, so it is lost or kept with the correction (a new
+// epoch starts without either).
 //
 // # Expiry and sweeping
 //
@@ -72,7 +90,7 @@
 //	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
 //	P/pool/<pool>/seq                    last fencing sequence (decimal)
 //	P/pool/<pool>/recovering             recovery window marker; value: "<until ms>,<gone ms>" (nominal end, expected deletion); etcd lease TTL = window
-//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, last observation, counters (JSON)
+//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters (JSON)
 //	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
 //	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters (JSON)
 //	P/pool/<pool>/holder/<holder>        holder session: its etcd lease id, TTL, expiry (JSON); kept until its leases are swept

@@ -498,8 +498,8 @@ func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Ti
 	s := ledger.EngineState{
 		Spec: spec, Draining: r.Draining,
 		ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
-		CorrectionKV: r.CorrectionKV, CorrectionSlots: r.CorrectionSlots,
 	}
+	s.CorrectionKV, s.CorrectionSlots = r.charged()
 	if fresh {
 		s.ObservedAt = now
 	}

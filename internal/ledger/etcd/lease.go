@@ -337,9 +337,14 @@ func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledg
 		er.ReservedSlots -= r.Slots
 		er.Leases--
 		if ledger.EndedByLedger(out.cause) && er.Obs != nil {
-			// The engine may still run it: charged until observed.
-			er.CorrectionKV += r.KVTokens
-			er.CorrectionSlots += r.Slots
+			// The engine may still run it: charged until an observation
+			// arrives OrphanHold after now. Without a hold the next one
+			// clears it, whatever the clocks of the processes say.
+			er.OrphanKV += r.KVTokens
+			er.OrphanSlots += r.Slots
+			if hold := l.opts.OrphanHold; hold > 0 {
+				er.OrphanUntilMs = max(er.OrphanUntilMs, l.now().Add(ledger.CeilMillis(hold)).UnixMilli())
+			}
 		}
 		count(&er.Counters, out.cause, 1)
 		if out.cause == ledger.CounterReleases {

@@ -153,7 +153,8 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 	return nil
 }
 
-// Observe applies telemetry: it sets the correction and refreshes the
+// Observe applies telemetry: it sets the correction, clears the orphan
+// charge if the observation arrives after its hold, and refreshes the
 // engine's fresh marker, attached to an etcd lease of StaleAfter.
 func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	if err := ledger.ValidateObservation(obs); err != nil {
@@ -195,6 +196,11 @@ func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Ob
 		r.ObservedAtMs = base.UnixMilli()
 		r.CorrectionKV = max(0, obs.KVTokensUsed-r.ReservedKV)
 		r.CorrectionSlots = max(0, obs.Running-r.ReservedSlots)
+		if r.ObservedAtMs >= r.OrphanUntilMs {
+			// Arrived after the orphans' hold: what they still run is
+			// in the correction now.
+			r.OrphanKV, r.OrphanSlots, r.OrphanUntilMs = 0, 0, 0
+		}
 		ops := []clientv3.Op{clientv3.OpPut(ek, encode(r))}
 		if spec.StaleAfter > 0 {
 			id, err := l.leaseUntil(ctx, base, base.Add(spec.StaleAfter))
@@ -378,9 +384,9 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale, removed bool) ledger.EngineStats {
 	es := ledger.EngineStats{
 		Spec: spec, Draining: r.Draining, ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
-		Leases: r.Leases, CorrectionKV: r.CorrectionKV, CorrectionSlots: r.CorrectionSlots,
-		ObservedAt: msTime(r.ObservedAtMs), Stale: stale, Removed: removed,
+		Leases: r.Leases, ObservedAt: msTime(r.ObservedAtMs), Stale: stale, Removed: removed,
 	}
+	es.CorrectionKV, es.CorrectionSlots = r.charged()
 	if r.Obs != nil {
 		es.LastObservation = ledger.Observation{Pool: pool, Engine: spec.ID, KVTokensUsed: r.Obs.KVUsed, KVTokensTotal: r.Obs.KVTotal,
 			Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}

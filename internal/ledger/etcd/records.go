@@ -66,6 +66,11 @@ type obsRec struct {
 
 // engineRec is an engine's mutable state (key engine/<id>). It is kept after
 // the engine leaves the spec so its counters survive.
+//
+// The orphan charge (OrphanKV, OrphanSlots) is what leases the ledger ended
+// on the observed engine still hold; the first observation arriving (ledger
+// clock, ObservedAtMs) at or after OrphanUntilMs clears it. Records written
+// before it existed decode with no charge.
 type engineRec struct {
 	Draining        bool             `json:"draining,omitempty"`
 	ReservedKV      int64            `json:"reserved_kv"`
@@ -73,9 +78,18 @@ type engineRec struct {
 	Leases          int64            `json:"leases"`
 	CorrectionKV    int64            `json:"correction_kv,omitempty"`
 	CorrectionSlots int64            `json:"correction_slots,omitempty"`
+	OrphanKV        int64            `json:"orphan_kv,omitempty"`
+	OrphanSlots     int64            `json:"orphan_slots,omitempty"`
+	OrphanUntilMs   int64            `json:"orphan_until_ms,omitempty"`
 	Obs             *obsRec          `json:"obs,omitempty"`
 	ObservedAtMs    int64            `json:"observed_at_ms,omitempty"`
 	Counters        map[string]int64 `json:"counters,omitempty"`
+}
+
+// charged returns the correction plus the orphan charge: what telemetry
+// counts against the engine, in admission and in Stats alike.
+func (r *engineRec) charged() (kv, slots int64) {
+	return r.CorrectionKV + r.OrphanKV, r.CorrectionSlots + r.OrphanSlots
 }
 
 // tenantRec is a tenant's reservations in a pool (key tenant/<name>).

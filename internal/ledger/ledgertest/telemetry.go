@@ -17,6 +17,47 @@ func (s *suite) testTelemetry(t *testing.T) {
 	t.Run("NotNewerIgnored", s.testObserveNotNewer)
 	t.Run("StalePolicies", s.testStalePolicies)
 	t.Run("EndedLeaseChargedUntilObserved", s.testEndedLeaseCharged)
+	t.Run("OrphanHoldOutlastsObservations", s.testOrphanHold)
+}
+
+// testOrphanHold: with Options.OrphanHold a lease the ledger ends on an
+// observed engine stays charged in full through observations that arrive
+// within the hold (its request may still grow), and the first observation
+// after the hold measures the engine alone again.
+func (s *suite) testOrphanHold(t *testing.T) {
+	// Longer than the time the suite may take to see the session end
+	// (2 × MinTTL late, and a background sweep may end it on time).
+	hold := time.Second + 4*max(s.b.MinTTL, time.Millisecond)
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), ledger.Options{RecoveryWindow: -1, OrphanHold: hold})
+	f.observe(e1, 0, 0, time.Now(), true) // e1 has telemetry, e2 never had
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
+	f.acquire(f.req("hx", 600, 2, e1), e1)
+	f.acquire(f.req("hx", 700, 3, e2), e2)
+	released := f.acquire(f.req(h1, 100, 1, e1), e1)
+	if _, err := f.l.Release(f.ctx, released.Ref(), ledger.Usage{}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	f.wantCorrection(e1, 0, 0) // released by its holder: never held
+	f.waitPast(sess.Expires)
+	f.sweepAll()
+	ended := f.ledgerNow()
+	f.wantReserved(e1, 0, 0, 0)
+	f.wantCorrection(e1, 600, 2)
+	f.wantCorrection(e2, 0, 0) // never observed: free at once
+	f.acquire(f.req(h1, 1000, 4, e2), e2)
+	// Within the hold an observation (the orphan holds 100 tokens and its
+	// slot so far) is charged on top of the held 600 and 2.
+	f.observe(e1, 100, 1, time.Now(), true)
+	f.wantCorrection(e1, 700, 3)
+	f.reject(f.req(h1, 301, 1, e1), ledger.ReasonEngineKV, e1)
+	f.reject(f.req(h1, 1, 2, e1), ledger.ReasonEngineSlots, e1)
+	f.acquire(f.req(h1, 300, 1, e1), e1)
+	// The first observation after the hold measures the engine alone: the
+	// orphan was aborted, only the live lease runs.
+	f.waitPast(ended.Add(hold))
+	f.observe(e1, 300, 1, time.Now(), true)
+	f.wantCorrection(e1, 0, 0)
+	f.acquire(f.req(h1, 700, 3, e1), e1)
 }
 
 // testEndedLeaseCharged: a lease the ledger ends (session death, deadline)

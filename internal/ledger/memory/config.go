@@ -24,7 +24,7 @@ func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Ep
 	txn := l.db.Txn(true)
 	defer txn.Abort()
 	clock := l.clock.Now()
-	o := &op{txn: txn, now: toMillis(clock)}
+	o := &op{txn: txn, now: toMillis(clock), orphanHold: l.opts.OrphanHold}
 	if row := o.first(tablePools, indexID, spec.Name); row != nil {
 		o.pool = row.(*poolRow).clone()
 		o.sweep(l.opts.SweepBatch)

@@ -84,6 +84,9 @@ type op struct {
 	session sessionState
 	// err is the first store failure; the transaction is then aborted.
 	err error
+	// orphanHold is Options.OrphanHold: how long a lease the ledger ends
+	// stays charged in full on an observed engine.
+	orphanHold time.Duration
 }
 
 // update runs fn in one write transaction on an existing pool: it
@@ -97,7 +100,7 @@ func (l *Ledger) update(ctx context.Context, pool ledger.PoolID, holder ledger.H
 	}
 	txn := l.db.Txn(true)
 	defer txn.Abort()
-	o := &op{txn: txn, now: l.now()}
+	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
 	p, err := txn.First(tablePools, indexID, pool)
 	if err != nil {
 		return fmt.Errorf("memory: read pool: %w", err)

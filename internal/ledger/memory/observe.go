@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -32,6 +33,9 @@ func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Ob
 		c.ObservedAt = o.now
 		c.CorrectionKV = max(0, obs.KVTokensUsed-e.ReservedKV)
 		c.CorrectionSlots = max(0, obs.Running-e.ReservedSlots)
+		if !o.now.Before(e.OrphanUntil) {
+			c.OrphanKV, c.OrphanSlots, c.OrphanUntil = 0, 0, time.Time{}
+		}
 		o.insert(tableEngines, &c)
 		r.Applied = true
 		return nil

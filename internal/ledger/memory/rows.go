@@ -88,7 +88,12 @@ type engineRow struct {
 	Leases          int64
 	CorrectionKV    int64
 	CorrectionSlots int64
-	LastObservation ledger.Observation
+	// OrphanKV and OrphanSlots are what leases the ledger ended on the
+	// engine still charge, until an observation arrives at or after
+	// OrphanUntil (ledger.Options.OrphanHold).
+	OrphanKV, OrphanSlots int64
+	OrphanUntil           time.Time
+	LastObservation       ledger.Observation
 	// ObservedAt is the ledger time the last applied observation arrived.
 	ObservedAt time.Time
 }
@@ -99,8 +104,8 @@ func (e *engineRow) state() ledger.EngineState {
 		Draining:        e.Draining,
 		ReservedKV:      e.ReservedKV,
 		ReservedSlots:   e.ReservedSlots,
-		CorrectionKV:    e.CorrectionKV,
-		CorrectionSlots: e.CorrectionSlots,
+		CorrectionKV:    e.CorrectionKV + e.OrphanKV,
+		CorrectionSlots: e.CorrectionSlots + e.OrphanSlots,
 		ObservedAt:      e.ObservedAt,
 	}
 }
@@ -112,8 +117,8 @@ func (e *engineRow) stats(now time.Time) ledger.EngineStats {
 		ReservedKV:      e.ReservedKV,
 		ReservedSlots:   e.ReservedSlots,
 		Leases:          e.Leases,
-		CorrectionKV:    e.CorrectionKV,
-		CorrectionSlots: e.CorrectionSlots,
+		CorrectionKV:    e.CorrectionKV + e.OrphanKV,
+		CorrectionSlots: e.CorrectionSlots + e.OrphanSlots,
 		LastObservation: e.LastObservation,
 		ObservedAt:      e.ObservedAt,
 		Stale:           e.state().Stale(now),

@@ -123,9 +123,13 @@ func (o *op) removeLease(ls *leaseRow, counter string) {
 		c.ReservedSlots -= ls.Slots
 		c.Leases--
 		if ledger.EndedByLedger(counter) && !c.ObservedAt.IsZero() {
-			// The engine may still run it: charged until observed.
-			c.CorrectionKV += ls.KVTokens
-			c.CorrectionSlots += ls.Slots
+			// The engine may still run it: charged until observed, and
+			// observed no sooner than the hold.
+			c.OrphanKV += ls.KVTokens
+			c.OrphanSlots += ls.Slots
+			if until := plus(o.now, o.orphanHold); until.After(c.OrphanUntil) {
+				c.OrphanUntil = until
+			}
 		}
 		if c.Removed && c.Leases <= 0 {
 			o.delete(tableEngines, e)

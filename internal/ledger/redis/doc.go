@@ -22,6 +22,12 @@
 //	  e:<id>                 "configured kv slots stale_ns policy draining"
 //	  e:<id>:r, e:<id>:c     "rkv rslots nleases" (reservations), "ckv cslots
 //	                         obs_arrived" (telemetry correction)
+//	  e:<id>:o               "okv oslots until_ms": the orphan charge of
+//	                         leases the ledger ended on an observed engine,
+//	                         counted with the correction (and reported in
+//	                         Stats as part of it) until an observation
+//	                         arrives at or after until_ms, the latest end
+//	                         plus Options.OrphanHold
 //	  e:<id>:url, e:<id>:obs the URL; "used total running waiting sec nsec"
 //	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
 //	  p:<name>               max_fill

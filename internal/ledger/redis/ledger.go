@@ -139,8 +139,15 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-// run calls the script op on pool's keys with the sweep batch first in ARGV,
-// and decodes the reply. what names the operation for error messages.
+// argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>", parsed
+// once by lib.lua into SWEEP_BATCH and ORPHAN_HOLD, so each script's own
+// arguments start at ARGV[2].
+func (l *Ledger) argv1(batch int) string {
+	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold))
+}
+
+// run calls the script op on pool's keys with argv1(batch) first in ARGV,
+// and decodes the reply.
 func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, batch int, args ...any) (reply, error) {
 	if l.closed.Load() {
 		return reply{}, ledger.ErrClosed
@@ -149,7 +156,7 @@ func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool
 		return reply{}, l.err
 	}
 	keys, _ := keySchema(l.opts.Prefix, pool)
-	argv := append([]any{batch}, args...)
+	argv := append([]any{l.argv1(batch)}, args...)
 	v, err := s(l.scripts).Run(ctx, l.client, keys.scriptKeys(), argv...).Result()
 	if err != nil {
 		return reply{}, err
@@ -175,7 +182,7 @@ func (l *Ledger) runWait(ctx context.Context, script *goredis.Script, pool ledge
 		return reply{}, l.err
 	}
 	keys, _ := keySchema(l.opts.Prefix, pool)
-	argv := append([]any{l.opts.SweepBatch}, args...)
+	argv := append([]any{l.argv1(l.opts.SweepBatch)}, args...)
 	for attempt := 0; ; attempt++ {
 		var eval *goredis.Cmd
 		var wait *goredis.Cmd

@@ -71,9 +71,9 @@ func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
 	}
 	argv := make([][]any, callers)
 	for c := range argv {
-		argv[c] = append([]any{e.led.opts.SweepBatch}, acquireArgv(benchkit.BenchRequest(e.pool, c, 0, tag))...)
+		argv[c] = append([]any{e.led.argv1(e.led.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, c, 0, tag))...)
 	}
-	const reqArg = 6 // index of the request id in argv (sweep batch first)
+	const reqArg = 6 // index of the request id in argv (argv1 first)
 	return func(ctx context.Context, c, seq int) error {
 		a := argv[c]
 		a[reqArg] = tag + strconv.Itoa(seq)
@@ -126,7 +126,7 @@ func (e *benchEnv) preload(n int) {
 	for done := 0; done < n; {
 		p := e.client.Pipeline()
 		for i := 0; i < batch && done < n; i, done = i+1, done+1 {
-			argv := append([]any{e.led.opts.SweepBatch}, acquireArgv(benchkit.BenchRequest(e.pool, done%16, done, "pre"))...)
+			argv := append([]any{e.led.argv1(e.led.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, done%16, done, "pre"))...)
 			p.EvalSha(e.ctx, sha, k, argv...)
 		}
 		if _, err := p.Exec(e.ctx); err != nil {

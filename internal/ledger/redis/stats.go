@@ -70,6 +70,9 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 	return st, nil
 }
 
+// decodeEngine reads one engine of stats.lua's reply. The orphan charge
+// counts with the correction everywhere, so the correction reported is
+// their sum (ledger.Options.OrphanHold).
 func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, now time.Time) ledger.EngineStats {
 	es := ledger.EngineStats{
 		Spec: ledger.EngineSpec{
@@ -84,8 +87,8 @@ func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, n
 		ReservedKV:      integer(h["rkv"]),
 		ReservedSlots:   integer(h["rslots"]),
 		Leases:          integer(h["nleases"]),
-		CorrectionKV:    integer(h["ckv"]),
-		CorrectionSlots: integer(h["cslots"]),
+		CorrectionKV:    integer(h["ckv"]) + integer(h["okv"]),
+		CorrectionSlots: integer(h["cslots"]) + integer(h["oslots"]),
 		ObservedAt:      millisOrZero(integer(h["obs_arrived"])),
 		Removed:         h["configured"] != "1",
 	}
