@@ -454,6 +454,7 @@ type fleetFile struct {
 	Lease      struct {
 		SessionTTL     string `yaml:"session_ttl"`
 		RecoveryWindow string `yaml:"recovery_window,omitempty"`
+		OrphanHold     string `yaml:"orphan_hold,omitempty"`
 	} `yaml:"lease"`
 }
 
@@ -504,6 +505,9 @@ func (c *cluster) fleetYAML(urls func(i int) string) ([]byte, error) {
 	}
 	f.Priorities = t.Priorities
 	f.Lease.SessionTTL = t.SessionTTL.String()
+	if t.OrphanHold > 0 {
+		f.Lease.OrphanHold = t.OrphanHold.String()
+	}
 	if t.RecoveryWindow != nil {
 		f.Lease.RecoveryWindow = t.RecoveryWindow.String()
 		if t.RecoveryWindow.D() == 0 {

@@ -138,6 +138,9 @@ type Topology struct {
 	// off, unless a fault loses the ledger (kill_reserver, restart_redis);
 	// then SessionTTL, the shortest the fleet allows).
 	RecoveryWindow *Duration `yaml:"recovery_window,omitempty"`
+	// OrphanHold is the fleet's lease.orphan_hold (default 0: a lease the
+	// ledger ends is charged until its engine's next observation).
+	OrphanHold Duration `yaml:"orphan_hold,omitempty"`
 	// StaleAfter is every engine's stale_after (default 2s).
 	StaleAfter Duration `yaml:"stale_after,omitempty"`
 	// StalePolicy is every engine's stale_policy (default the fleet's).
@@ -459,6 +462,9 @@ func (s *Scenario) Validate() error {
 	}
 	if t.SessionTTL.D() < time.Second {
 		bad("topology.session_ttl", "%s: want >= 1s", t.SessionTTL)
+	}
+	if t.OrphanHold < 0 {
+		bad("topology.orphan_hold", "%s: want >= 0", t.OrphanHold)
 	}
 	w := s.Workload
 	if w.Duration <= 0 {

@@ -133,11 +133,16 @@ type Lease struct {
 	// holders re-assert (default the larger of 10s and SessionTTL); 0
 	// disables it, otherwise at least SessionTTL.
 	RecoveryWindow time.Duration
+	// OrphanHold: how long a lease the ledger ends (its router stopped
+	// renewing) stays charged in full on an engine with telemetry, for a
+	// router that is paused rather than dead (default 0: until the
+	// engine's next observation). See ledger.Options.OrphanHold.
+	OrphanHold time.Duration
 }
 
 // LedgerOptions returns the ledger options the lease timings imply.
 func (l Lease) LedgerOptions() ledger.Options {
-	o := ledger.Options{RecoveryWindow: l.RecoveryWindow}
+	o := ledger.Options{RecoveryWindow: l.RecoveryWindow, OrphanHold: l.OrphanHold}
 	if l.RecoveryWindow == 0 {
 		o.RecoveryWindow = -1 // disabled, not "default"
 	}
@@ -190,6 +195,7 @@ type leaseYAML struct {
 	LeaseTTL       *time.Duration `yaml:"lease_ttl"`
 	RenewInterval  *time.Duration `yaml:"renew_interval"`
 	RecoveryWindow *time.Duration `yaml:"recovery_window"`
+	OrphanHold     time.Duration  `yaml:"orphan_hold"`
 }
 
 // sections names each YAML type for unknown-field errors.
@@ -383,5 +389,6 @@ func build(raw fileYAML) (*Fleet, []error) {
 	if raw.Lease.RecoveryWindow != nil {
 		l.RecoveryWindow = *raw.Lease.RecoveryWindow
 	}
+	l.OrphanHold = raw.Lease.OrphanHold
 	return f, errs
 }

@@ -93,6 +93,13 @@ func TestParseImplicitPriorityAndLeaseDefaults(t *testing.T) {
 	if o := f.Lease.LedgerOptions(); o.RecoveryWindow >= 0 {
 		t.Errorf("LedgerOptions with the window disabled = %+v, want negative (no window)", o)
 	}
+	f, err = Parse([]byte(strings.Replace(in, "session_ttl: 30s", "session_ttl: 30s\n  orphan_hold: 15s", 1)))
+	if err != nil {
+		t.Fatalf("Parse with orphan_hold: %v", err)
+	}
+	if o := f.Lease.LedgerOptions(); o.OrphanHold != 15*time.Second {
+		t.Errorf("LedgerOptions with orphan_hold 15s = %+v", o)
+	}
 }
 
 func TestExampleFile(t *testing.T) {
@@ -210,6 +217,7 @@ func TestParseErrors(t *testing.T) {
 		{"renew_interval not below lease_ttl", repl("session_ttl: 10s", "session_ttl: 10s\n  renew_interval: 3s\n  lease_ttl: 2s"), []string{"lease.renew_interval: must be less than lease.lease_ttl (2s), got 3s"}},
 		{"renew_interval zero", repl("session_ttl: 10s", "session_ttl: 10s\n  renew_interval: 0s"), []string{"lease.renew_interval: must be in 1ms..24h0m0s, got 0s"}},
 		{"lease_ttl below 1s", repl("session_ttl: 10s", "session_ttl: 10s\n  renew_interval: 100ms\n  lease_ttl: 500ms"), []string{"lease.lease_ttl: must be in 1s..24h0m0s, got 500ms"}},
+		{"orphan_hold negative", repl("session_ttl: 10s", "session_ttl: 10s\n  orphan_hold: -1s"), []string{"lease.orphan_hold: must be in 0s..24h0m0s, got -1s"}},
 		{"recovery_window below session_ttl", repl("session_ttl: 10s", "session_ttl: 10s\n  recovery_window: 5s"), []string{"lease.recovery_window: must be 0s (disabled) or in lease.session_ttl (10s)..24h0m0s so every live holder can re-assert, got 5s"}},
 		{"every problem at once", func(s string) string {
 			s = strings.Replace(s, "kv_tokens: 1000", "kv_tokens: 0", 1)

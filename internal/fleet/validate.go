@@ -183,6 +183,9 @@ func (f *Fleet) check() []error {
 	if l.RenewInterval >= l.LeaseTTL {
 		c.add("lease.renew_interval", "must be less than lease.lease_ttl (%s), got %s", l.LeaseTTL, l.RenewInterval)
 	}
+	if l.OrphanHold < 0 || l.OrphanHold > maxDuration {
+		c.add("lease.orphan_hold", "must be in 0s..%s, got %s", maxDuration, l.OrphanHold)
+	}
 	if l.RecoveryWindow != 0 && (l.RecoveryWindow < l.SessionTTL || l.RecoveryWindow > maxDuration) {
 		c.add("lease.recovery_window", "must be 0s (disabled) or in lease.session_ttl (%s)..%s so every live holder can re-assert, got %s", l.SessionTTL, maxDuration, l.RecoveryWindow)
 	}
