@@ -2,15 +2,19 @@ package route
 
 // BenchmarkReport measures what the router adds to a streaming request:
 // the same closed-loop load (internal/benchkit) sent straight to one
-// simulated engine (the baseline), through one router with an in-memory
-// ledger, and through one router with a Redis ledger, at 1 (unloaded), 64
-// and 256 concurrent streaming clients. Each process's CPU time per
-// request is printed too: client, engine and router share the machine, so
-// at saturation throughput follows the CPU each request costs. The engine runs fast (high --speed, short
-// outputs) so that the router's own cost is visible, and the fleet's
-// capacity is so large that nothing is refused (and recovery_window is 0,
-// so a fresh ledger grants at once): rejections and errors are
-// counted and printed, and a run with any is not a clean figure.
+// simulated engine (the baseline: measured first and last, the midpoint of
+// the two, whose difference shows the run's noise), through a bare reverse
+// proxy (the floor of any HTTP hop), through one router with an in-memory
+// ledger, and through one router with a Redis ledger (per-request leases,
+// and block leases), at 1 (unloaded), 64 and 256 concurrent streaming
+// clients, against two engines: one run fast (high --speed, short outputs)
+// so that the router's own cost is visible, and one paced like a loaded GPU.
+// Each process's CPU time per request is printed too: client, engine and
+// router share the machine, so at saturation throughput follows the CPU
+// each request costs. The fleet's capacity is so large that nothing is
+// refused (and recovery_window is 0, so a fresh ledger grants at once):
+// rejections and errors are counted and printed, and a run with any is not
+// a clean figure.
 //
 //	LEASEHOLD_BENCH_PHASE=2s go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x ./internal/route/
 //
@@ -258,6 +262,16 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 		rejections: bt.rejections.Load(), cpu: cpu, firstErr: firstErr}
 }
 
+// midpoint is the baseline of two runs of the same path: their latencies'
+// midpoints and their pooled throughput.
+func midpoint(a, b benchRow) benchRow {
+	mid := func(x, y time.Duration) time.Duration { return (x + y) / 2 }
+	r := a
+	r.res.Ops, r.res.Errors, r.res.Elapsed = a.res.Ops+b.res.Ops, a.res.Errors+b.res.Errors, a.res.Elapsed+b.res.Elapsed
+	r.p50, r.p99, r.ttfb50, r.ttfb99 = mid(a.p50, b.p50), mid(a.p99, b.p99), mid(a.ttfb50, b.ttfb50), mid(a.ttfb99, b.ttfb99)
+	return r
+}
+
 // metricSum is the sum of every series of a counter on base's /metrics
 // (-1 when it cannot be read).
 func metricSum(base, name string) float64 {
@@ -474,7 +488,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			bt.think = be.think
 			return bt
 		}
-		direct := measure(ctx, target("direct to enginesim (baseline)", eng.url()), callers, d, [3]int{0, enginePID, -1}, nil)
+		first := measure(ctx, target("direct to enginesim (first)", eng.url()), callers, d, [3]int{0, enginePID, -1}, nil)
 		floor := measure(ctx, target("bare reverse proxy (floor: no admission)", bare.url()), callers, d,
 			[3]int{0, enginePID, bare.cmd.Process.Pid}, nil)
 		profile := func(br benchRouter, name string) func(time.Duration) <-chan struct{} {
@@ -488,11 +502,15 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			[3]int{0, enginePID, redisRouter.cmd.Process.Pid}, profile(redisRouter, "router-redis"))
 		blk := measure(ctx, target("router, Redis ledger, block leases", blockRouter.url()), callers, d,
 			[3]int{0, enginePID, blockRouter.cmd.Process.Pid}, profile(blockRouter, "router-redis-blocks"))
-		for i, r := range []benchRow{direct, floor, mem, red, blk} {
-			added50, added99, addedTTFB, routerCPU := "—", "—", "—", "—"
-			if i > 0 {
-				added50, added99 = benchkit.Micros(r.p50-direct.p50), benchkit.Micros(r.p99-direct.p99)
-				addedTTFB = benchkit.Micros(r.ttfb50 - direct.ttfb50)
+		last := measure(ctx, target("direct to enginesim (last)", eng.url()), callers, d, [3]int{0, enginePID, -1}, nil)
+		// The baseline is the midpoint of the direct runs before and after
+		// the others, so drift over the run cancels; their difference (A/A)
+		// is the noise any added figure carries.
+		direct := midpoint(first, last)
+		for i, r := range []benchRow{first, last, floor, mem, red, blk} {
+			added50, added99 := benchkit.Micros(r.p50-direct.p50), benchkit.Micros(r.p99-direct.p99)
+			addedTTFB, routerCPU := benchkit.Micros(r.ttfb50-direct.ttfb50), "—"
+			if i > 1 {
 				routerCPU = cpuMicros(r.cpu[2])
 			}
 			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
@@ -501,7 +519,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
 				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
 		}
-		for _, r := range []benchRow{direct, floor, mem, red, blk} {
+		for _, r := range []benchRow{first, last, floor, mem, red, blk} {
 			if r.firstErr != "" {
 				errNotes = append(errNotes, fmt.Sprintf("%s, %d clients, first error: %s", r.res.Name, callers, r.firstErr))
 			}
@@ -510,6 +528,8 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			continue // unloaded: the added latency is the router's own service time
 		}
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		summary = append(summary, fmt.Sprintf("%s, direct A/A, %d clients: the last direct run differs from the first by %+.2f ms p50, %+.2f ms TTFB p50, %s throughput.",
+			tag, callers, ms(last.p50-first.p50), ms(last.ttfb50-first.ttfb50), benchkit.Ratio(last.res.Throughput(), first.res.Throughput())))
 		for _, r := range []benchRow{floor, mem, red, blk} {
 			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
 				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.ttfb50-direct.ttfb50),
