@@ -612,6 +612,10 @@ func (e *Engine) serveTokenize(w http.ResponseWriter, hr *http.Request) {
 	switch {
 	case body.Prompt != nil:
 		ids = appendTokens([]int{}, *body.Prompt)
+	case e.cfg.Format == telemetry.FormatSGLang:
+		// SGLang's /tokenize takes a prompt string only.
+		writeError(w, badRequest("prompt", "prompt is required (this /tokenize does not apply a chat template to messages)"))
+		return
 	case len(body.Messages) > 0:
 		msgs, err := messages(body.Messages, body.Tools)
 		if err != nil {

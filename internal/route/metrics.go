@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 		estRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "prompt_estimate_ratio",
 			Help: "Calibrated prompt tokens per raw (bytes/4) estimate, margin included."}, []string{"pool"}),
 		tokenize: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "tokenize_errors_total",
-			Help: "Prompts (--prompt-tokens=tokenize) whose exact count was not had from an engine, so the estimate was leased, by reason: timeout, unreachable, http_error, bad_response, unsupported (no engine of the pool serves /tokenize)."},
+			Help: "Prompts (--prompt-tokens=tokenize) whose exact count was not had from an engine, so the estimate was leased, by reason: timeout, unreachable, http_error, bad_response, unsupported (no engine of the pool can count the request: TGI, or chat on SGLang)."},
 			[]string{"pool", "reason"}),
 		viewPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fleet_view_polls_total",
 			Help: "Fleet view reads of the ledger's per-engine totals (--view-interval), by result: ok, freed (totals went down: a queued request was woken), error."},

@@ -11,8 +11,12 @@ package route
 //
 // Every engine of a pool serves the same model, so the call goes to the
 // pool's candidates in turn, skipping for tokenizeCooldown one whose last
-// call failed (unless every one did); TGI-format engines are never asked
-// (TGI's /tokenize has another shape). The call is bounded by
+// call failed (unless every one did). TGI-format engines are never asked
+// (TGI's /tokenize has another shape), and SGLang-format engines only for
+// completions: SGLang's /tokenize takes {"model", "prompt"} and answers
+// {"tokens", "count", "max_model_len"} like vLLM's, but applies no chat
+// template. A request no engine of its pool can count is leased for its
+// estimate and counted with reason "unsupported". The call is bounded by
 // --tokenize-timeout. When it fails the request is leased for the
 // calibrated estimate, which errs high, and
 // leasehold_router_tokenize_errors_total{pool,reason} counts it.
@@ -57,8 +61,9 @@ var chatTemplateFields = []string{"tools", "documents", "chat_template", "chat_t
 
 // poolTokenizer picks the engine of one pool that counts a prompt.
 type poolTokenizer struct {
-	// serves lists the pool's engines that serve vLLM's /tokenize.
-	serves map[ledger.EngineID]bool
+	// prompts and chats list the pool's engines whose /tokenize counts a
+	// prompt string, and chat messages.
+	prompts, chats map[ledger.EngineID]bool
 	next   atomic.Uint64
 	// mu guards failed.
 	mu     sync.Mutex
@@ -66,20 +71,25 @@ type poolTokenizer struct {
 }
 
 func newPoolTokenizer(p fleet.Pool) *poolTokenizer {
-	t := &poolTokenizer{serves: map[ledger.EngineID]bool{}, failed: map[ledger.EngineID]time.Time{}}
+	t := &poolTokenizer{prompts: map[ledger.EngineID]bool{}, chats: map[ledger.EngineID]bool{}, failed: map[ledger.EngineID]time.Time{}}
 	for _, e := range p.Engines {
-		t.serves[e.ID] = e.Format != telemetry.FormatTGI
+		t.prompts[e.ID] = e.Format != telemetry.FormatTGI
+		t.chats[e.ID] = e.Format != telemetry.FormatTGI && e.Format != telemetry.FormatSGLang
 	}
 	return t
 }
 
-// pick returns the next candidate in turn that serves /tokenize and has not
-// failed within tokenizeCooldown, else the next that serves it; false when
-// none does.
-func (t *poolTokenizer) pick(views []engineView, now time.Time) (ledger.EngineID, bool) {
+// pick returns the next candidate in turn that can count a chat (chat) or
+// prompt request and has not failed within tokenizeCooldown, else the next
+// that can; false when none can.
+func (t *poolTokenizer) pick(views []engineView, chat bool, now time.Time) (ledger.EngineID, bool) {
+	can := t.prompts
+	if chat {
+		can = t.chats
+	}
 	ids := make([]ledger.EngineID, 0, len(views))
 	for _, v := range views {
-		if t.serves[v.id] {
+		if can[v.id] {
 			ids = append(ids, v.id)
 		}
 	}
@@ -129,7 +139,7 @@ func (r *Router) countPrompt(ctx context.Context, p *poolRT, req *request, views
 	if r.cfg.PromptTokens != PromptTokenize || req.promptTokens > 0 || len(views) == 0 {
 		return
 	}
-	engine, ok := p.tok.pick(views, r.clock.Now())
+	engine, ok := p.tok.pick(views, req.chat, r.clock.Now())
 	if !ok {
 		r.met.tokenize.WithLabelValues(string(req.model), tokenizeUnsupported).Inc()
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/enginesim"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
 // The --prompt-tokens tests run the in-process harness (a Router on a real
@@ -209,6 +210,38 @@ func TestPromptTokensEstimateCountsTools(t *testing.T) {
 	t.Logf("estimate %d, engine %d prompt tokens", kv-heldOutput, prompt)
 	if kv-heldOutput < prompt {
 		t.Errorf("estimate mode leased %d prompt tokens for %d actual: the tools are not counted", kv-heldOutput, prompt)
+	}
+}
+
+// SGLang's /tokenize counts a prompt string, not chat messages: on a pool
+// of SGLang engines completions are counted exactly, and chat requests are
+// leased for their estimate without a call and counted as unsupported.
+func TestPromptTokensTokenizeSGLang(t *testing.T) {
+	pool := fmt.Sprintf(`  - name: sg
+    engines:
+      - {id: sg-0, url: %q, format: sglang, kv_tokens: 4096, slots: 8, stale_after: 0s}
+`, startSim(t, enginesim.Config{Model: "sg", KVTokens: 4096, MaxModelLen: 2048, Format: telemetry.FormatSGLang}))
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 1, output: 2000, extra: pool + tenants,
+		cfg: func(c *Config) { c.PromptTokens = PromptTokenize }})
+	text := oddTexts[3].text // punctuation: far from the estimate
+	completion := withField(promptBody(false, text, heldOutput), "model", "sg")
+	kv := h.heldReservation(t, "sg", completion)
+	if prompt := h.enginePromptTokens(t, completion); kv != prompt+heldOutput {
+		t.Errorf("completions on SGLang: leased %d, want the engine's prompt_tokens %d + %d", kv, prompt, heldOutput)
+	}
+	chat := withField(promptBody(true, text, heldOutput), "model", "sg")
+	req, err := parseRequest([]byte(mustJSON(chat)), true, h.r.lim, h.r.cfg.AffinityBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	estimate := h.r.pools["sg"].est.promptTokens(req)
+	if kv := h.heldReservation(t, "sg", chat); kv != estimate+heldOutput {
+		t.Errorf("chat on SGLang: leased %d, want the estimate %d + %d", kv, estimate, heldOutput)
+	}
+	m := h.metrics(t)
+	if !strings.Contains(m, `leasehold_router_tokenize_errors_total{pool="sg",reason="unsupported"} 1`) ||
+		strings.Contains(m, `leasehold_router_tokenize_errors_total{pool="sg",reason="http_error"}`) {
+		t.Errorf("want one unsupported and no http_error tokenize error for the SGLang pool:\n%s", grepLines(m, "tokenize_errors"))
 	}
 }
 
