@@ -64,7 +64,7 @@ type poolTokenizer struct {
 	// prompts and chats list the pool's engines whose /tokenize counts a
 	// prompt string, and chat messages.
 	prompts, chats map[ledger.EngineID]bool
-	next   atomic.Uint64
+	next           atomic.Uint64
 	// mu guards failed.
 	mu     sync.Mutex
 	failed map[ledger.EngineID]time.Time // when the engine's last call failed
