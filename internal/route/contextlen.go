@@ -25,8 +25,11 @@ package route
 // (logged once per pool). Engines that have not answered are asked again on
 // every round of the fleet applier (ledger admission, apply.go), which asks
 // before it configures the pool, so a pool is ready only once its engines
-// have been asked; local admission asks once, at start. An answer once had
-// is kept.
+// have been asked; local admission asks once, at start. Engines that have
+// answered are asked again every contextRecheck: an engine redeployed with
+// a longer context must not be under-leased for long (a request without
+// max_tokens reserves the old, shorter one). A failed re-ask keeps the
+// answer had.
 
 import (
 	"context"
@@ -47,6 +50,10 @@ import (
 
 // maxInfoBody bounds an engine's /v1/models or /info answer.
 const maxInfoBody = 1 << 20
+
+// contextRecheck is how often an engine that reported its context length is
+// asked again.
+const contextRecheck = time.Minute
 
 // ctxLen is one pool's context-length bounds, in tokens.
 type ctxLen struct {
@@ -100,15 +107,20 @@ type contextLens struct {
 	// replaced whole.
 	cur map[ledger.PoolID]*atomic.Pointer[ctxLen]
 
-	// mu guards reported and warned.
+	// recheck is contextRecheck (shorter in tests).
+	recheck time.Duration
+
+	// mu guards reported, askedAt and warned.
 	mu       sync.Mutex
 	reported map[telemetry.EngineKey]int64
-	warned   map[ledger.PoolID]bool // the fallback was logged
+	askedAt  map[telemetry.EngineKey]time.Time // when reported was had
+	warned   map[ledger.PoolID]bool            // the fallback was logged
 }
 
 func newContextLens(f *fleet.Fleet, fallback int64, client *http.Client, timeout time.Duration, log *slog.Logger) *contextLens {
-	c := &contextLens{fleet: f, fallback: fallback, client: client, timeout: timeout, log: log,
-		cur: map[ledger.PoolID]*atomic.Pointer[ctxLen]{}, reported: map[telemetry.EngineKey]int64{}, warned: map[ledger.PoolID]bool{}}
+	c := &contextLens{fleet: f, fallback: fallback, client: client, timeout: timeout, log: log, recheck: contextRecheck,
+		cur: map[ledger.PoolID]*atomic.Pointer[ctxLen]{}, reported: map[telemetry.EngineKey]int64{},
+		askedAt: map[telemetry.EngineKey]time.Time{}, warned: map[ledger.PoolID]bool{}}
 	for _, p := range f.Pools {
 		v := ctxLen{limit: fallback, reserve: fallback}
 		if p.MaxModelLen > 0 {
@@ -139,9 +151,9 @@ func (c *contextLens) discoverAll(ctx context.Context) {
 	}
 }
 
-// discover asks pool's engines that have not answered yet for their
-// context length and updates the pool's bounds. A pool whose fleet entry
-// gives max_model_len is left alone.
+// discover asks pool's engines that have not answered yet, or not within
+// recheck, for their context length and updates the pool's bounds. A pool
+// whose fleet entry gives max_model_len is left alone.
 func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 	p, ok := c.fleet.Pool(pool)
 	if !ok || p.MaxModelLen > 0 {
@@ -152,17 +164,29 @@ func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 		key := telemetry.EngineKey{Pool: pool, Engine: e.ID}
 		c.mu.Lock()
 		_, known := c.reported[key]
+		fresh := known && time.Since(c.askedAt[key]) < c.recheck
 		c.mu.Unlock()
-		if known {
+		if fresh {
 			continue
 		}
 		n, err := c.ask(ctx, pool, e)
 		if err != nil {
-			errs = append(errs, err.Error())
+			if known {
+				c.log.Debug("engine did not confirm its context length; keeping the last answer", "pool", pool, "engine", e.ID, "err", err)
+				c.mu.Lock()
+				c.askedAt[key] = time.Now() // not again before recheck
+				c.mu.Unlock()
+			} else {
+				errs = append(errs, err.Error())
+			}
 			continue
 		}
 		c.mu.Lock()
+		if prev, ok := c.reported[key]; ok && prev != n {
+			c.log.Info("engine's context length changed", "pool", pool, "engine", e.ID, "from", prev, "to", n)
+		}
 		c.reported[key] = n
+		c.askedAt[key] = time.Now()
 		c.mu.Unlock()
 	}
 	c.update(p, errs)

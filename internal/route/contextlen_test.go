@@ -3,12 +3,17 @@ package route
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/enginesim"
+	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
@@ -170,4 +175,49 @@ func TestContextFit(t *testing.T) {
 	if got := equal.fit(cands, 4000, true); !slices.Equal(got, cands) {
 		t.Errorf("equal engines: %v, want %v unchanged", got, cands)
 	}
+}
+
+// An engine that answered is asked again every recheck: a longer context
+// after a redeploy reaches the pool's bounds (so a request without
+// max_tokens is not under-leased), and a failed re-ask keeps the answer.
+func TestContextLengthRecheck(t *testing.T) {
+	var maxLen atomic.Int64
+	maxLen.Store(4096)
+	var down atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m","max_model_len":%d}]}`, maxLen.Load())
+	}))
+	t.Cleanup(srv.Close)
+	f, err := fleet.Parse([]byte(fmt.Sprintf(`pools:
+  - name: m
+    engines:
+      - {id: e0, url: %q, kv_tokens: 100000, slots: 8}
+`, srv.URL) + tenants))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newContextLens(f, 2048, srv.Client(), time.Second, slog.New(slog.DiscardHandler))
+	c.recheck = 50 * time.Millisecond
+	want := func(limit int64) {
+		t.Helper()
+		if got := c.get("m"); got.limit != limit || got.reserve != limit {
+			t.Fatalf("context length %+v, want %d", got, limit)
+		}
+	}
+	c.discover(t.Context(), "m")
+	want(4096)
+	maxLen.Store(8192) // redeployed with a longer context
+	c.discover(t.Context(), "m")
+	want(4096) // not due yet
+	time.Sleep(60 * time.Millisecond)
+	c.discover(t.Context(), "m")
+	want(8192)
+	down.Store(true)
+	time.Sleep(60 * time.Millisecond)
+	c.discover(t.Context(), "m")
+	want(8192) // a failed re-ask keeps the answer
 }
