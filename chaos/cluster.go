@@ -263,9 +263,12 @@ type cluster struct {
 
 	redis     *proc
 	redisAddr string
-	reservers []*reserverNode
-	engines   []*engineNode
-	routers   []*routerNode
+	// etcdAddr is the caller's etcd (LedgerEtcd); the run's keys are under
+	// etcdPrefix.
+	etcdAddr, etcdPrefix string
+	reservers            []*reserverNode
+	engines              []*engineNode
+	routers              []*routerNode
 	// fleetPath is the fleet file with the engines' own URLs.
 	fleetPath string
 }
@@ -296,11 +299,11 @@ func randomToken() string {
 
 // startCluster starts every process of sc's topology and waits until each
 // is ready. On error, what was started is stopped.
-func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries) (_ *cluster, err error) {
+func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, etcd string) (_ *cluster, err error) {
 	if bins.Router == "" {
 		return nil, ErrNoRouter
 	}
-	c := &cluster{sc: sc, dir: dir, bins: bins, token: randomToken()}
+	c := &cluster{sc: sc, dir: dir, bins: bins, token: randomToken(), etcdAddr: etcd, etcdPrefix: "chaos-" + randomToken()[:12]}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -534,8 +537,11 @@ func (c *cluster) writeFleet() error {
 }
 
 func (c *cluster) reserverLedgerURL() string {
-	if c.sc.Topology.Ledger == LedgerRedis {
+	switch c.sc.Topology.Ledger {
+	case LedgerRedis:
 		return "redis://" + c.redisAddr + "/0"
+	case LedgerEtcd:
+		return "etcd://" + c.etcdAddr + "/" + c.etcdPrefix
 	}
 	return "memory://"
 }
@@ -585,8 +591,11 @@ func (sc *Scenario) needProxies(link string) bool {
 func (c *cluster) startRouters(ctx context.Context) error {
 	t := c.sc.Topology
 	ledgerAddr := c.redisAddr
-	if t.Ledger == LedgerMemory {
+	switch t.Ledger {
+	case LedgerMemory:
 		ledgerAddr = c.reservers[0].grpcAddr
+	case LedgerEtcd:
+		ledgerAddr = c.etcdAddr
 	}
 	for i := range t.Routers {
 		id := fmt.Sprintf("router-%d", i)
@@ -604,8 +613,11 @@ func (c *cluster) startRouters(ctx context.Context) error {
 			target = r.ledgerProxy.Addr()
 		}
 		ledgerURL := "grpc://" + target
-		if t.Ledger == LedgerRedis {
+		switch t.Ledger {
+		case LedgerRedis:
 			ledgerURL = "redis://" + target + "/0"
+		case LedgerEtcd:
+			ledgerURL = "etcd://" + target + "/" + c.etcdPrefix
 		}
 		fleetPath := c.fleetPath
 		if c.sc.needProxies(LinkEngine) {

@@ -29,10 +29,14 @@
 //	go run ./cmd/chaos quickstart              # embedded ledger, nothing to install
 //	go run ./cmd/chaos --short all             # every scenario's CI variant
 //	go run ./cmd/chaos --ledger redis --json kill-routers
+//	go run ./cmd/chaos --ledger etcd --etcd 127.0.0.1:2379 kill-routers
 //	go run ./cmd/chaos replay $TMPDIR/leasehold-chaos/kill-routers-memory-…
 //
-// What the runner does not do: it runs no etcd (topology.ledger etcd is
-// rejected). clock_offset restarts the router with LEASEHOLD_CLOCK_OFFSET
+// The runner starts redis-server itself but runs no etcd: topology.ledger
+// etcd uses the one at Options.Etcd (--etcd), each run under a key prefix
+// of its own, and allows etcd's late expiry (whole-second lease TTLs,
+// checked every 0.5 s: 1.5 s) on top of every reclaim bound. The tests run
+// every scenario but redis-restart on an embedded etcd. clock_offset restarts the router with LEASEHOLD_CLOCK_OFFSET
 // (its --clock-offset) in its environment, so its wall clock, lease
 // manager included, is really skewed; the clock-skew scenario shows that
 // skew between routers has no effect, since the ledger decides by its own

@@ -8,15 +8,17 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/testutil/etcdserver"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(etcdserver.IgnoreLeaks(), goleak.Cleanup(func(code int) {
 		if buildDir != "" {
 			os.RemoveAll(buildDir)
 		}
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 var (

@@ -20,8 +20,11 @@ import (
 type Options struct {
 	// Short applies the scenario's short (CI) overrides.
 	Short bool
-	// Ledger, when set, overrides topology.ledger (memory or redis).
+	// Ledger, when set, overrides topology.ledger (memory, redis or etcd).
 	Ledger string
+	// Etcd is the host:port of the etcd a topology.ledger etcd run uses
+	// (required then); each run keeps its keys under a prefix of its own.
+	Etcd string
 	// Duration, when set, overrides workload.duration.
 	Duration time.Duration
 	// Seed, when set, overrides workload.seed.
@@ -259,7 +262,10 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	if interval <= 0 {
 		interval = 250 * time.Millisecond
 	}
-	c, err := startCluster(ctx, s, dir, opts.Binaries)
+	if s.Topology.Ledger == LedgerEtcd && opts.Etcd == "" {
+		return nil, fmt.Errorf("%s: topology.ledger etcd needs an etcd endpoint (--etcd host:port)", s.Name)
+	}
+	c, err := startCluster(ctx, s, dir, opts.Binaries, opts.Etcd)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start topology: %w", s.Name, err)
 	}

@@ -31,7 +31,20 @@ const (
 	LedgerMemory = "memory"
 	// LedgerRedis: a redis-server; routers and reservers use redis://.
 	LedgerRedis = "redis"
+	// LedgerEtcd: an etcd the caller runs (Options.Etcd); routers and
+	// reservers use etcd:// with a key prefix of their own per run.
+	LedgerEtcd = "etcd"
 )
+
+// expiryLateness is how late a backend may end a lease or session past its
+// TTL, on top of the bounds every check allows: etcd counts lease TTLs in
+// whole seconds and checks expiry every 0.5 s.
+func expiryLateness(ledger string) time.Duration {
+	if ledger == LedgerEtcd {
+		return 1500 * time.Millisecond
+	}
+	return 0
+}
 
 // Admission modes of routers (the router's --admission).
 const (
@@ -409,12 +422,12 @@ func (s *Scenario) Validate() error {
 		if t.Reservers != 1 {
 			bad("topology.reservers", "%d: the memory ledger lives in one reserver, want 1", t.Reservers)
 		}
-	case LedgerRedis:
+	case LedgerRedis, LedgerEtcd:
 		if t.Reservers < 1 || t.Reservers > 8 {
 			bad("topology.reservers", "%d: want 1..8", t.Reservers)
 		}
 	default:
-		bad("topology.ledger", "%q: want memory or redis (etcd is not run by the chaos runner yet)", t.Ledger)
+		bad("topology.ledger", "%q: want memory, redis or etcd", t.Ledger)
 	}
 	if t.Routers < 1 || t.Routers > 64 {
 		bad("topology.routers", "%d: want 1..64", t.Routers)

@@ -56,7 +56,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		name, edit, want string
 	}{
 		{"unknown field", "name: m\nbogus: 1\n", `field bogus not found`},
-		{"ledger", "topology:\n  ledger: etcd\n", "topology.ledger"},
+		{"ledger", "topology:\n  ledger: zookeeper\n", "topology.ledger"},
 		{"kv block", "topology:\n  engines: [{kv_tokens: 20001, slots: 8}]\n", "topology.engines[0].kv_tokens"},
 		{"both loads", "workload:\n  rate: 5\n", "set exactly one of concurrency and rate"},
 		{"fault kind", "faults: [{at: 1s, kind: meteor}]\n", "faults[0].kind"},

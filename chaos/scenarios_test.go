@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testutil/etcdserver"
 )
 
 // TestScenariosShort runs the short (CI) variant of every built-in scenario
@@ -48,6 +51,45 @@ func TestScenariosShort(t *testing.T) {
 		}
 	}
 	t.Logf("every scenario on both ledgers: %.1fs", time.Since(start).Seconds())
+}
+
+// TestScenariosShortEtcd runs the short variant of every built-in scenario
+// with the reserver and routers on an embedded etcd (etcd://, a key prefix
+// per run), but redis-restart, which has no etcd counterpart.
+func TestScenariosShortEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: the scenario set runs real processes for ~90 seconds; run without -short")
+	}
+	bins := binaries(t)
+	es := etcdserver.Start(t, t.TempDir())
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			sc, err := Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis }) {
+				t.Skip("restarts redis-server: no etcd counterpart")
+			}
+			began := time.Now()
+			res, err := Run(context.Background(), sc, Options{
+				Short: true, Ledger: LedgerEtcd, Etcd: es.HostPort(), Binaries: bins, RunsDir: t.TempDir(), NoChart: true,
+			})
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			var buf bytes.Buffer
+			WriteTable(&buf, res)
+			t.Logf("%s in %.1fs:%s", name, time.Since(began).Seconds(), buf.String())
+			if !res.Pass {
+				t.Errorf("%s on etcd failed its checks (run dir %s, logs kept under it)", name, res.RunDir)
+				keep(t, res.RunDir)
+			}
+			if sc.Compare != nil {
+				checkCompare(t, res)
+			}
+		})
+	}
 }
 
 func checkCompare(t *testing.T, res *Result) {

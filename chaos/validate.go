@@ -190,14 +190,14 @@ func summarize(reqs []RequestEvent, windows [][2]float64) Requests {
 }
 
 func (ev *evidence) settle() time.Duration {
-	return ev.sc.Topology.SessionTTL.D() + time.Second
+	return ev.sc.Topology.SessionTTL.D() + time.Second + expiryLateness(ev.sc.Topology.Ledger)
 }
 
 // check runs the named check.
 func (ev *evidence) check(name string) Verdict {
 	v := Verdict{Check: name}
 	ttl := ev.sc.Topology.SessionTTL.D()
-	bound := ttl + time.Second
+	bound := ttl + time.Second + expiryLateness(ev.sc.Topology.Ledger)
 	switch name {
 	case CheckNoOverCapacity:
 		peaks := enginePeaks(ev.engines)

@@ -1,7 +1,7 @@
 // Command chaos runs Leasehold chaos scenarios against real processes on
 // loopback (see package chaos) and prints their verdicts.
 //
-//	chaos [--short] [--json] [--ledger memory|redis] [--duration D] [--seed N] SCENARIO...
+//	chaos [--short] [--json] [--ledger memory|redis|etcd] [--etcd HOST:PORT] [--duration D] [--seed N] SCENARIO...
 //	chaos replay [--json] RUN_DIR
 //	chaos list
 //
@@ -46,7 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	fs.BoolVar(&opts.Short, "short", false, "run the scenarios' short CI variants")
 	fs.BoolVar(&jsonOut, "json", false, "print the results as JSON (for CI) instead of tables")
-	fs.StringVar(&opts.Ledger, "ledger", "", "override topology.ledger: memory or redis")
+	fs.StringVar(&opts.Ledger, "ledger", "", "override topology.ledger: memory, redis or etcd")
+	fs.StringVar(&opts.Etcd, "etcd", "", "host:port of a running etcd, for --ledger etcd (each run uses a key prefix of its own)")
 	fs.DurationVar(&opts.Duration, "duration", 0, "override workload.duration")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "override workload.seed")
 	fs.StringVar(&opts.RunsDir, "runs-dir", chaos.DefaultRunsDir(), "where run directories are written")
@@ -96,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return report(stdout, []*chaos.Result{res}, jsonOut, pos[1])
+	}
+	if opts.Ledger == chaos.LedgerEtcd && opts.Etcd == "" {
+		fmt.Fprintln(stderr, "chaos: --ledger etcd needs --etcd host:port (a running etcd; each run uses a key prefix of its own)")
+		return 2
 	}
 	names := pos
 	if len(pos) == 1 && pos[0] == "all" {

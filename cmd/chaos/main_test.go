@@ -27,7 +27,8 @@ func TestCLI(t *testing.T) {
 		{"unknown field", []string{bad}, 2, "", "field surprise not found"},
 		{"replay without dir", []string{"replay"}, 2, "", "want one RUN_DIR"},
 		{"replay of nothing", []string{"replay", t.TempDir()}, 1, "", "scenario.yaml"},
-		{"bad flag", []string{"--ledger", "etcd", "quickstart"}, 2, "", "topology.ledger"},
+		{"bad flag", []string{"--ledger", "zookeeper", "quickstart"}, 2, "", "topology.ledger"},
+		{"etcd without an endpoint", []string{"--ledger", "etcd", "quickstart"}, 2, "", "--ledger etcd needs --etcd host:port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
