@@ -30,23 +30,7 @@ func TestScenariosShort(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				began := time.Now()
-				res, err := Run(context.Background(), sc, Options{
-					Short: true, Ledger: ledger, Binaries: bins, RunsDir: t.TempDir(), NoChart: true,
-				})
-				if err != nil {
-					t.Fatalf("run: %v", err)
-				}
-				var buf bytes.Buffer
-				WriteTable(&buf, res)
-				t.Logf("%s in %.1fs:%s", name, time.Since(began).Seconds(), buf.String())
-				if !res.Pass {
-					t.Errorf("%s on %s failed its checks (run dir %s, logs kept under it)", name, ledger, res.RunDir)
-					keep(t, res.RunDir)
-				}
-				if sc.Compare != nil {
-					checkCompare(t, res)
-				}
+				runShort(t, sc, Options{Ledger: ledger, Binaries: bins})
 			})
 		}
 	}
@@ -71,24 +55,31 @@ func TestScenariosShortEtcd(t *testing.T) {
 			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis }) {
 				t.Skip("restarts redis-server: no etcd counterpart")
 			}
-			began := time.Now()
-			res, err := Run(context.Background(), sc, Options{
-				Short: true, Ledger: LedgerEtcd, Etcd: es.HostPort(), Binaries: bins, RunsDir: t.TempDir(), NoChart: true,
-			})
-			if err != nil {
-				t.Fatalf("run: %v", err)
-			}
-			var buf bytes.Buffer
-			WriteTable(&buf, res)
-			t.Logf("%s in %.1fs:%s", name, time.Since(began).Seconds(), buf.String())
-			if !res.Pass {
-				t.Errorf("%s on etcd failed its checks (run dir %s, logs kept under it)", name, res.RunDir)
-				keep(t, res.RunDir)
-			}
-			if sc.Compare != nil {
-				checkCompare(t, res)
-			}
+			runShort(t, sc, Options{Ledger: LedgerEtcd, Etcd: es.HostPort(), Binaries: bins})
 		})
+	}
+}
+
+// runShort runs sc's short variant with opts and fails t when a check
+// failed (keeping the run's logs where CI finds them); a compare scenario
+// must also show local admission over capacity and the ledger within it.
+func runShort(t *testing.T, sc *Scenario, opts Options) {
+	t.Helper()
+	opts.Short, opts.RunsDir, opts.NoChart = true, t.TempDir(), true
+	began := time.Now()
+	res, err := Run(context.Background(), sc, opts)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var buf bytes.Buffer
+	WriteTable(&buf, res)
+	t.Logf("%s in %.1fs:%s", sc.Name, time.Since(began).Seconds(), buf.String())
+	if !res.Pass {
+		t.Errorf("%s on %s failed its checks (run dir %s, logs kept under it)", sc.Name, res.Ledger, res.RunDir)
+		keep(t, res.RunDir)
+	}
+	if sc.Compare != nil {
+		checkCompare(t, res)
 	}
 }
 

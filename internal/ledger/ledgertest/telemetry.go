@@ -29,19 +29,7 @@ func (s *suite) testOrphanHold(t *testing.T) {
 	// (2 × MinTTL late, and a background sweep may end it on time).
 	hold := time.Second + 4*max(s.b.MinTTL, time.Millisecond)
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), ledger.Options{RecoveryWindow: -1, OrphanHold: hold})
-	f.observe(e1, 0, 0, time.Now(), true) // e1 has telemetry, e2 never had
-	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
-	f.acquire(f.req("hx", 600, 2, e1), e1)
-	f.acquire(f.req("hx", 700, 3, e2), e2)
-	released := f.acquire(f.req(h1, 100, 1, e1), e1)
-	if _, err := f.l.Release(f.ctx, released.Ref(), ledger.Usage{}); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	f.wantCorrection(e1, 0, 0) // released by its holder: never held
-	f.waitPast(sess.Expires)
-	f.sweepAll()
-	ended := f.ledgerNow()
-	f.wantReserved(e1, 0, 0, 0)
+	ended := f.endSession()
 	f.wantCorrection(e1, 600, 2)
 	f.wantCorrection(e2, 0, 0) // never observed: free at once
 	f.acquire(f.req(h1, 1000, 4, e2), e2)
@@ -66,19 +54,7 @@ func (s *suite) testOrphanHold(t *testing.T) {
 // its capacity returns at once. A lease its holder releases is not charged.
 func (s *suite) testEndedLeaseCharged(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
-	f.observe(e1, 0, 0, time.Now(), true) // e1 has telemetry, e2 never had
-	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
-	f.acquire(f.req("hx", 600, 2, e1), e1)
-	f.acquire(f.req("hx", 700, 3, e2), e2)
-	released := f.acquire(f.req(h1, 100, 1, e1), e1)
-	if _, err := f.l.Release(f.ctx, released.Ref(), ledger.Usage{}); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	f.wantCorrection(e1, 0, 0) // released by its holder: not charged
-	f.waitPast(sess.Expires)
-	f.sweepAll()
-	f.wantReserved(e1, 0, 0, 0)
-	f.wantReserved(e2, 0, 0, 0)
+	f.endSession()
 	// Revoked with the dead session: charged on e1 until it is observed.
 	f.wantCorrection(e1, 600, 2)
 	f.reject(f.req(h1, 401, 1, e1), ledger.ReasonEngineKV, e1)
@@ -99,6 +75,30 @@ func (s *suite) testEndedLeaseCharged(t *testing.T) {
 	f.acquire(f.req(h1, 700, 3, e1), e1)
 	f.observe(e1, 0, 0, time.Now().Add(2*time.Millisecond), true)
 	f.wantCorrection(e1, 0, 0)
+}
+
+// endSession observes e1 (e2 is never observed), has holder hx lease 600
+// KV tokens and 2 slots on e1 and 700 and 3 on e2, and h1 lease 100 and 1
+// on e1 and release it (never charged), then lets hx's session die and
+// sweeps: both engines hold no lease after. It returns the ledger time
+// after the sweep (no earlier than the leases' end).
+func (f *fixture) endSession() time.Time {
+	f.t.Helper()
+	f.observe(e1, 0, 0, time.Now(), true)
+	sess := f.keepAlive("hx", f.ttl(300*time.Millisecond))
+	f.acquire(f.req("hx", 600, 2, e1), e1)
+	f.acquire(f.req("hx", 700, 3, e2), e2)
+	released := f.acquire(f.req(h1, 100, 1, e1), e1)
+	if _, err := f.l.Release(f.ctx, released.Ref(), ledger.Usage{}); err != nil {
+		f.t.Fatalf("Release: %v", err)
+	}
+	f.wantCorrection(e1, 0, 0) // released by its holder: not charged
+	f.waitPast(sess.Expires)
+	f.sweepAll()
+	ended := f.ledgerNow()
+	f.wantReserved(e1, 0, 0, 0)
+	f.wantReserved(e2, 0, 0, 0)
+	return ended
 }
 
 // observe applies an observation of e1 and wants it applied or not.
