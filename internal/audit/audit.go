@@ -233,8 +233,12 @@ type EngineRow struct {
 	// Drift is observed minus reserved (KV tokens; running sequences as
 	// slots); nil when the engine never reported.
 	Drift *Amount `json:"drift"`
-	// Correction is what the ledger charges for unaccounted load.
+	// Correction is what the ledger charges for unaccounted load; Orphan
+	// is the part of it held for leases the ledger ended (until an
+	// observation at or after OrphanUntil, lease.orphan_hold).
 	Correction  Amount             `json:"correction"`
+	Orphan      Amount             `json:"orphan"`
+	OrphanUntil *time.Time         `json:"orphan_until,omitempty"`
 	Stale       bool               `json:"stale"`
 	StalePolicy ledger.StalePolicy `json:"stale_policy"`
 	Draining    bool               `json:"draining"`
@@ -341,10 +345,15 @@ func engineRow(st ledger.PoolStats, e ledger.EngineStats, agedKV int64, scrapes 
 		Reserved:    Amount{e.ReservedKV, e.ReservedSlots},
 		Leases:      e.Leases,
 		Correction:  Amount{e.CorrectionKV, e.CorrectionSlots},
+		Orphan:      Amount{e.OrphanKV, e.OrphanSlots},
 		Stale:       e.Stale,
 		StalePolicy: cmp.Or(e.Spec.StalePolicy, ledger.StaleHold),
 		Draining:    e.Draining,
 		Removed:     e.Removed,
+	}
+	if e.OrphanKV > 0 || e.OrphanSlots > 0 {
+		until := e.OrphanUntil
+		row.OrphanUntil = &until
 	}
 	var out []Anomaly
 	add := func(k Kind, format string, args ...any) {

@@ -59,6 +59,7 @@ func plantedInput() audit.Input {
 			{Spec: engine("e-leak", 100000, 64), ReservedKV: 40000, ReservedSlots: 4, Leases: 1,
 				LastObservation: ledger.Observation{KVTokensUsed: 2000, Running: 4}, ObservedAt: t0.Add(-time.Second)},
 			{Spec: engine("e-load", 50000, 32), ReservedKV: 1500, ReservedSlots: 2, Leases: 2, CorrectionKV: 18500, CorrectionSlots: 7,
+				OrphanKV: 6000, OrphanSlots: 1, OrphanUntil: t0.Add(3 * time.Second),
 				LastObservation: ledger.Observation{KVTokensUsed: 20000, Running: 9, Waiting: 3}, ObservedAt: t0.Add(-2 * time.Second)},
 			{Spec: engine("e-never", 100000, 32), ReservedKV: 300, ReservedSlots: 1, Leases: 1, Stale: true},
 			{Spec: stale, ReservedKV: 2000, ReservedSlots: 2, Leases: 1, Stale: true,

@@ -280,6 +280,12 @@ type EngineStats struct {
 	Stale      bool
 	// Removed marks an engine no longer configured that still has leases.
 	Removed bool
+	// OrphanKV and OrphanSlots are the part of the correction charged for
+	// leases the ledger ended on the engine, cleared by the first
+	// observation that arrives at or after OrphanUntil (see the package
+	// doc and Options.OrphanHold); a zero OrphanUntil means the next one.
+	OrphanKV, OrphanSlots int64
+	OrphanUntil           time.Time
 }
 
 // TenantStats is one tenant's usage in a pool.

@@ -100,6 +100,7 @@ type ledgerCollector struct {
 	leases, reservedKV, reservedSlots                  *prometheus.Desc
 	capacityKV, capacitySlots, draining                *prometheus.Desc
 	correctionKV, driftKV, driftSlots, stale, obsAge   *prometheus.Desc
+	orphanKV, orphanSlots                              *prometheus.Desc
 }
 
 func newLedgerCollector(l ledger.Ledger, log *slog.Logger) *ledgerCollector {
@@ -129,7 +130,9 @@ func newLedgerCollector(l ledger.Ledger, log *slog.Logger) *ledgerCollector {
 		capacityKV:    d("ledger", "capacity_kv_tokens", "The engine's admissible KV tokens.", pe...),
 		capacitySlots: d("ledger", "capacity_slots", "The engine's admissible slots.", pe...),
 		draining:      d("ledger", "engine_draining", "1 while the engine is drained.", pe...),
-		correctionKV:  d("reconcile", "correction_kv_tokens", "Unaccounted KV tokens the ledger charges from telemetry.", pe...),
+		correctionKV:  d("reconcile", "correction_kv_tokens", "Unaccounted KV tokens the ledger charges from telemetry (orphan_kv_tokens included).", pe...),
+		orphanKV:      d("reconcile", "orphan_kv_tokens", "KV tokens still charged for leases the ledger ended on the engine (a paused or dead router's; lease.orphan_hold), part of the correction.", pe...),
+		orphanSlots:   d("reconcile", "orphan_slots", "Slots still charged for leases the ledger ended on the engine, part of the correction.", pe...),
 		driftKV:       d("reconcile", "drift_kv_tokens", "Reported KV tokens in use minus KV tokens reserved.", pe...),
 		driftSlots:    d("reconcile", "drift_slots", "Reported running sequences minus slots reserved.", pe...),
 		stale:         d("reconcile", "engine_stale", "1 when the ledger counts the engine's telemetry as stale.", pe...),
@@ -142,7 +145,7 @@ func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.statsSeconds, c.grants, c.replays, c.releases, c.expired, c.revoked,
 		c.reasserts, c.rejections, c.epoch, c.liveHolders, c.poolLeases, c.recovering, c.stales, c.leases,
 		c.reservedKV, c.reservedSlots, c.capacityKV, c.capacitySlots, c.draining, c.correctionKV,
-		c.driftKV, c.driftSlots, c.stale, c.obsAge} {
+		c.driftKV, c.driftSlots, c.stale, c.obsAge, c.orphanKV, c.orphanSlots} {
 		ch <- d
 	}
 }
@@ -213,6 +216,8 @@ func (c *ledgerCollector) pool(ch chan<- prometheus.Metric, st ledger.PoolStats)
 		gauge(c.capacitySlots, float64(e.Spec.Slots), pool, eng)
 		gauge(c.draining, b2f(e.Draining), pool, eng)
 		gauge(c.correctionKV, float64(e.CorrectionKV), pool, eng)
+		gauge(c.orphanKV, float64(e.OrphanKV), pool, eng)
+		gauge(c.orphanSlots, float64(e.OrphanSlots), pool, eng)
 		gauge(c.stale, b2f(e.Stale), pool, eng)
 		if e.Stale {
 			stales++

@@ -991,8 +991,13 @@ type EngineStats struct {
 	ObservedAt      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
 	Stale           bool                   `protobuf:"varint,10,opt,name=stale,proto3" json:"stale,omitempty"`
 	Removed         bool                   `protobuf:"varint,11,opt,name=removed,proto3" json:"removed,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The part of the correction held for leases the ledger ended, until an
+	// observation arrives at or after orphan_until (Options.OrphanHold).
+	OrphanKv      int64                  `protobuf:"varint,12,opt,name=orphan_kv,json=orphanKv,proto3" json:"orphan_kv,omitempty"`
+	OrphanSlots   int64                  `protobuf:"varint,13,opt,name=orphan_slots,json=orphanSlots,proto3" json:"orphan_slots,omitempty"`
+	OrphanUntil   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=orphan_until,json=orphanUntil,proto3" json:"orphan_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineStats) Reset() {
@@ -1100,6 +1105,27 @@ func (x *EngineStats) GetRemoved() bool {
 		return x.Removed
 	}
 	return false
+}
+
+func (x *EngineStats) GetOrphanKv() int64 {
+	if x != nil {
+		return x.OrphanKv
+	}
+	return 0
+}
+
+func (x *EngineStats) GetOrphanSlots() int64 {
+	if x != nil {
+		return x.OrphanSlots
+	}
+	return 0
+}
+
+func (x *EngineStats) GetOrphanUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OrphanUntil
+	}
+	return nil
 }
 
 type TenantStats struct {
@@ -2850,7 +2876,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\arunning\x18\x05 \x01(\x03R\arunning\x12\x18\n" +
 	"\awaiting\x18\x06 \x01(\x03R\awaiting\x12;\n" +
 	"\vobserved_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAt\"\xba\x03\n" +
+	"observedAt\"\xb9\x04\n" +
 	"\vEngineStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.EngineSpecR\x04spec\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12\x1f\n" +
@@ -2865,7 +2891,10 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"observedAt\x12\x14\n" +
 	"\x05stale\x18\n" +
 	" \x01(\bR\x05stale\x12\x18\n" +
-	"\aremoved\x18\v \x01(\bR\aremoved\"\xd7\x01\n" +
+	"\aremoved\x18\v \x01(\bR\aremoved\x12\x1b\n" +
+	"\torphan_kv\x18\f \x01(\x03R\borphanKv\x12!\n" +
+	"\forphan_slots\x18\r \x01(\x03R\vorphanSlots\x12=\n" +
+	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\"\xd7\x01\n" +
 	"\vTenantStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.TenantSpecR\x04spec\x12\x19\n" +
 	"\bquota_kv\x18\x02 \x01(\x03R\aquotaKv\x12\x1f\n" +
@@ -3072,65 +3101,66 @@ var file_leasehold_v1_ledger_proto_depIdxs = []int32{
 	0,  // 14: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
 	12, // 15: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
 	44, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	44, // 18: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	44, // 19: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
-	13, // 20: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
-	14, // 21: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
-	2,  // 22: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	42, // 23: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
-	3,  // 24: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	43, // 25: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 26: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	43, // 27: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	8,  // 28: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
-	7,  // 29: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
-	6,  // 30: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	43, // 31: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	9,  // 32: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
-	6,  // 33: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
-	9,  // 34: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
-	7,  // 35: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
-	6,  // 36: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 37: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
-	5,  // 38: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	43, // 39: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
-	8,  // 40: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
-	7,  // 41: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
-	12, // 42: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
-	5,  // 43: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
-	15, // 44: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	16, // 45: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	18, // 46: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	20, // 47: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	22, // 48: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	24, // 49: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	26, // 50: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	28, // 51: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	30, // 52: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	32, // 53: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	34, // 54: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	36, // 55: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	38, // 56: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	40, // 57: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	17, // 58: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	19, // 59: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	21, // 60: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	23, // 61: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	25, // 62: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	27, // 63: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	29, // 64: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	31, // 65: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	33, // 66: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	35, // 67: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	37, // 68: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	39, // 69: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	41, // 70: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	58, // [58:71] is the sub-list for method output_type
-	45, // [45:58] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	44, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	1,  // 18: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
+	44, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	44, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	13, // 21: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
+	14, // 22: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
+	2,  // 23: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
+	42, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	3,  // 25: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
+	43, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 27: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
+	43, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	8,  // 29: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
+	7,  // 30: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
+	6,  // 31: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
+	43, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	9,  // 33: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
+	6,  // 34: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
+	9,  // 35: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
+	7,  // 36: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
+	6,  // 37: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 38: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
+	5,  // 39: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
+	43, // 40: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	8,  // 41: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
+	7,  // 42: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
+	12, // 43: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
+	5,  // 44: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
+	15, // 45: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
+	16, // 46: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	18, // 47: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	20, // 48: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	22, // 49: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	24, // 50: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	26, // 51: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	28, // 52: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	30, // 53: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	32, // 54: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	34, // 55: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	36, // 56: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	38, // 57: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	40, // 58: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	17, // 59: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	19, // 60: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	21, // 61: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	23, // 62: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	25, // 63: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	27, // 64: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	29, // 65: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	31, // 66: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	33, // 67: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	35, // 68: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	37, // 69: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	39, // 70: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	41, // 71: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	59, // [59:72] is the sub-list for method output_type
+	46, // [46:59] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }

@@ -385,6 +385,7 @@ func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale,
 	es := ledger.EngineStats{
 		Spec: spec, Draining: r.Draining, ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
 		Leases: r.Leases, ObservedAt: msTime(r.ObservedAtMs), Stale: stale, Removed: removed,
+		OrphanKV: r.OrphanKV, OrphanSlots: r.OrphanSlots, OrphanUntil: msTime(r.OrphanUntilMs),
 	}
 	es.CorrectionKV, es.CorrectionSlots = r.charged()
 	if r.Obs != nil {

@@ -31,12 +31,15 @@ func (s *suite) testOrphanHold(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), ledger.Options{RecoveryWindow: -1, OrphanHold: hold})
 	ended := f.endSession()
 	f.wantCorrection(e1, 600, 2)
+	f.wantOrphan(e1, 600, 2, ended.Add(hold))
 	f.wantCorrection(e2, 0, 0) // never observed: free at once
+	f.wantOrphan(e2, 0, 0, time.Time{})
 	f.acquire(f.req(h1, 1000, 4, e2), e2)
 	// Within the hold an observation (the orphan holds 100 tokens and its
 	// slot so far) is charged on top of the held 600 and 2.
 	f.observe(e1, 100, 1, time.Now(), true)
 	f.wantCorrection(e1, 700, 3)
+	f.wantOrphan(e1, 600, 2, ended.Add(hold))
 	f.reject(f.req(h1, 301, 1, e1), ledger.ReasonEngineKV, e1)
 	f.reject(f.req(h1, 1, 2, e1), ledger.ReasonEngineSlots, e1)
 	f.acquire(f.req(h1, 300, 1, e1), e1)
@@ -45,6 +48,7 @@ func (s *suite) testOrphanHold(t *testing.T) {
 	f.waitPast(ended.Add(hold))
 	f.observe(e1, 300, 1, time.Now(), true)
 	f.wantCorrection(e1, 0, 0)
+	f.wantOrphan(e1, 0, 0, time.Time{})
 	f.acquire(f.req(h1, 700, 3, e1), e1)
 }
 
@@ -54,15 +58,17 @@ func (s *suite) testOrphanHold(t *testing.T) {
 // its capacity returns at once. A lease its holder releases is not charged.
 func (s *suite) testEndedLeaseCharged(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
-	f.endSession()
+	ended := f.endSession()
 	// Revoked with the dead session: charged on e1 until it is observed.
 	f.wantCorrection(e1, 600, 2)
+	f.wantOrphan(e1, 600, 2, ended)
 	f.reject(f.req(h1, 401, 1, e1), ledger.ReasonEngineKV, e1)
 	f.wantCorrection(e2, 0, 0)
 	f.acquire(f.req(h1, 1000, 4, e2), e2)
 	// The next observation measures it: the engine had aborted it.
 	f.observe(e1, 0, 0, time.Now().Add(time.Millisecond), true)
 	f.wantCorrection(e1, 0, 0)
+	f.wantOrphan(e1, 0, 0, time.Time{})
 	// A lease whose deadline passes is charged the same way.
 	r := f.req(h1, 300, 1, e1)
 	r.TTL = f.ttl(200 * time.Millisecond)
@@ -114,6 +120,22 @@ func (f *fixture) observe(eng ledger.EngineID, kvUsed, running int64, at time.Ti
 	}
 	if got.Epoch != f.epoch {
 		f.t.Errorf("Observe epoch = %d, want %d", got.Epoch, f.epoch)
+	}
+}
+
+// wantOrphan checks the part of an engine's correction held for leases the
+// ledger ended: its amounts, and that it is held until no later than
+// latest (zero: nothing held, no time).
+func (f *fixture) wantOrphan(eng ledger.EngineID, kv, slots int64, latest time.Time) {
+	f.t.Helper()
+	e, _ := engineStats(f.stats(), eng)
+	if e.OrphanKV != kv || e.OrphanSlots != slots {
+		f.t.Errorf("Stats engine %s orphan charge kv=%d slots=%d, want kv=%d slots=%d", eng, e.OrphanKV, e.OrphanSlots, kv, slots)
+	}
+	switch {
+	case latest.IsZero() && kv == 0 && slots == 0:
+	case e.OrphanUntil.After(latest.Add(f.slack() + time.Millisecond)):
+		f.t.Errorf("Stats engine %s orphan charge held until %s, want no later than %s", eng, e.OrphanUntil.Format(time.StampMilli), latest.Format(time.StampMilli))
 	}
 }
 

@@ -123,6 +123,9 @@ func (e *engineRow) stats(now time.Time) ledger.EngineStats {
 		ObservedAt:      e.ObservedAt,
 		Stale:           e.state().Stale(now),
 		Removed:         e.Removed,
+		OrphanKV:        e.OrphanKV,
+		OrphanSlots:     e.OrphanSlots,
+		OrphanUntil:     e.OrphanUntil,
 	}
 }
 

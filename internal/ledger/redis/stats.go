@@ -91,6 +91,9 @@ func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, n
 		CorrectionSlots: integer(h["cslots"]) + integer(h["oslots"]),
 		ObservedAt:      millisOrZero(integer(h["obs_arrived"])),
 		Removed:         h["configured"] != "1",
+		OrphanKV:        integer(h["okv"]),
+		OrphanSlots:     integer(h["oslots"]),
+		OrphanUntil:     millisOrZero(integer(h["orphan_until"])),
 	}
 	if _, ok := h["obs_sec"]; ok {
 		es.LastObservation = ledger.Observation{

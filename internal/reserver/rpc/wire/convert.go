@@ -347,6 +347,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 			Leases: e.Leases, CorrectionKv: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots,
 			LastObservation: ObservationToPB(e.LastObservation), ObservedAt: Timestamp(e.ObservedAt),
 			Stale: e.Stale, Removed: e.Removed,
+			OrphanKv: e.OrphanKV, OrphanSlots: e.OrphanSlots, OrphanUntil: Timestamp(e.OrphanUntil),
 		})
 	}
 	for _, t := range s.Tenants {
@@ -381,6 +382,8 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 			CorrectionKV: e.GetCorrectionKv(), CorrectionSlots: e.GetCorrectionSlots(),
 			LastObservation: observationFromPB(&d, e.GetLastObservation()),
 			ObservedAt:      d.time(f+".observed_at", e.GetObservedAt()), Stale: e.GetStale(), Removed: e.GetRemoved(),
+			OrphanKV: e.GetOrphanKv(), OrphanSlots: e.GetOrphanSlots(),
+			OrphanUntil: d.time(f+".orphan_until", e.GetOrphanUntil()),
 		})
 	}
 	for _, t := range m.GetTenants() {
