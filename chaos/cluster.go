@@ -274,13 +274,34 @@ type cluster struct {
 }
 
 // freePort returns a loopback port nothing listens on now.
+// handedOut is every port freePort returned in this process: the ports are
+// bound later by the processes started with them, and until then the
+// kernel may offer a closed one again. Two engines given the same port
+// would be one engine (the second fails to bind, and the first answers its
+// health check) carrying twice the capacity the ledger knows.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback port nobody listens on now and that this
+// process has not handed out before.
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 64 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[p] {
+			handedOut.ports[p] = true
+			return p, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port that was not handed out before")
 }
 
 func freeAddr() (string, error) {
@@ -328,6 +349,26 @@ func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, 
 	}
 	if err := c.startRouters(ctx); err != nil {
 		return nil, err
+	}
+	// A process that could not bind its port exits at once, but another
+	// process on that port may have answered its readiness check: by now
+	// every such exit has happened.
+	for _, e := range c.engines {
+		if !e.running() {
+			return nil, fmt.Errorf("%s exited after it looked ready (its port %s is someone else's?): %s", e.name, e.addr, e.logTail())
+		}
+	}
+	procs := make([]*proc, 0, len(c.reservers)+len(c.routers))
+	for _, r := range c.reservers {
+		procs = append(procs, &r.proc)
+	}
+	for _, r := range c.routers {
+		procs = append(procs, &r.proc)
+	}
+	for _, p := range procs {
+		if !p.running() {
+			return nil, fmt.Errorf("%s exited after it looked ready: %s", p.name, p.logTail())
+		}
 	}
 	return c, nil
 }
