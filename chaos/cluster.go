@@ -28,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/freeport"
 )
 
 // ErrNoRouter: the router binary is not available (cmd/router has not
@@ -274,43 +275,11 @@ type cluster struct {
 }
 
 // freePort returns a loopback port nothing listens on now.
-// handedOut is every port freePort returned in this process: the ports are
-// bound later by the processes started with them, and until then the
-// kernel may offer a closed one again. Two engines given the same port
-// would be one engine (the second fails to bind, and the first answers its
-// health check) carrying twice the capacity the ledger knows.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
+// freeAddr and freePort hand out loopback ports never handed out before
+// in this process (see package freeport).
+func freeAddr() (string, error) { return freeport.Addr() }
 
-// freePort returns a loopback port nobody listens on now and that this
-// process has not handed out before.
-func freePort() (int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for range 64 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handedOut.ports[p] {
-			handedOut.ports[p] = true
-			return p, nil
-		}
-	}
-	return 0, errors.New("no loopback port that was not handed out before")
-}
-
-func freeAddr() (string, error) {
-	p, err := freePort()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
-}
+func freePort() (int, error) { return freeport.Port() }
 
 func randomToken() string {
 	b := make([]byte, 16)

@@ -7,7 +7,6 @@ package etcdserver
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 )
 
 // startTimeout bounds how long a start may take before the test fails.
@@ -54,12 +55,11 @@ func Start(t testing.TB, dir string) *Server {
 // freePort returns a loopback host:port nobody listens on right now.
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatalf("etcdserver: find a free port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func (s *Server) config() *embed.Config {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasehold/leasehold/internal/freeport"
 )
 
 // Binary is the redis-server executable Start runs; REDIS_SERVER overrides it.
@@ -105,22 +107,9 @@ func start(tb testing.TB, extra ...string) *Server {
 	return nil
 }
 
-// freePort returns a loopback port nothing listens on now, never 6379.
-func freePort() (int, error) {
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		if err := ln.Close(); err != nil {
-			return 0, err
-		}
-		if port != 6379 {
-			return port, nil
-		}
-	}
-}
+// freePort returns a loopback port nothing listens on now, never 6379
+// (package freeport).
+func freePort() (int, error) { return freeport.Port() }
 
 // start runs redis-server on s.port and waits for PING.
 func (s *Server) start() error {
