@@ -25,7 +25,7 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "ENGINES (%d)\n", len(r.Engines))
-	fmt.Fprintln(tw, "POOL\tENGINE\tLEASES\tKV RESERVED\tKV OBSERVED\tKV CAPACITY\tSLOTS RESERVED\tRUNNING\tSLOTS CAPACITY\tDRIFT KV\tOBSERVED AGO\tFLAGS")
+	fmt.Fprintln(tw, "POOL\tENGINE\tLEASES\tKV RESERVED\tKV CHARGED\tKV OBSERVED\tKV CAPACITY\tSLOTS RESERVED\tRUNNING\tSLOTS CAPACITY\tDRIFT KV\tOBSERVED AGO\tFLAGS")
 	for _, e := range r.Engines {
 		obsKV, running, drift, ago := "-", "-", "-", "-"
 		if e.Observed != nil {
@@ -44,8 +44,13 @@ func WriteTable(w io.Writer, r Report) error {
 		if e.Removed {
 			flags = append(flags, "removed")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n",
-			e.Pool, e.Engine, e.Leases, e.Reserved.KVTokens, obsKV, e.Capacity.KVTokens,
+		if e.Orphan != (Amount{}) {
+			flags = append(flags, fmt.Sprintf("orphan-held(%d kv,%d slots)", e.Orphan.KVTokens, e.Orphan.Slots))
+		}
+		// Charged: what the ledger counts against the engine beyond its
+		// reservations (the correction, orphan charge included).
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n",
+			e.Pool, e.Engine, e.Leases, e.Reserved.KVTokens, e.Correction.KVTokens, obsKV, e.Capacity.KVTokens,
 			e.Reserved.Slots, running, e.Capacity.Slots, drift, ago, orDash(strings.Join(flags, ",")))
 	}
 	fmt.Fprintln(tw)
