@@ -194,7 +194,16 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		}
 	}
 	for {
+		began := r.clock.Now()
 		t, err := r.adm.admit(ctx, areq)
+		result := "granted"
+		switch {
+		case ledger.AsRejection(err) != nil:
+			result = "rejected"
+		case err != nil:
+			result = "error"
+		}
+		r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
 		if err == nil {
 			if elem != nil {
 				waited("granted")

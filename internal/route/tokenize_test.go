@@ -161,8 +161,12 @@ func TestPromptTokensTokenizeIsExact(t *testing.T) {
 	if kv := h.heldReservation(t, "m", map[string]any{"model": "m", "prompt": []int{1, 2, 3, 4, 5}, "max_tokens": heldOutput, "ignore_eos": true}); kv != 5+heldOutput {
 		t.Errorf("token-id prompt: leased %d, want %d", kv, 5+heldOutput)
 	}
-	if m := h.metrics(t); strings.Contains(m, "leasehold_router_tokenize_errors_total{") {
+	m := h.metrics(t)
+	if strings.Contains(m, "leasehold_router_tokenize_errors_total{") {
 		t.Errorf("tokenize errors counted with healthy engines:\n%s", grepLines(m, "tokenize_errors"))
+	}
+	if !strings.Contains(m, `leasehold_router_admit_seconds_count{pool="m",result="granted"}`) {
+		t.Errorf("/metrics lacks the admission attempts' latency:\n%s", grepLines(m, "admit_seconds_count"))
 	}
 }
 
