@@ -55,7 +55,7 @@ func newMetrics() *metrics {
 			Help: "Prompts (--prompt-tokens=tokenize) whose exact count was not had from an engine, so the estimate was leased, by reason: timeout, unreachable, http_error, bad_response, unsupported (no engine of the pool can count the request: TGI, or chat on SGLang)."},
 			[]string{"pool", "reason"}),
 		admit: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "admit_seconds",
-			Help: "One admission attempt: the ledger Acquire (retries of an unknown outcome included), or a local admission against a block lease; by result: granted, rejected (capacity or quota), error. Queue waits are queue_wait_seconds.",
+			Help:    "One admission attempt: the ledger Acquire (retries of an unknown outcome included), or a local admission against a block lease; by result: granted, rejected (capacity or quota), error. Queue waits are queue_wait_seconds.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"pool", "result"}),
 		viewPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fleet_view_polls_total",
 			Help: "Fleet view reads of the ledger's per-engine totals (--view-interval), by result: ok, freed (totals went down: a queued request was woken), error."},
