@@ -108,8 +108,7 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if err != nil {
 			return nil, err
 		}
-		// JSON runs nearer 3 bytes a token than prose's 4: weigh it so.
-		r.promptBytes += (4*n + 2) / 3
+		r.promptBytes += weighJSON(n)
 	} else if err := r.parsePrompt(fields["prompt"], &prefix, prefixBytes); err != nil {
 		return nil, err
 	}
@@ -223,7 +222,7 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		if m.Role == nil || *m.Role == "" {
 			return badf(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
 		}
-		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + (4*compactLen(m.ToolCalls)+2)/3
+		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + weighJSON(compactLen(m.ToolCalls))
 		appendPrefix(prefix, prefixBytes, *m.Role)
 		var text string
 		var parts []struct {
@@ -258,14 +257,19 @@ func toolBytes(fields map[string]json.RawMessage) (int64, error) {
 		if !ok || isNull(raw) {
 			continue
 		}
-		var defs []json.RawMessage
-		if json.Unmarshal(raw, &defs) != nil {
+		// raw is valid JSON (it came out of the decoded body): an array
+		// is one that opens with '['.
+		if v := bytes.TrimSpace(raw); len(v) == 0 || v[0] != '[' {
 			return 0, badf(name, "%s must be an array of definitions", name)
 		}
 		n += compactLen(raw)
 	}
 	return n, nil
 }
+
+// weighJSON is what n bytes of compact JSON count toward promptBytes: JSON
+// runs nearer 3 bytes a token than prose's 4, so 4/3 of them.
+func weighJSON(n int64) int64 { return (4*n + 2) / 3 }
 
 // compactLen is the length of raw JSON without insignificant whitespace
 // (0 for absent or null).
