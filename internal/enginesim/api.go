@@ -194,13 +194,11 @@ func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error)
 	out := make([]chatMessage, 0, len(raw)+1)
 	var defs strings.Builder
 	for _, t := range tools {
-		if len(t) > 0 && string(t) != "null" {
-			var b bytes.Buffer
-			if json.Compact(&b, t) != nil {
-				return nil, badRequest("tools", "tools must be an array of tool definitions")
-			}
-			defs.Write(b.Bytes())
+		s, ok := compactJSON(t)
+		if !ok {
+			return nil, badRequest("tools", "tools must be an array of tool definitions")
 		}
+		defs.WriteString(s)
 	}
 	if defs.Len() > 0 {
 		out = append(out, chatMessage{Role: "tools", Text: defs.String()})
@@ -232,16 +230,26 @@ func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error)
 		if m.Name != "" {
 			text = m.Name + ": " + text
 		}
-		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-			var b bytes.Buffer
-			if json.Compact(&b, m.ToolCalls) != nil {
-				return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls must be an array", i)
-			}
-			text += b.String()
+		calls, ok := compactJSON(m.ToolCalls)
+		if !ok {
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls must be an array", i)
 		}
-		out = append(out, chatMessage{Role: m.Role, Text: text})
+		out = append(out, chatMessage{Role: m.Role, Text: text + calls})
 	}
 	return out, nil
+}
+
+// compactJSON is raw without insignificant whitespace, "" when absent or
+// null; false when raw is not JSON.
+func compactJSON(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", true
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return "", false
+	}
+	return b.String(), true
 }
 
 // promptTokens counts the prompt of a completions request: a string, an
