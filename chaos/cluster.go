@@ -274,13 +274,6 @@ type cluster struct {
 	fleetPath string
 }
 
-// freePort returns a loopback port nothing listens on now.
-// freeAddr and freePort hand out loopback ports never handed out before
-// in this process (see package freeport).
-func freeAddr() (string, error) { return freeport.Addr() }
-
-func freePort() (int, error) { return freeport.Port() }
-
 func randomToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
@@ -322,12 +315,10 @@ func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, 
 	// A process that could not bind its port exits at once, but another
 	// process on that port may have answered its readiness check: by now
 	// every such exit has happened.
+	procs := make([]*proc, 0, len(c.engines)+len(c.reservers)+len(c.routers))
 	for _, e := range c.engines {
-		if !e.running() {
-			return nil, fmt.Errorf("%s exited after it looked ready (its port %s is someone else's?): %s", e.name, e.addr, e.logTail())
-		}
+		procs = append(procs, &e.proc)
 	}
-	procs := make([]*proc, 0, len(c.reservers)+len(c.routers))
 	for _, r := range c.reservers {
 		procs = append(procs, &r.proc)
 	}
@@ -336,7 +327,7 @@ func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, 
 	}
 	for _, p := range procs {
 		if !p.running() {
-			return nil, fmt.Errorf("%s exited after it looked ready: %s", p.name, p.logTail())
+			return nil, fmt.Errorf("%s exited after it looked ready (its port taken by another process?): %s", p.name, p.logTail())
 		}
 	}
 	return c, nil
@@ -348,7 +339,7 @@ func (c *cluster) startEngines(ctx context.Context) error {
 	i := 0
 	for _, g := range c.sc.Topology.Engines {
 		for range g.Count {
-			addr, err := freeAddr()
+			addr, err := freeport.Addr()
 			if err != nil {
 				return err
 			}
@@ -393,7 +384,7 @@ func (c *cluster) startRedis(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chaos: topology.ledger redis needs redis-server >= 7 (apt-get install redis-server, or set REDIS_SERVER): %w", err)
 	}
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return err
 	}
@@ -558,11 +549,11 @@ func (c *cluster) reserverLedgerURL() string {
 
 func (c *cluster) startReservers(ctx context.Context) error {
 	for i := range c.sc.Topology.Reservers {
-		g, err := freeAddr()
+		g, err := freeport.Addr()
 		if err != nil {
 			return err
 		}
-		h, err := freeAddr()
+		h, err := freeport.Addr()
 		if err != nil {
 			return err
 		}
@@ -609,7 +600,7 @@ func (c *cluster) startRouters(ctx context.Context) error {
 	}
 	for i := range t.Routers {
 		id := fmt.Sprintf("router-%d", i)
-		addr, err := freeAddr()
+		addr, err := freeport.Addr()
 		if err != nil {
 			return err
 		}

@@ -94,7 +94,7 @@ func start(tb testing.TB, extra ...string) *Server {
 	tb.Cleanup(s.stop)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := freeport.Port() // never 6379
 		if err != nil {
 			tb.Fatalf("redisserver: find a free port: %v", err)
 		}
@@ -106,10 +106,6 @@ func start(tb testing.TB, extra ...string) *Server {
 	tb.Fatalf("redisserver: start: %v", lastErr)
 	return nil
 }
-
-// freePort returns a loopback port nothing listens on now, never 6379
-// (package freeport).
-func freePort() (int, error) { return freeport.Port() }
 
 // start runs redis-server on s.port and waits for PING.
 func (s *Server) start() error {
