@@ -12,19 +12,28 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
+// openWaiting starts a primary with one replica and opens a ledger on the
+// primary with wait_replicas=1 and the given wait_timeout, under a fresh
+// key prefix; the ledger is closed at cleanup.
+func openWaiting(t *testing.T, timeout string) (primary, replica *redisserver.Server, prefix string, l *lhredis.Ledger) {
+	t.Helper()
+	primary = redisserver.Start(t)
+	replica = redisserver.StartReplica(t, primary)
+	prefix = newPrefix()
+	l, err := lhredis.Open(primary.URL()+"?wait_replicas=1&wait_timeout="+timeout, lhredis.Options{Options: noWindow, Prefix: prefix})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return primary, replica, prefix, l
+}
+
 // TestWaitReplicas: with wait_replicas=1 a grant is acknowledged once the
 // replica has it (the replica holds the lease record when Acquire returns);
 // with the replica gone a change fails with ErrNotReplicated but stays on
 // the primary, and the idempotent retry succeeds once a replica is back.
 func TestWaitReplicas(t *testing.T) {
-	primary := redisserver.Start(t)
-	replica := redisserver.StartReplica(t, primary)
-	prefix := newPrefix()
-	l, err := lhredis.Open(primary.URL()+"?wait_replicas=1&wait_timeout=1s", lhredis.Options{Options: noWindow, Prefix: prefix})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	primary, replica, prefix, l := openWaiting(t, "1s")
 	ctx := ctxT(t)
 	mustConfigure(t, l, basicSpec())
 	mustKeepAlive(t, l, "llama", "h1", time.Minute)
@@ -109,14 +118,7 @@ func TestWaitURLParameters(t *testing.T) {
 // the ledger there holds every acknowledged lease, in the same epoch (no
 // recovery window, nothing to re-assert), and the holder's session.
 func TestWaitSurvivesFailover(t *testing.T) {
-	primary := redisserver.Start(t)
-	replica := redisserver.StartReplica(t, primary)
-	prefix := newPrefix()
-	l, err := lhredis.Open(primary.URL()+"?wait_replicas=1&wait_timeout=2s", lhredis.Options{Options: noWindow, Prefix: prefix})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	primary, replica, prefix, l := openWaiting(t, "2s")
 	ctx := ctxT(t)
 	epoch := mustConfigure(t, l, basicSpec())
 	mustKeepAlive(t, l, "llama", "h1", time.Minute)
