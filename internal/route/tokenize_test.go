@@ -105,6 +105,16 @@ func (h *harness) enginePromptTokens(t *testing.T, body map[string]any) int64 {
 	return r.Usage.PromptTokens
 }
 
+// promptEstimate is what pool's estimator makes of body's prompt now.
+func (h *harness) promptEstimate(t *testing.T, pool ledger.PoolID, body map[string]any, chat bool) int64 {
+	t.Helper()
+	req, err := parseRequest([]byte(mustJSON(body)), chat, h.r.lim, h.r.cfg.AffinityBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.r.pools[pool].est.promptTokens(req)
+}
+
 // withField returns a copy of m with k set to v.
 func withField(m map[string]any, k string, v any) map[string]any {
 	out := make(map[string]any, len(m)+1)
@@ -234,11 +244,7 @@ func TestPromptTokensTokenizeSGLang(t *testing.T) {
 		t.Errorf("completions on SGLang: leased %d, want the engine's prompt_tokens %d + %d", kv, prompt, heldOutput)
 	}
 	chat := withField(promptBody(true, text, heldOutput), "model", "sg")
-	req, err := parseRequest([]byte(mustJSON(chat)), true, h.r.lim, h.r.cfg.AffinityBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	estimate := h.r.pools["sg"].est.promptTokens(req)
+	estimate := h.promptEstimate(t, "sg", chat, true)
 	if kv := h.heldReservation(t, "sg", chat); kv != estimate+heldOutput {
 		t.Errorf("chat on SGLang: leased %d, want the estimate %d + %d", kv, estimate, heldOutput)
 	}
@@ -258,11 +264,7 @@ func TestPromptTokensTokenizeFallback(t *testing.T) {
 	h.engines[0].Fail(enginesim.FailChange{Tokenize: &yes})
 	text := oddTexts[3].text
 	body := promptBody(false, text, heldOutput)
-	req, err := parseRequest([]byte(mustJSON(body)), false, h.r.lim, h.r.cfg.AffinityBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	estimate := h.r.pools["m"].est.promptTokens(req)
+	estimate := h.promptEstimate(t, "m", body, false)
 	if kv := h.heldReservation(t, "m", body); kv != estimate+heldOutput {
 		t.Errorf("with /tokenize failing: leased %d, want the estimate %d + %d", kv, estimate, heldOutput)
 	}
