@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,49 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkAcquireReleaseParallel measures grants and releases from 256
+// concurrent callers (a router's streams), through the serializer and,
+// as the baseline in the same run, straight on go-memdb's writer lock.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	for _, mode := range []string{"lock", "combine"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			l := New(ledger.Options{RecoveryWindow: -1}, nil)
+			defer l.Close()
+			l.writes.bypass = mode == "lock"
+			spec := testSpec()
+			spec.Engines[0].KVTokens, spec.Engines[0].Slots = ledger.MaxAmount, ledger.MaxAmount
+			if _, err := l.Configure(ctx, spec); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := l.KeepAlive(ctx, testPool, "r1", time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			var seq atomic.Int64
+			b.SetParallelism(128)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req := ledger.AcquireRequest{
+					Pool: testPool, Candidates: []ledger.EngineID{"e0"}, Tenant: testTenant, Priority: testPrio,
+					KVTokens: 1, Slots: 1, Holder: "r1", TTL: time.Hour,
+				}
+				for pb.Next() {
+					req.RequestID = ledger.RequestID(fmt.Sprint("p-", seq.Add(1)))
+					g, err := l.Acquire(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

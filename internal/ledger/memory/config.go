@@ -14,10 +14,16 @@ import (
 // window. Later calls replace engines, tenants and priorities and keep drain
 // flags, telemetry, leases and counters; an engine or tenant dropped from
 // the spec while it has leases stays, marked removed, until they end.
-func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
 	if err := ledger.ValidatePoolSpec(spec); err != nil {
 		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
 	}
+	l.writes.do(func() { epoch, err = l.configureNow(ctx, spec) })
+	return epoch, err
+}
+
+// configureNow is Configure's transaction, run by l.writes.
+func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
 	if err := l.usable(ctx); err != nil {
 		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
 	}

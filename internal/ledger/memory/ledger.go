@@ -19,6 +19,8 @@ type Ledger struct {
 	clock ledger.Clock
 	// closed is set by Close; every later call fails with ErrClosed.
 	closed atomic.Bool
+	// writes runs the write transactions one at a time.
+	writes serializer
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -94,7 +96,13 @@ type op struct {
 // items, then calls fn. The transaction commits unless the store failed, so
 // the sweep persists when fn refuses the call; fn therefore checks
 // everything before it changes anything. fn's error is returned as is.
-func (l *Ledger) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
+func (l *Ledger) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) (err error) {
+	l.writes.do(func() { err = l.updateNow(ctx, pool, holder, sweep, fn) })
+	return err
+}
+
+// updateNow is update's transaction, run by l.writes.
+func (l *Ledger) updateNow(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
 	if err := l.usable(ctx); err != nil {
 		return err
 	}
