@@ -208,6 +208,7 @@ func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error)
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
 		}
 		var text string
+		var media [mediaKinds]int
 		var parts []struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
@@ -218,6 +219,10 @@ func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error)
 		case json.Unmarshal(m.Content, &parts) == nil:
 			var b strings.Builder
 			for _, p := range parts {
+				if k, ok := mediaParts[p.Type]; ok {
+					media[k]++
+					b.WriteString(mediaPlaceholders[k])
+				}
 				if p.Type == "text" {
 					b.WriteString(p.Text)
 					b.WriteByte('\n')
@@ -234,9 +239,46 @@ func messages(raw []rawMessage, tools ...json.RawMessage) ([]chatMessage, error)
 		if !ok {
 			return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d].tool_calls must be an array", i)
 		}
-		out = append(out, chatMessage{Role: m.Role, Text: text + calls})
+		out = append(out, chatMessage{Role: m.Role, Text: text + calls, Media: media})
 	}
 	return out, nil
+}
+
+// The media kinds of chat content parts: a vision or audio model's
+// processor expands each item into Config.MediaTokens prompt tokens; the
+// chat template leaves a placeholder, which is all /tokenize counts (as
+// vLLM's does).
+const (
+	mediaImage = iota
+	mediaAudio
+	mediaVideo
+	mediaKinds
+)
+
+var (
+	mediaParts = map[string]int{
+		"image_url": mediaImage, "image": mediaImage, "input_image": mediaImage, "image_embeds": mediaImage,
+		"input_audio": mediaAudio, "audio_url": mediaAudio, "audio": mediaAudio,
+		"video_url": mediaVideo, "video": mediaVideo,
+	}
+	mediaPlaceholders = [mediaKinds]string{"<image>", "<audio>", "<video>"}
+	mediaNames        = [mediaKinds]string{"image", "audio", "video"}
+)
+
+// mediaTokens is what msgs' media expand to, per kind; a model that takes
+// no media (MediaTokens 0) refuses them as vLLM refuses images for a text
+// model.
+func (e *Engine) mediaTokens(msgs []chatMessage) ([mediaKinds]int, error) {
+	var t [mediaKinds]int
+	for _, m := range msgs {
+		for k, n := range m.Media {
+			if n > 0 && e.cfg.MediaTokens == 0 {
+				return t, badRequest("messages", "%s input is not supported by this model (enginesim --media-tokens is 0)", mediaNames[k])
+			}
+			t[k] += n * e.cfg.MediaTokens
+		}
+	}
+	return t, nil
 }
 
 // compactJSON is raw without insignificant whitespace, "" when absent or
@@ -302,7 +344,12 @@ func (e *Engine) parseCompletion(body *completionRequest, chat bool) (parsed, er
 		if err != nil {
 			return p, err
 		}
-		p.sub.promptTokens = countChatTokens(msgs)
+		media, err := e.mediaTokens(msgs)
+		if err != nil {
+			return p, err
+		}
+		p.sub.promptTokens = countChatTokens(msgs) + media[mediaImage] + media[mediaAudio] + media[mediaVideo]
+		p.sub.media = media
 		key, _ = json.Marshal(msgs)
 	} else {
 		n, err := promptTokens(body.Prompt)
@@ -353,13 +400,26 @@ func (e *Engine) parseCompletion(body *completionRequest, chat bool) (parsed, er
 
 // usage is the OpenAI usage object.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens     int            `json:"prompt_tokens"`
+	CompletionTokens int            `json:"completion_tokens"`
+	TotalTokens      int            `json:"total_tokens"`
+	Details          *promptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// promptDetails is usage.prompt_tokens_details for a request with media,
+// as vLLM reports it with --enable-prompt-tokens-details: the prompt
+// tokens each kind took.
+type promptDetails struct {
+	ImageTokens int `json:"image_tokens"`
+	AudioTokens int `json:"audio_tokens"`
+	VideoTokens int `json:"video_tokens"`
 }
 
 func usageOf(r *request, prog []progress) usage {
 	u := usage{PromptTokens: r.prompt}
+	if m := r.media; m != ([mediaKinds]int{}) {
+		u.Details = &promptDetails{ImageTokens: m[mediaImage], AudioTokens: m[mediaAudio], VideoTokens: m[mediaVideo]}
+	}
 	for _, p := range prog {
 		u.CompletionTokens += p.generated
 	}

@@ -164,7 +164,7 @@ func parseAnswer(t *testing.T, body []byte, stream, chat bool) answer {
 func TestCompletions(t *testing.T) {
 	e, ts := newServer(t, fastConfig())
 	chatMsgs := `[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"what is a KV cache, please?"}]}]`
-	chatPrompt := countChatTokens([]chatMessage{{"system", "be brief"}, {"user", "what is a KV cache, please?\n"}})
+	chatPrompt := countChatTokens([]chatMessage{{Role: "system", Text: "be brief"}, {Role: "user", Text: "what is a KV cache, please?\n"}})
 	for _, tc := range []struct {
 		name        string
 		path, body  string
@@ -471,5 +471,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting: %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMediaTokens: with --media-tokens, each image, audio clip or video of
+// a chat request takes that many prompt tokens, reported per kind in
+// usage.prompt_tokens_details; /tokenize counts only their placeholders,
+// as vLLM's does. Without it a request with media is a 400.
+func TestMediaTokens(t *testing.T) {
+	const parts = `[{"type":"text","text":"compare"},{"type":"image_url","image_url":{"url":"data:,"}},` +
+		`{"type":"image_url","image_url":{"url":"data:,"}},{"type":"input_audio","input_audio":{"data":"","format":"wav"}}]`
+	body := `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":` + parts + `}]}`
+	textOnly := `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"compare"}]}`
+
+	_, plain := newServer(t, fastConfig())
+	if status, b := do(t, plain, "POST", "/v1/chat/completions", body); status != 400 || !strings.Contains(string(b), "image input is not supported") {
+		t.Fatalf("media on a text model: %d %s, want a 400", status, b)
+	}
+
+	cfg := fastConfig()
+	cfg.MediaTokens = 300
+	_, ts := newServer(t, cfg)
+	answer := func(body string) usage {
+		status, b := do(t, ts, "POST", "/v1/chat/completions", body)
+		var r struct{ Usage usage }
+		if err := json.Unmarshal(b, &r); err != nil || status != 200 {
+			t.Fatalf("chat: %d %s", status, b)
+		}
+		return r.Usage
+	}
+	_, tb := do(t, ts, "POST", "/tokenize", `{"model":"m","messages":[{"role":"user","content":`+parts+`}]}`)
+	var tok struct{ Count int }
+	if err := json.Unmarshal(tb, &tok); err != nil {
+		t.Fatal(err)
+	}
+	u, text := answer(body), answer(textOnly)
+	if text.Details != nil {
+		t.Errorf("text-only usage has details %+v", text.Details)
+	}
+	if u.Details == nil || *u.Details != (promptDetails{ImageTokens: 600, AudioTokens: 300}) {
+		t.Fatalf("details %+v, want 600 image and 300 audio tokens", u.Details)
+	}
+	if u.PromptTokens != tok.Count+900 || tok.Count <= text.PromptTokens {
+		t.Errorf("prompt %d, /tokenize %d, text alone %d: want the placeholders counted by /tokenize and 900 more in usage",
+			u.PromptTokens, tok.Count, text.PromptTokens)
 	}
 }

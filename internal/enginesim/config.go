@@ -72,6 +72,10 @@ type Config struct {
 	Speed float64
 	// Seed varies the generated lengths and text between engines; default 0.
 	Seed uint64
+	// MediaTokens is the prompt tokens each image, audio clip or video of
+	// a chat request expands to, as a multimodal model's processor does;
+	// default 0: the model takes none, and such a request is a 400.
+	MediaTokens int
 
 	// manual stops the scheduler goroutine: tests drive steps with advance.
 	manual bool
@@ -97,6 +101,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.OutputTokens, "output-tokens", DefaultOutputTokens, "mean natural output length in tokens")
 	fs.Float64Var(&c.Speed, "speed", DefaultSpeed, "simulated seconds per wall-clock second")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of generated lengths and text")
+	fs.IntVar(&c.MediaTokens, "media-tokens", 0, "prompt tokens per image, audio clip or video of a chat request (0: the model takes none, a 400)")
 }
 
 // ApplyEnv sets every flag of fs not given on the command line from its
@@ -176,6 +181,8 @@ func (c Config) Validate() error {
 		return bad("--speed = %v, want > 0 and <= 1e6", c.Speed)
 	case c.Model == "":
 		return bad("--model is empty")
+	case c.MediaTokens < 0 || c.MediaTokens > c.MaxModelLen:
+		return bad("--media-tokens = %d, want 0..%d (--max-model-len)", c.MediaTokens, c.MaxModelLen)
 	}
 	return nil
 }

@@ -26,6 +26,13 @@
 //   - The tokenizer approximation (tokenizer.go), used by vLLM's POST
 //     /tokenize and by usage alike: close to bytes/4 on English, well above
 //     it on CJK, emoji and punctuation.
+//   - Media (Config.MediaTokens, --media-tokens): each image, audio clip
+//     or video part of a chat request takes that many prompt tokens, as a
+//     multimodal processor expands it, reported per kind in
+//     usage.prompt_tokens_details as vLLM does with
+//     --enable-prompt-tokens-details; /tokenize counts only a placeholder
+//     per item, as vLLM's does. 0 (the default) refuses media with 400, as
+//     a text-only model does.
 //   - The context length (Config.MaxModelLen), reported as vLLM does in
 //     GET /v1/models (max_model_len) and, with format tgi, as TGI does in
 //     GET /info (max_total_tokens).

@@ -63,8 +63,10 @@ func (s *sequence) held() int { return s.req.prompt + s.generated }
 
 // request is one accepted API request.
 type request struct {
-	id        uint64
-	prompt    int
+	id     uint64
+	prompt int
+	// media is the prompt tokens its images, audio and videos took.
+	media     [mediaKinds]int
 	maxTokens int
 	n         int
 	// demand is (prompt + maxTokens) × n: what the request may ever hold.
@@ -82,6 +84,8 @@ type request struct {
 // submission is what a caller asks the engine to run.
 type submission struct {
 	promptTokens int
+	// media is the part of promptTokens each media kind takes.
+	media [mediaKinds]int
 	// maxTokens is the explicit max_tokens, or 0 for MaxModelLen − prompt.
 	maxTokens int
 	minTokens int
@@ -251,6 +255,7 @@ func (e *Engine) submit(sub submission) (*request, error) {
 	}
 	r := &request{
 		prompt:    sub.promptTokens,
+		media:     sub.media,
 		maxTokens: maxTokens,
 		n:         sub.n,
 		demand:    int64(sub.promptTokens+maxTokens) * int64(sub.n),

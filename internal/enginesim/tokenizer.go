@@ -82,6 +82,9 @@ func appendTokens(ids []int, text string) []int {
 type chatMessage struct {
 	Role string
 	Text string
+	// Media counts the message's images, audio clips and videos; each is
+	// a placeholder in Text.
+	Media [mediaKinds]int
 }
 
 // chatTokens returns the token ids of a chat prompt.
