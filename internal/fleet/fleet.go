@@ -36,6 +36,31 @@ const (
 	MinMaxModelLen = 16
 )
 
+// DefaultMediaTokens is what a router reserves per media item of a chat
+// request when the pool does not say: enough for most vision models'
+// images (LLaVA-1.5 576 tokens, Gemma 3 256, InternVL2 up to 3,328,
+// Pixtral 4,096 at 1024x1024; dynamic-resolution models such as Qwen2-VL
+// take more for large images), a 30 s audio clip at Whisper's 50
+// frames/s, and a short sampled video.
+var DefaultMediaTokens = MediaTokens{Image: 4096, Audio: 1500, Video: 16384}
+
+// MediaTokens is the KV tokens one media item of a chat request takes at
+// the engine, per kind; 0 means the pool's model takes no such input.
+type MediaTokens struct {
+	Image, Audio, Video int64
+}
+
+// kinds lists m by the fleet file's names for the kinds.
+func (m MediaTokens) kinds() []struct {
+	kind   string
+	tokens int64
+} {
+	return []struct {
+		kind   string
+		tokens int64
+	}{{"image", m.Image}, {"audio", m.Audio}, {"video", m.Video}}
+}
+
 // Fleet is a parsed, defaulted and validated fleet file.
 type Fleet struct {
 	Pools   []Pool
@@ -62,6 +87,12 @@ type Pool struct {
 	// the engines (GET /v1/models max_model_len; TGI: GET /info
 	// max_total_tokens).
 	MaxModelLen int64
+	// MediaTokens is what routers reserve per image, audio clip and video
+	// of a chat request in estimate mode, and on top of an engine's
+	// /tokenize count (which counts a placeholder, not what the engine
+	// expands it to). Routers raise it when engines report more; they
+	// refuse a kind set to 0 before any lease.
+	MediaTokens MediaTokens
 }
 
 // Engine is one GPU engine replica.
@@ -163,6 +194,13 @@ type poolYAML struct {
 	Engines     []engineYAML   `yaml:"engines"`
 	RetryAfter  *time.Duration `yaml:"retry_after"`
 	MaxModelLen *int64         `yaml:"max_model_len"`
+	MediaTokens *mediaYAML     `yaml:"media_tokens"`
+}
+
+type mediaYAML struct {
+	Image *int64 `yaml:"image"`
+	Audio *int64 `yaml:"audio"`
+	Video *int64 `yaml:"video"`
 }
 
 type engineYAML struct {
@@ -209,6 +247,7 @@ var sections = map[string]struct {
 	"tenantYAML":   {"a tenant", reflect.TypeOf(tenantYAML{})},
 	"priorityYAML": {"a priority", reflect.TypeOf(priorityYAML{})},
 	"leaseYAML":    {"lease", reflect.TypeOf(leaseYAML{})},
+	"mediaYAML":    {"media_tokens", reflect.TypeOf(mediaYAML{})},
 }
 
 var notFound = regexp.MustCompile(`^(line \d+): field (.+) not found in type fleet\.(\w+)$`)
@@ -306,7 +345,17 @@ func build(raw fileYAML) (*Fleet, []error) {
 	var errs []error
 	f := &Fleet{DefaultPriority: ledger.PriorityName(raw.DefaultPriority)}
 	for _, p := range raw.Pools {
-		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter}
+		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter, MediaTokens: DefaultMediaTokens}
+		if m := p.MediaTokens; m != nil {
+			for _, f := range []struct {
+				v   *int64
+				dst *int64
+			}{{m.Image, &pool.MediaTokens.Image}, {m.Audio, &pool.MediaTokens.Audio}, {m.Video, &pool.MediaTokens.Video}} {
+				if f.v != nil {
+					*f.dst = *f.v
+				}
+			}
+		}
 		if p.RetryAfter != nil {
 			pool.RetryAfter = *p.RetryAfter
 		}

@@ -57,7 +57,7 @@ func TestParseDesignSampleDefaults(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	want := &Fleet{
-		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, Engines: []Engine{{
+		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, MediaTokens: DefaultMediaTokens, Engines: []Engine{{
 			ID: "gpu-0", URL: "http://127.0.0.1:9001", MetricsURL: "http://127.0.0.1:9001/metrics",
 			Format: telemetry.FormatVLLM, KVTokens: 400000, Slots: 256,
 			StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold,
@@ -123,6 +123,9 @@ func TestExampleFile(t *testing.T) {
 	if p.MaxModelLen != 0 || q.MaxModelLen != 32768 {
 		t.Errorf("max_model_len = %d, %d; want 0 (discovered) and 32768", p.MaxModelLen, q.MaxModelLen)
 	}
+	if p.MediaTokens != DefaultMediaTokens || q.MediaTokens != (MediaTokens{Video: DefaultMediaTokens.Video}) {
+		t.Errorf("media_tokens = %+v, %+v; want the defaults, and image and audio refused with video's default", p.MediaTokens, q.MediaTokens)
+	}
 	if ten, ok := f.TenantForKey("sk-acme-example-1"); !ok || ten != "acme" {
 		t.Errorf("TenantForKey(acme key) = %q, %v", ten, ok)
 	}
@@ -148,7 +151,9 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens)`}},
+		{"media_tokens negative", repl("  - name: p\n", "  - name: p\n    media_tokens: {audio: -1}\n"), []string{"pools[0].media_tokens.audio: must be in 0..1099511627776, got -1 (KV tokens per audio; 0 refuses requests with one)"}},
+		{"media_tokens unknown kind", repl("  - name: p\n", "  - name: p\n    media_tokens: {images: 10}\n"), []string{`unknown field "images" in media_tokens (allowed: image, audio, video)`}},
 		{"unknown tenant field", repl("kv_share: 0.5", "kv_share: 0.5\n    quota: 3"), []string{`unknown field "quota" in a tenant`}},
 		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority`}},
 		{"unknown lease field", repl("session_ttl: 10s", "session_ttl: 10s\n  ttl: 3s"), []string{`unknown field "ttl" in lease`}},

@@ -99,6 +99,11 @@ func (f *Fleet) check() []error {
 		if p.MaxModelLen != 0 && (p.MaxModelLen < MinMaxModelLen || p.MaxModelLen > ledger.MaxAmount) {
 			c.add(pp+".max_model_len", "%s", maxModelLenMsg(p.MaxModelLen))
 		}
+		for _, m := range p.MediaTokens.kinds() {
+			if m.tokens < 0 || m.tokens > ledger.MaxAmount {
+				c.add(pp+".media_tokens."+m.kind, "must be in 0..%d, got %d (KV tokens per %s; 0 refuses requests with one)", ledger.MaxAmount, m.tokens, m.kind)
+			}
+		}
 		if len(p.Engines) == 0 {
 			c.add(pp+".engines", "must list at least one engine")
 		}

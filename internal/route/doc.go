@@ -23,6 +23,9 @@
 //     or tokenized) that with max_tokens exceeds the pool's largest context
 //     is refused with 400 context_length_exceeded: no engine could serve
 //     it. An estimate is never refused for its size; the engine judges.
+//     Images, audio and video in chat content add the pool's media_tokens
+//     per item (a floor, raised to what engines report; media.go), in
+//     both modes: /tokenize counts their placeholders only.
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
 //     view, with prompt-prefix affinity by rendezvous hashing. The view is
 //     the larger of this router's own leases and the ledger's per-engine

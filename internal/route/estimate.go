@@ -22,7 +22,8 @@ package route
 // lets an engine hold more than was leased. Text far from that (CJK, emoji,
 // runs of punctuation) can still be undershot; tokenize mode closes that
 // gap. Until calibrated the ratio starts at 1.5 (pessimistic for English
-// text, where bytes/4 is close).
+// text, where bytes/4 is close). A chat request's images, audio and videos
+// add their reservation per item on top, in both modes (media.go).
 //
 // output is max_tokens (max_completion_tokens for chat); without one the
 // engine may generate up to its context, so the whole MaxModelLen is
@@ -35,6 +36,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/leasehold/leasehold/internal/fleet"
 )
 
 const (
@@ -54,6 +57,7 @@ const (
 type estimator struct {
 	margin   float64
 	quantile float64
+	media    *media
 
 	// mu guards everything below.
 	mu     sync.Mutex
@@ -66,8 +70,8 @@ type estimator struct {
 	qAdds  int
 }
 
-func newEstimator(margin, quantile float64) *estimator {
-	return &estimator{margin: margin, quantile: quantile, mean: ratioInitial}
+func newEstimator(margin, quantile float64, m fleet.MediaTokens) *estimator {
+	return &estimator{margin: margin, quantile: quantile, media: newMedia(m), mean: ratioInitial}
 }
 
 // rawPrompt is the uncalibrated token estimate of a text prompt.
@@ -79,12 +83,14 @@ func rawPrompt(bytes, messages int64) float64 {
 	return max(raw, 1)
 }
 
-// promptTokens estimates r's prompt tokens.
+// promptTokens estimates r's prompt tokens: its text (exact, or
+// estimated) and its media (media.go).
 func (e *estimator) promptTokens(r *request) int64 {
-	if r.promptTokens > 0 {
-		return r.promptTokens
+	text := r.promptTokens
+	if text <= 0 {
+		text = int64(math.Ceil(rawPrompt(r.promptBytes, r.promptMessages) * e.ratio()))
 	}
-	return int64(math.Ceil(rawPrompt(r.promptBytes, r.promptMessages) * e.ratio()))
+	return text + e.media.tokens(r.media)
 }
 
 func (e *estimator) ratio() float64 {
@@ -93,9 +99,61 @@ func (e *estimator) ratio() float64 {
 	return min(max(e.mean+e.margin*e.dev, ratioMin), ratioMax)
 }
 
-// observePrompt calibrates with an engine's reported prompt tokens.
-func (e *estimator) observePrompt(r *request, actual int64) {
-	if r.promptTokens > 0 || actual <= 0 {
+// textTokens is r's text prompt as best known: exact, or the calibrated
+// mean without the margin.
+func (e *estimator) textTokens(r *request) int64 {
+	if r.promptTokens > 0 {
+		return r.promptTokens
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int64(math.Round(rawPrompt(r.promptBytes, r.promptMessages) * e.mean))
+}
+
+// observeTokenized calibrates with an engine's /tokenize count of r's
+// prompt, which counts text (and one placeholder per media item).
+func (e *estimator) observeTokenized(r *request, n int64) {
+	if r.promptTokens <= 0 {
+		e.calibrate(r, n)
+	}
+}
+
+// observeUsage learns from the prompt tokens an engine reported for r:
+// the media per item, and the text ratio unless the text's share is a
+// guess or was counted exactly.
+func (e *estimator) observeUsage(r *request, actual int64, details *promptDetails) {
+	if actual <= 0 {
+		return
+	}
+	text := actual
+	if r.media.any() {
+		tokens, known := details.media()
+		unknown := mediaKinds
+		for k, items := range r.media {
+			switch {
+			case items == 0:
+			case known[k]:
+				e.media.observe(mediaKind(k), ceilDiv(tokens[k], items))
+				text -= tokens[k]
+			case unknown == mediaKinds:
+				unknown = mediaKind(k)
+			default:
+				return // two kinds unreported: no way to split them
+			}
+		}
+		if unknown < mediaKinds {
+			e.media.observe(unknown, ceilDiv(text-e.textTokens(r), r.media[unknown]))
+			return
+		}
+	}
+	if r.promptTokens <= 0 {
+		e.calibrate(r, text)
+	}
+}
+
+// calibrate updates the text ratio with actual tokens for r's text.
+func (e *estimator) calibrate(r *request, actual int64) {
+	if actual <= 0 {
 		return
 	}
 	x := min(max(float64(actual)/rawPrompt(r.promptBytes, r.promptMessages), ratioMin), ratioMax)
@@ -109,6 +167,8 @@ func (e *estimator) observePrompt(r *request, actual int64) {
 	}
 	e.seen++
 }
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // observeCompletion records completion tokens per sequence, for
 // --overcommit.

@@ -44,6 +44,10 @@ type harnessOpts struct {
 	cfg       func(*Config)
 	// retryAfter is the pool's retry_after (default 200ms).
 	retryAfter string
+	// pool is more of the pool's YAML (indented as its fields).
+	pool string
+	// media is each engine's --media-tokens.
+	media int
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -53,9 +57,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if o.retryAfter == "" {
 		o.retryAfter = "200ms"
 	}
-	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n    engines:\n", o.retryAfter)
+	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n%s    engines:\n", o.retryAfter, o.pool)
 	for i := range o.engines {
-		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv)})
+		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +188,8 @@ lease:
 
 func TestBadInputTakesNoLease(t *testing.T) {
 	h := newHarness(t, harnessOpts{engines: 1, kv: 1024, slots: 8, speed: 10, output: 16, extra: tenants,
-		cfg: func(c *Config) { c.MaxBodyBytes = 4096; c.MaxN = 8 }})
+		pool: "    media_tokens: {audio: 0}\n",
+		cfg:  func(c *Config) { c.MaxBodyBytes = 4096; c.MaxN = 8 }})
 	chat := func(extra string) string {
 		return `{"model":"m","messages":[{"role":"user","content":"hi"}]` + extra + `}`
 	}
@@ -207,6 +212,8 @@ func TestBadInputTakesNoLease(t *testing.T) {
 		{"empty messages", "chat", "sk-acme", `{"model":"m","messages":[]}`, nil, 400, "invalid_request", "messages"},
 		{"message without role", "chat", "sk-acme", `{"model":"m","messages":[{"content":"hi"}]}`, nil, 400, "invalid_request", "messages[0].role"},
 		{"bad content", "chat", "sk-acme", `{"model":"m","messages":[{"role":"user","content":5}]}`, nil, 400, "invalid_request", "messages[0].content"},
+		{"unknown content part", "chat", "sk-acme", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"file","file":{"file_id":"f"}}]}]}`, nil, 400, "invalid_request", "messages[0].content[1].type"},
+		{"audio on a pool without audio", "chat", "sk-acme", `{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}}]}]}`, nil, 400, "invalid_request", "messages"},
 		{"missing prompt", "completions", "sk-acme", `{"model":"m"}`, nil, 400, "invalid_request", "prompt"},
 		{"prompt batch", "completions", "sk-acme", `{"model":"m","prompt":["a","b"]}`, nil, 400, "invalid_request", "prompt"},
 		{"empty prompt", "completions", "sk-acme", `{"model":"m","prompt":""}`, nil, 400, "invalid_request", "prompt"},
@@ -454,6 +461,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 		`leasehold_router_queue_depth{pool="m"} 0`,
 		`leasehold_router_upstream_seconds_count`,
 		`leasehold_router_prompt_estimate_ratio{pool="m"}`,
+		`leasehold_router_media_tokens_per_item{kind="image",pool="m"} 4096`,
 	} {
 		if !strings.Contains(string(b), m) {
 			t.Errorf("/metrics lacks %s", m)

@@ -66,6 +66,18 @@ func newMetrics() *metrics {
 	return m
 }
 
+// registerMedia adds each pool's reservation per media item, read at
+// scrape time: the fleet's media_tokens, or more once engines reported
+// more (media.go).
+func (m *metrics) registerMedia(pool ledger.PoolID, md *media) {
+	for k := range mediaKinds {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasehold", Subsystem: "router", Name: "media_tokens_per_item",
+			Help:        "KV tokens reserved per image, audio clip or video of a chat request: the pool's media_tokens, raised to the most an engine reported per item (0: refused).",
+			ConstLabels: prometheus.Labels{"pool": string(pool), "kind": mediaNames[k]}},
+			func() float64 { return float64(md.perItem(k)) }))
+	}
+}
+
 // registerAdmitter adds the fenced gauge and, in ledger admission, the
 // lease manager's counters, read at scrape time.
 func (m *metrics) registerAdmitter(a admitter, pools []ledger.PoolID) {

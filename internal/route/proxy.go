@@ -86,6 +86,9 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if !r.tenant(tenant).InPool(req.model) {
 		return out, fmt.Errorf("%w: %q", ErrForbidden, req.model)
 	}
+	if err := p.est.media.check(string(req.model), req.media); err != nil {
+		return out, err
+	}
 	prio, err := r.priority(hr, req)
 	if err != nil {
 		return out, err
@@ -259,8 +262,9 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 
 // usageOf reads an OpenAI usage object.
 type usageJSON struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
+	PromptTokens     int64          `json:"prompt_tokens"`
+	CompletionTokens int64          `json:"completion_tokens"`
+	Details          *promptDetails `json:"prompt_tokens_details"`
 }
 
 // dispatch proxies req to t's engine and releases t. It always writes the
@@ -270,10 +274,11 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	engine := t.engine()
 	var (
 		usage    ledger.Usage
-		known    bool  // usage reported by the engine
-		chunks   int64 // stream chunks with choices, when usage is unknown
-		sent     bool  // the engine may have accepted the request
-		finished bool  // the engine's answer was read to its end
+		details  *promptDetails // the engine's prompt_tokens_details
+		known    bool           // usage reported by the engine
+		chunks   int64          // stream chunks with choices, when usage is unknown
+		sent     bool           // the engine may have accepted the request
+		finished bool           // the engine's answer was read to its end
 	)
 	defer func() {
 		if !known {
@@ -284,7 +289,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
 			p.q.notify()
 			if known {
-				p.est.observePrompt(req, usage.PromptTokens)
+				p.est.observeUsage(req, usage.PromptTokens, details)
 				p.est.observeCompletion(usage.CompletionTokens / req.n)
 			}
 		}
@@ -385,7 +390,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 				Usage *usageJSON `json:"usage"`
 			}
 			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-				usage, known = ledger.Usage{PromptTokens: u.Usage.PromptTokens, CompletionTokens: u.Usage.CompletionTokens}, true
+				usage, details, known = ledger.Usage{PromptTokens: u.Usage.PromptTokens, CompletionTokens: u.Usage.CompletionTokens}, u.Usage.Details, true
 			}
 		}
 		copyHeader(w.Header(), resp.Header, "Content-Type")
@@ -424,7 +429,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if event.Len() > 0 {
 			keep, u, hasChoices := inspectEvent(event.Bytes())
 			if u != nil {
-				usage, known = ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}, true
+				usage, details, known = ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}, u.Details, true
 				keep = keep || req.includeUsage
 			}
 			if hasChoices {

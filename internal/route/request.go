@@ -48,6 +48,9 @@ type request struct {
 	promptBytes    int64
 	promptMessages int64
 	promptTokens   int64
+	// media counts the chat request's images, audio clips and videos
+	// (content parts), which the engine expands into many prompt tokens.
+	media mediaCounts
 	// prefix is the prompt's leading bytes, for engine affinity.
 	prefix []byte
 
@@ -225,19 +228,26 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + weighJSON(compactLen(m.ToolCalls))
 		appendPrefix(prefix, prefixBytes, *m.Role)
 		var text string
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
+		var parts []contentPart
 		switch {
 		case isNull(m.Content):
 		case json.Unmarshal(m.Content, &text) == nil:
 			r.promptBytes += int64(len(text))
 			appendPrefix(prefix, prefixBytes, text)
 		case json.Unmarshal(m.Content, &parts) == nil:
-			for _, p := range parts {
-				r.promptBytes += int64(len(p.Text))
-				appendPrefix(prefix, prefixBytes, p.Text)
+			for j, p := range parts {
+				kind, ok := partKinds[p.Type]
+				if !ok {
+					return badf(fmt.Sprintf("messages[%d].content[%d].type", i, j),
+						"messages[%d].content[%d].type %q is not a content part type this router can size (text, refusal, image_url, input_audio, audio_url, video_url)", i, j, p.Type)
+				}
+				if kind < mediaKinds {
+					r.media[kind]++
+					continue
+				}
+				text := p.Text + p.Refusal
+				r.promptBytes += int64(len(text))
+				appendPrefix(prefix, prefixBytes, text)
 			}
 		default:
 			return badf(fmt.Sprintf("messages[%d].content", i), "messages[%d].content must be a string or an array of content parts", i)
@@ -245,6 +255,23 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 	}
 	r.promptMessages = int64(len(msgs))
 	return nil
+}
+
+// contentPart is one part of a chat message's content array.
+type contentPart struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Refusal string `json:"refusal"`
+}
+
+// partKinds maps the content part types the router sizes to a media kind,
+// or to mediaKinds for text. The names are OpenAI's and vLLM's; an
+// unknown type is refused rather than leased as nothing.
+var partKinds = map[string]mediaKind{
+	"text": mediaKinds, "input_text": mediaKinds, "refusal": mediaKinds,
+	"image_url": mediaImage, "image": mediaImage, "input_image": mediaImage, "image_embeds": mediaImage, "image_pil": mediaImage,
+	"input_audio": mediaAudio, "audio_url": mediaAudio, "audio": mediaAudio,
+	"video_url": mediaVideo, "video": mediaVideo,
 }
 
 // toolBytes is the size of a chat request's tool definitions ("tools", and

@@ -125,12 +125,13 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r.lens = newContextLens(opts.Fleet, cfg.MaxModelLen, r.client, applyScrapeTimeout, opts.Logger)
 	r.lim = limits{maxModelLen: r.lens.limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
-		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile),
+		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
 			q: &waitQueue{depth: cfg.QueueDepth}, tok: newPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
 		r.pools[p.Name] = rt
+		r.met.registerMedia(p.Name, rt.est.media)
 	}
 	return r, nil
 }

@@ -161,7 +161,7 @@ func (r *Router) countPrompt(ctx context.Context, p *poolRT, req *request, views
 		r.log.Debug("tokenize failed; leasing the prompt estimate", "pool", req.model, "engine", engine, "err", err)
 		return
 	}
-	p.est.observePrompt(req, n)
+	p.est.observeTokenized(req, n)
 	req.promptTokens = n
 }
 

@@ -6,18 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
-	e := newEstimator(2, 0.95)
+	e := newEstimator(2, 0.95, fleet.DefaultMediaTokens)
 	r := &request{promptBytes: 400, promptMessages: 2, n: 2, maxTokens: 100}
 	raw := rawPrompt(400, 2) // 100 + 11
 	if got := e.promptTokens(r); got != int64(raw*ratioInitial+0.999) {
 		t.Errorf("cold estimate %d, want raw %v × %v", got, raw, ratioInitial)
 	}
 	for range 50 {
-		e.observePrompt(r, 120)
+		e.observeUsage(r, 120, nil)
 	}
 	got := e.promptTokens(r)
 	if got < 120 || got > 130 {
@@ -35,7 +36,7 @@ func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
 }
 
 func TestEstimatorOvercommitQuantile(t *testing.T) {
-	e := newEstimator(2, 0.9)
+	e := newEstimator(2, 0.9, fleet.DefaultMediaTokens)
 	r := &request{promptTokens: 10, n: 1, maxTokens: 1000}
 	if out := e.outputTokens(r, 2048, 10, true); out != 1000 {
 		t.Errorf("before %d completions: %d, want max_tokens", completionMinSeen, out)
@@ -185,7 +186,7 @@ func FuzzParseRequest(f *testing.F) {
 		if r.promptBytes < 0 || (r.promptTokens == 0 && r.promptBytes == 0 && !chat) {
 			t.Fatalf("completions request with no prompt accepted: %q", body)
 		}
-		kv, slots, _ := newEstimator(2, 0.95).demand(r, 2048, false)
+		kv, slots, _ := newEstimator(2, 0.95, fleet.DefaultMediaTokens).demand(r, 2048, false)
 		if kv < 1 || kv > 2048*16 || slots != r.n {
 			t.Fatalf("demand kv %d slots %d for %+v", kv, slots, r)
 		}
