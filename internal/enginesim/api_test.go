@@ -517,3 +517,27 @@ func TestMediaTokens(t *testing.T) {
 			u.PromptTokens, tok.Count, text.PromptTokens)
 	}
 }
+
+// TestOutputLengthsPinned pins what the router benchmark's prompt
+// generates (internal/route/report_bench_test.go): output lengths are
+// seeded by a hash of the rendered prompt, so a change to what goes into
+// that hash silently changes every benchmark's workload (it did once: a
+// field added to chat messages made the GPU-paced answers shorter).
+func TestOutputLengthsPinned(t *testing.T) {
+	const body = `{"model":"m","max_tokens":32,"messages":[{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":"Summarize capacity leasing in one short sentence, please."}]}`
+	for _, tc := range []struct{ output, want int }{{32, 32}, {8, 8}} {
+		cfg := fastConfig()
+		cfg.OutputTokens = tc.output
+		_, ts := newServer(t, cfg)
+		_, b := do(t, ts, "POST", "/v1/chat/completions", body)
+		var r struct{ Usage usage }
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("--output-tokens %d: %d completion tokens", tc.output, r.Usage.CompletionTokens)
+		if r.Usage.CompletionTokens != tc.want {
+			t.Errorf("--output-tokens %d: %d completion tokens, want %d", tc.output, r.Usage.CompletionTokens, tc.want)
+		}
+	}
+}

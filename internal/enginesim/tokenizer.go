@@ -83,8 +83,9 @@ type chatMessage struct {
 	Role string
 	Text string
 	// Media counts the message's images, audio clips and videos; each is
-	// a placeholder in Text.
-	Media [mediaKinds]int
+	// a placeholder in Text. Not part of the key that seeds a request's
+	// output (json "-"): text-only prompts keep the lengths they had.
+	Media [mediaKinds]int `json:"-"`
 }
 
 // chatTokens returns the token ids of a chat prompt.
