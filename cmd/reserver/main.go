@@ -7,6 +7,7 @@
 //
 //	reserver --ledger URL --config FLEET.yaml --grpc-listen ADDR --http-listen ADDR
 //	reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]
+//	reserver drain --server ADDR --pool P --engine E [--undrain]
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -23,11 +25,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "audit" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := reserver.RunAudit(ctx, os.Args[2:], os.LookupEnv, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
+	if len(os.Args) > 1 {
+		if run, ok := map[string]func(context.Context, []string, func(string) (string, bool), io.Writer, io.Writer) int{
+			"audit": reserver.RunAudit, "drain": reserver.RunDrain,
+		}[os.Args[1]]; ok {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := run(ctx, os.Args[2:], os.LookupEnv, os.Stdout, os.Stderr)
+			stop()
+			os.Exit(code)
+		}
 	}
 	os.Exit(serve())
 }

@@ -26,7 +26,7 @@ func ParseServeFlags(args []string, lookup func(string) (string, bool), stderr i
 	fs := flag.NewFlagSet("reserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: reserver --config FLEET.yaml [flags]\n       reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]\n\nEvery flag can also be set as %s<FLAG_NAME> (e.g. %s). The shared token comes from %s or --token-file.\n\n",
+		fmt.Fprintf(stderr, "usage: reserver --config FLEET.yaml [flags]\n       reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]\n       reserver drain --server ADDR --pool P --engine E [--undrain]\n\nEvery flag can also be set as %s<FLAG_NAME> (e.g. %s). The shared token comes from %s or --token-file.\n\n",
 			EnvPrefix, EnvName("grpc-listen"), EnvToken)
 		fs.PrintDefaults()
 	}
