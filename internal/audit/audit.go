@@ -119,7 +119,9 @@ func (o Options) withDefaults() Options {
 // Collect reads the pools f selects (every pool when f.Pool is empty) and
 // their leases. Holder and tenant filters are not applied here but in
 // Build, because leak detection needs every lease of an engine. At most
-// f.Limit leases (DefaultMaxLeases when 0) are read per pool. A pool that
+// f.Limit leases (DefaultMaxLeases when 0) are read per pool, and with a
+// holder or tenant filter also up to f.Limit of the leases it matches, so
+// that a filtered audit of a pool past the cap still lists them. A pool that
 // f names and the ledger does not know fails with ledger.ErrUnknownPool; a
 // listed pool that vanishes between the reads is skipped.
 func Collect(ctx context.Context, r Reader, f ledger.Filter) (Input, error) {
@@ -147,9 +149,36 @@ func Collect(ctx context.Context, r Reader, f ledger.Filter) (Input, error) {
 		if err != nil {
 			return Input{}, fmt.Errorf("audit: list pool %s: %w", p, err)
 		}
-		in.Pools = append(in.Pools, PoolInput{Stats: st, Leases: ls, Truncated: len(ls) >= limit})
+		truncated := len(ls) >= limit
+		if truncated && (f.Holder != "" || f.Tenant != "") {
+			// The cap cut the pool's list: the leases the filter asks for
+			// may lie past it. Read them too, so the filtered rows are
+			// whole even though the engines' totals are not.
+			if ls, err = addMatching(ctx, r, ls, ledger.Filter{Pool: p, Engine: f.Engine, Holder: f.Holder, Tenant: f.Tenant, Limit: limit}); err != nil {
+				return Input{}, fmt.Errorf("audit: list pool %s: %w", p, err)
+			}
+		}
+		in.Pools = append(in.Pools, PoolInput{Stats: st, Leases: ls, Truncated: truncated})
 	}
 	return in, nil
+}
+
+// addMatching appends to ls the leases f lists that ls lacks.
+func addMatching(ctx context.Context, r Reader, ls []ledger.Lease, f ledger.Filter) ([]ledger.Lease, error) {
+	more, err := r.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[ledger.LeaseID]bool, len(ls))
+	for _, l := range ls {
+		have[l.ID] = true
+	}
+	for _, l := range more {
+		if !have[l.ID] {
+			ls = append(ls, l)
+		}
+	}
+	return ls, nil
 }
 
 // Report is the audit of a ledger at its clock.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"flag"
 	"os"
 	"path/filepath"
@@ -256,5 +257,42 @@ func TestSessionsBounded(t *testing.T) {
 	want := map[audit.SessionKey]time.Time{{"p", "b"}: t0.Add(2 * time.Hour), {"p", "c"}: t0.Add(2 * time.Hour)}
 	if len(got) != len(want) || got[audit.SessionKey{"p", "b"}] != want[audit.SessionKey{"p", "b"}] || got[audit.SessionKey{"p", "c"}].IsZero() {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestCollectFilteredPastTheCap: a holder's leases that lie past the
+// per-pool cap are still listed by an audit filtered to that holder (the
+// pool is marked truncated: its engine totals are partial).
+func TestCollectFilteredPastTheCap(t *testing.T) {
+	ctx := context.Background()
+	l := memory.New(ledger.Options{RecoveryWindow: -1}, &fixedClock{now: t0})
+	defer l.Close()
+	spec := ledger.PoolSpec{
+		Name:       "p",
+		Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: 16}},
+		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
+		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
+	}
+	if _, err := l.Configure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range []ledger.HolderID{"h1", "h1", "h1", "h1", "h1", "h2"} {
+		if _, err := l.KeepAlive(ctx, "p", h, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Acquire(ctx, ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"e1"}, Tenant: "acme",
+			Priority: "standard", KVTokens: 10, Slots: 1, Holder: h, RequestID: ledger.RequestID(fmt.Sprint("r", i)), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := ledger.Filter{Holder: "h2", Limit: 3}
+	in, err := audit.Collect(ctx, l, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := audit.Build(in, f, audit.Options{})
+	if len(r.Leases) != 1 || r.Leases[0].Holder != "h2" || !in.Pools[0].Truncated {
+		t.Errorf("filtered to h2 with a cap of 3: %d leases %+v, truncated %v; want h2's one lease and the pool truncated",
+			len(r.Leases), r.Leases, in.Pools[0].Truncated)
 	}
 }
