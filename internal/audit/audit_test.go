@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -200,20 +200,28 @@ type fixedClock struct{ now time.Time }
 
 func (c *fixedClock) Now() time.Time { return c.now }
 
-func TestCollectFromMemoryLedger(t *testing.T) {
-	ctx := context.Background()
-	clk := &fixedClock{now: t0}
+// poolLedger is a memory ledger on clk with pool p: engine e1 of 1000 KV
+// tokens and slots slots, tenant acme, priority standard.
+func poolLedger(t *testing.T, clk ledger.Clock, slots int64) *memory.Ledger {
+	t.Helper()
 	l := memory.New(ledger.Options{RecoveryWindow: -1}, clk)
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	spec := ledger.PoolSpec{
 		Name:       "p",
-		Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: 4}},
+		Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: slots}},
 		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
 		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
 	}
-	if _, err := l.Configure(ctx, spec); err != nil {
+	if _, err := l.Configure(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+func TestCollectFromMemoryLedger(t *testing.T) {
+	ctx := context.Background()
+	clk := &fixedClock{now: t0}
+	l := poolLedger(t, clk, 4)
 	sessions := audit.NewSessions(0)
 	sess, err := l.KeepAlive(ctx, "p", "h1", time.Second)
 	if err != nil {
@@ -265,17 +273,7 @@ func TestSessionsBounded(t *testing.T) {
 // pool is marked truncated: its engine totals are partial).
 func TestCollectFilteredPastTheCap(t *testing.T) {
 	ctx := context.Background()
-	l := memory.New(ledger.Options{RecoveryWindow: -1}, &fixedClock{now: t0})
-	defer l.Close()
-	spec := ledger.PoolSpec{
-		Name:       "p",
-		Engines:    []ledger.EngineSpec{{ID: "e1", KVTokens: 1000, Slots: 16}},
-		Tenants:    []ledger.TenantSpec{{Name: "acme", KVShare: 1}},
-		Priorities: []ledger.PrioritySpec{{Name: "standard", MaxFill: 1}},
-	}
-	if _, err := l.Configure(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
+	l := poolLedger(t, &fixedClock{now: t0}, 16)
 	for i, h := range []ledger.HolderID{"h1", "h1", "h1", "h1", "h1", "h2"} {
 		if _, err := l.KeepAlive(ctx, "p", h, time.Minute); err != nil {
 			t.Fatal(err)

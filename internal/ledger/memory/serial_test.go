@@ -71,15 +71,7 @@ func TestSerializerHandsOn(t *testing.T) {
 		}()
 	}
 	// Wait until every caller is queued, then let the first call end.
-	for {
-		s.mu.Lock()
-		n := len(s.queue)
-		s.mu.Unlock()
-		if n == queued {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&s, queued)
 	close(release)
 	wg.Wait()
 	if count != queued {
@@ -102,15 +94,7 @@ func TestSerializerPanic(t *testing.T) {
 	}()
 	ran := make(chan struct{})
 	go s.do(func() { close(ran) })
-	for {
-		s.mu.Lock()
-		n := len(s.queue)
-		s.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(&s, 2)
 	close(release) // the first caller runs both queued writes
 	if p := <-got; p != "boom" {
 		t.Fatalf("the panicking caller recovered %v, want boom", p)
@@ -119,4 +103,17 @@ func TestSerializerPanic(t *testing.T) {
 	done := make(chan struct{})
 	go s.do(func() { close(done) })
 	<-done
+}
+
+// waitQueued waits until n calls are queued on s.
+func waitQueued(s *serializer, n int) {
+	for {
+		s.mu.Lock()
+		q := len(s.queue)
+		s.mu.Unlock()
+		if q == n {
+			return
+		}
+		runtime.Gosched()
+	}
 }
