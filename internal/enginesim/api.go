@@ -428,6 +428,7 @@ func usageOf(r *request, prog []progress) usage {
 }
 
 func (e *Engine) serveCompletion(w http.ResponseWriter, hr *http.Request, chat bool) {
+	start := time.Now()
 	if e.injectedError(w) {
 		return
 	}
@@ -454,7 +455,7 @@ func (e *Engine) serveCompletion(w http.ResponseWriter, hr *http.Request, chat b
 		writeError(w, err)
 		return
 	}
-	out := response{e: e, r: r, chat: chat, model: p.model, created: time.Now().Unix()}
+	out := response{e: e, r: r, chat: chat, model: p.model, created: time.Now().Unix(), start: start}
 	if chat {
 		out.id = "chatcmpl-" + strconv.FormatUint(r.id, 16)
 	} else {
@@ -475,6 +476,8 @@ type response struct {
 	id      string
 	model   string
 	created int64
+	// start is when the request reached the handler.
+	start time.Time
 }
 
 // dropConnection cuts the client's connection without a final answer, as
@@ -555,6 +558,17 @@ type streamChunk struct {
 	Model   string         `json:"model"`
 	Choices []streamChoice `json:"choices"`
 	Usage   *usage         `json:"usage,omitempty"`
+	// Sim is the simulator's own extension, on the usage chunk only.
+	Sim *simTiming `json:"x_enginesim,omitempty"`
+}
+
+// simTiming is how long the engine spent on a request: service_us runs
+// from the request reaching the handler to the usage chunk, which goes out
+// with [DONE] in the stream's last write. A client subtracts it from what
+// it measured to see what lies outside the engine (the network, a hop),
+// free of the engine's own step-to-step variance.
+type simTiming struct {
+	ServiceMicros int64 `json:"service_us"`
 }
 
 // stream writes the answer as server-sent events: per choice, a role chunk
@@ -648,7 +662,7 @@ func (o *response) stream(ctx context.Context, w http.ResponseWriter, includeUsa
 	}
 	if includeUsage {
 		u := usageOf(o.r, prog)
-		emit(streamChunk{Usage: &u})
+		emit(streamChunk{Usage: &u, Sim: &simTiming{ServiceMicros: time.Since(o.start).Microseconds()}})
 	}
 	buf.WriteString("data: [DONE]\n\n")
 	flush()

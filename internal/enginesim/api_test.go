@@ -87,6 +87,8 @@ type answer struct {
 	finish  []string
 	usage   *usage
 	objects map[string]bool
+	// serviceMicros is the usage chunk's x_enginesim.service_us.
+	serviceMicros int64
 }
 
 func parseAnswer(t *testing.T, body []byte, stream, chat bool) answer {
@@ -138,6 +140,9 @@ func parseAnswer(t *testing.T, body []byte, stream, chat bool) answer {
 				t.Fatalf("usage in chunk %d of %d with %d choices; want only in the last, with none", i, len(chunks), len(c.Choices))
 			}
 			a.usage = c.Usage
+			if c.Sim != nil {
+				a.serviceMicros = c.Sim.ServiceMicros
+			}
 		}
 		for _, ch := range c.Choices {
 			for len(a.texts) <= ch.Index {
@@ -230,6 +235,9 @@ func TestCompletions(t *testing.T) {
 			want := usage{PromptTokens: tc.prompt, CompletionTokens: completion, TotalTokens: tc.prompt + completion}
 			if a.usage == nil || *a.usage != want {
 				t.Fatalf("usage %+v, want %+v", a.usage, want)
+			}
+			if tc.stream && a.serviceMicros <= 0 {
+				t.Errorf("the usage chunk's x_enginesim.service_us is %d, want the engine's time", a.serviceMicros)
 			}
 		})
 	}
