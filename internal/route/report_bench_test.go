@@ -14,7 +14,9 @@ package route
 // each request costs. The fleet's capacity is so large that nothing is
 // refused (and recovery_window is 0, so a fresh ledger grants at once):
 // rejections and errors are counted and printed, and a run with any is not
-// a clean figure.
+// a clean figure. Each request's latency less the engine's own time for it
+// (the usage chunk's x_enginesim.service_us) is what the path adds outside
+// the engine: the last byte judged without the engine's step variance.
 //
 //	LEASEHOLD_BENCH_PHASE=2s go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x ./internal/route/
 //
@@ -65,7 +67,10 @@ const (
 	benchGPUOutput = 32
 )
 
-var benchBody = []byte(`{"model":"m","stream":true,"max_tokens":32,"messages":[` +
+// benchBody asks for the usage chunk, which carries the engine's own time
+// for the request (x_enginesim.service_us): what a path adds outside the
+// engine is measured per request, free of the engine's step variance.
+var benchBody = []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":32,"messages":[` +
 	`{"role":"system","content":"You are terse."},` +
 	`{"role":"user","content":"Summarize capacity leasing in one short sentence, please."}]}`)
 
@@ -78,16 +83,17 @@ type benchTarget struct {
 	// not part of the request's latency.
 	think time.Duration
 	// lat and ttfb hold each caller's latency and time-to-first-byte
-	// samples (one writer per slice: the caller's goroutine).
-	lat, ttfb  [][]time.Duration
-	rejections atomic.Int64 // 429/503 answers; other failures are benchkit errors
-	firstErr   atomic.Value // string: the first failure that was not a rejection
+	// samples, outside its latency minus the engine's own time for the
+	// request (one writer per slice: the caller's goroutine).
+	lat, ttfb, outside [][]time.Duration
+	rejections         atomic.Int64 // 429/503 answers; other failures are benchkit errors
+	firstErr           atomic.Value // string: the first failure that was not a rejection
 }
 
 func newBenchTarget(name, url string, callers int) *benchTarget {
 	tr := &http.Transport{MaxIdleConns: 2 * callers, MaxIdleConnsPerHost: 2 * callers, DisableCompression: true}
 	return &benchTarget{name: name, url: url + "/v1/chat/completions", client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		lat: make([][]time.Duration, callers), ttfb: make([][]time.Duration, callers)}
+		lat: make([][]time.Duration, callers), ttfb: make([][]time.Duration, callers), outside: make([][]time.Duration, callers)}
 }
 
 // op sends one streaming chat completion and reads it to its end,
@@ -140,8 +146,8 @@ func (bt *benchTarget) request(ctx context.Context, c, _ int) error {
 				first = time.Since(t0)
 			}
 			tailBuf = append(tailBuf, buf[:n]...)
-			if len(tailBuf) > 64 {
-				tailBuf = tailBuf[len(tailBuf)-64:]
+			if len(tailBuf) > 1024 {
+				tailBuf = tailBuf[len(tailBuf)-1024:]
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -151,12 +157,33 @@ func (bt *benchTarget) request(ctx context.Context, c, _ int) error {
 			return err
 		}
 	}
+	all := time.Since(t0)
 	if !bytes.Contains(tailBuf, []byte("[DONE]")) {
 		return errors.New("stream ended without [DONE]")
 	}
+	service, ok := serviceTime(tailBuf)
+	if !ok {
+		return errors.New("stream ended without the engine's x_enginesim.service_us")
+	}
 	bt.ttfb[c] = append(bt.ttfb[c], first)
-	bt.lat[c] = append(bt.lat[c], time.Since(t0))
+	bt.lat[c] = append(bt.lat[c], all)
+	bt.outside[c] = append(bt.outside[c], all-service)
 	return nil
+}
+
+// serviceTime finds the engine's x_enginesim.service_us in the end of a
+// stream.
+func serviceTime(tail []byte) (time.Duration, bool) {
+	_, after, ok := bytes.Cut(tail, []byte(`"service_us":`))
+	if !ok {
+		return 0, false
+	}
+	var us int64
+	n := 0
+	for ; n < len(after) && after[n] >= '0' && after[n] <= '9'; n++ {
+		us = us*10 + int64(after[n]-'0')
+	}
+	return time.Duration(us) * time.Microsecond, n > 0
 }
 
 func (bt *benchTarget) close() { bt.client.CloseIdleConnections() }
@@ -166,7 +193,10 @@ type benchRow struct {
 	res benchkit.Result
 	// p50 and p99 are of completed requests, from sending to the last
 	// byte (think time excluded).
-	p50, p99   time.Duration
+	p50, p99 time.Duration
+	// out50 is the p50 of latency minus the engine's own time: what the
+	// path adds outside the engine, per request.
+	out50      time.Duration
 	ttfb50     time.Duration
 	ttfb99     time.Duration
 	rejections int64
@@ -222,7 +252,7 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 	// A short warm-up opens the connections (the router's to the engine
 	// too) so the phase measures steady state.
 	benchkit.Run(ctx, bt.name, callers, min(d/4, 500*time.Millisecond), bt.op)
-	bt.lat, bt.ttfb = make([][]time.Duration, callers), make([][]time.Duration, callers)
+	bt.lat, bt.ttfb, bt.outside = make([][]time.Duration, callers), make([][]time.Duration, callers), make([][]time.Duration, callers)
 	bt.rejections.Store(0)
 	bt.firstErr = atomic.Value{}
 	runtime.GC()
@@ -257,7 +287,7 @@ func measure(ctx context.Context, bt *benchTarget, callers int, d time.Duration,
 	}
 	lat, ttfb := merged(bt.lat), merged(bt.ttfb)
 	firstErr, _ := bt.firstErr.Load().(string)
-	return benchRow{res: res, p50: benchkit.Quantile(lat, 0.5), p99: benchkit.Quantile(lat, 0.99),
+	return benchRow{res: res, p50: benchkit.Quantile(lat, 0.5), p99: benchkit.Quantile(lat, 0.99), out50: benchkit.Quantile(merged(bt.outside), 0.5),
 		ttfb50: benchkit.Quantile(ttfb, 0.5), ttfb99: benchkit.Quantile(ttfb, 0.99),
 		rejections: bt.rejections.Load(), cpu: cpu, firstErr: firstErr}
 }
@@ -269,6 +299,7 @@ func midpoint(a, b benchRow) benchRow {
 	r := a
 	r.res.Ops, r.res.Errors, r.res.Elapsed = a.res.Ops+b.res.Ops, a.res.Errors+b.res.Errors, a.res.Elapsed+b.res.Elapsed
 	r.p50, r.p99, r.ttfb50, r.ttfb99 = mid(a.p50, b.p50), mid(a.p99, b.p99), mid(a.ttfb50, b.ttfb50), mid(a.ttfb99, b.ttfb99)
+	r.out50 = mid(a.out50, b.out50)
 	return r
 }
 
@@ -477,8 +508,8 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 		think = fmt.Sprintf("; each client pauses a uniform random 0-%s before each request, on every path", be.think)
 	}
 	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per phase%s.\n\n", be.title, benchMaxTokens, d, think)
-	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | added p50 outside the engine µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var summary, errNotes []string
 	enginePID := eng.cmd.Process.Pid
 	tag := be.tag
@@ -513,9 +544,9 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			if i > 1 {
 				routerCPU = cpuMicros(r.cpu[2])
 			}
-			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
+			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
 				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.p50), benchkit.Micros(r.p99),
-				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99, addedTTFB,
+				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99, addedTTFB, benchkit.Micros(r.out50-direct.out50),
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
 				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
 		}
@@ -528,11 +559,11 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 			continue // unloaded: the added latency is the router's own service time
 		}
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		summary = append(summary, fmt.Sprintf("%s, direct A/A, %d clients: the last direct run differs from the first by %+.2f ms p50, %+.2f ms TTFB p50, %s throughput.",
-			tag, callers, ms(last.p50-first.p50), ms(last.ttfb50-first.ttfb50), benchkit.Ratio(last.res.Throughput(), first.res.Throughput())))
+		summary = append(summary, fmt.Sprintf("%s, direct A/A, %d clients: the last direct run differs from the first by %+.2f ms p50 (%+.2f ms outside the engine), %+.2f ms TTFB p50, %s throughput.",
+			tag, callers, ms(last.p50-first.p50), ms(last.out50-first.out50), ms(last.ttfb50-first.ttfb50), benchkit.Ratio(last.res.Throughput(), first.res.Throughput())))
 		for _, r := range []benchRow{floor, mem, red, blk} {
-			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
-				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.ttfb50-direct.ttfb50),
+			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; outside the engine %.2f ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
+				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.out50-direct.out50), ms(r.ttfb50-direct.ttfb50),
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()), ms(r.p50-floor.p50),
 				benchkit.Ratio(r.res.Throughput(), floor.res.Throughput())))
 		}
