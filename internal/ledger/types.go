@@ -296,6 +296,10 @@ type TenantStats struct {
 	ReservedKV    int64
 	ReservedSlots int64
 	Leases        int64
+	// Removed marks a tenant no longer configured that still has leases:
+	// it gets no new grants, and its Spec is the last one configured
+	// where the backend keeps it (memory, Redis), else only its name.
+	Removed bool
 }
 
 // Counter names in PoolStats.Counters.

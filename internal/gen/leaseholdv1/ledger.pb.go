@@ -1136,6 +1136,8 @@ type TenantStats struct {
 	ReservedKv    int64                  `protobuf:"varint,4,opt,name=reserved_kv,json=reservedKv,proto3" json:"reserved_kv,omitempty"`
 	ReservedSlots int64                  `protobuf:"varint,5,opt,name=reserved_slots,json=reservedSlots,proto3" json:"reserved_slots,omitempty"`
 	Leases        int64                  `protobuf:"varint,6,opt,name=leases,proto3" json:"leases,omitempty"`
+	// The tenant is no longer configured but still has leases.
+	Removed       bool `protobuf:"varint,7,opt,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1210,6 +1212,13 @@ func (x *TenantStats) GetLeases() int64 {
 		return x.Leases
 	}
 	return 0
+}
+
+func (x *TenantStats) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
 }
 
 type PoolStats struct {
@@ -2894,7 +2903,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\aremoved\x18\v \x01(\bR\aremoved\x12\x1b\n" +
 	"\torphan_kv\x18\f \x01(\x03R\borphanKv\x12!\n" +
 	"\forphan_slots\x18\r \x01(\x03R\vorphanSlots\x12=\n" +
-	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\"\xd7\x01\n" +
+	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\"\xf1\x01\n" +
 	"\vTenantStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.TenantSpecR\x04spec\x12\x19\n" +
 	"\bquota_kv\x18\x02 \x01(\x03R\aquotaKv\x12\x1f\n" +
@@ -2903,7 +2912,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\vreserved_kv\x18\x04 \x01(\x03R\n" +
 	"reservedKv\x12%\n" +
 	"\x0ereserved_slots\x18\x05 \x01(\x03R\rreservedSlots\x12\x16\n" +
-	"\x06leases\x18\x06 \x01(\x03R\x06leases\"\xd3\x04\n" +
+	"\x06leases\x18\x06 \x01(\x03R\x06leases\x12\x18\n" +
+	"\aremoved\x18\a \x01(\bR\aremoved\"\xd3\x04\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +

@@ -374,7 +374,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 	for id, r := range trecs {
 		if r.Leases > 0 {
 			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: ledger.TenantSpec{Name: id},
-				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
+				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}
 	}
 	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmpStr(string(a.Spec.Name), string(b.Spec.Name)) })

@@ -107,8 +107,12 @@ func (s *suite) testRemoval(t *testing.T) {
 		t.Errorf("Stats removed engine e2 = removed %v kv=%d slots=%d leases=%d, want removed true kv=300 slots=1 leases=1",
 			e.Removed, e.ReservedKV, e.ReservedSlots, e.Leases)
 	}
-	if ts, ok := tenantStats(st, "gone"); !ok || ts.ReservedKV != 200 {
-		t.Errorf("Stats removed tenant gone = present %v kv=%d, want its counters kept: kv=200", ok, ts.ReservedKV)
+	if ts, ok := tenantStats(st, "gone"); !ok || ts.ReservedKV != 200 || ts.Leases != 1 || !ts.Removed {
+		t.Errorf("Stats removed tenant gone = present %v kv=%d leases=%d removed %v, want its counters kept (kv=200, 1 lease) and removed",
+			ok, ts.ReservedKV, ts.Leases, ts.Removed)
+	}
+	if ts, ok := tenantStats(st, tenantAll); !ok || ts.Removed {
+		t.Errorf("Stats configured tenant %s = present %v removed %v, want present and not removed", tenantAll, ok, ts.Removed)
 	}
 	if ls := f.list(ledger.Filter{Pool: pool}); len(ls) != 2 {
 		t.Errorf("List after removals = %d leases, want 2 kept visible", len(ls))

@@ -98,7 +98,7 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 
 // Stats returns a pool's configuration, totals, live holders and counters.
 // Engines and tenants dropped from the spec that still have leases are
-// included; engines are marked Removed.
+// included, marked Removed.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	if err := ledger.ValidatePool(pool); err != nil {
 		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
@@ -146,6 +146,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 				ReservedKV:    t.ReservedKV,
 				ReservedSlots: t.ReservedSlots,
 				Leases:        t.Leases,
+				Removed:       t.Removed,
 			})
 		}
 		s.LiveHolders, err = liveHolders(txn, pool, now)

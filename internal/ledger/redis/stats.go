@@ -57,6 +57,7 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 			ReservedKV:    integer(h["rkv"]),
 			ReservedSlots: integer(h["rslots"]),
 			Leases:        integer(h["nleases"]),
+			Removed:       h["configured"] != "1",
 		})
 	}
 	sort.Slice(st.Tenants, func(i, j int) bool { return st.Tenants[i].Spec.Name < st.Tenants[j].Spec.Name })

@@ -353,7 +353,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 	for _, t := range s.Tenants {
 		out.Tenants = append(out.Tenants, &pb.TenantStats{
 			Spec: tenantSpecToPB(t.Spec), QuotaKv: t.QuotaKV, QuotaSlots: t.QuotaSlots,
-			ReservedKv: t.ReservedKV, ReservedSlots: t.ReservedSlots, Leases: t.Leases,
+			ReservedKv: t.ReservedKV, ReservedSlots: t.ReservedSlots, Leases: t.Leases, Removed: t.Removed,
 		})
 	}
 	for _, p := range s.Priorities {
@@ -389,7 +389,7 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 	for _, t := range m.GetTenants() {
 		s.Tenants = append(s.Tenants, ledger.TenantStats{
 			Spec: tenantSpecFromPB(t.GetSpec()), QuotaKV: t.GetQuotaKv(), QuotaSlots: t.GetQuotaSlots(),
-			ReservedKV: t.GetReservedKv(), ReservedSlots: t.GetReservedSlots(), Leases: t.GetLeases(),
+			ReservedKV: t.GetReservedKv(), ReservedSlots: t.GetReservedSlots(), Leases: t.GetLeases(), Removed: t.GetRemoved(),
 		})
 	}
 	for _, p := range m.GetPriorities() {

@@ -148,7 +148,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 		Engines: []ledger.EngineStats{{Spec: spec.Engines[0], Draining: true, ReservedKV: 1, ReservedSlots: 1, Leases: 1, CorrectionKV: 2,
 			LastObservation: ledger.Observation{Pool: "p", Engine: "e", KVTokensUsed: 3, ObservedAt: t0}, ObservedAt: t0, Stale: true, Removed: true,
 			OrphanKV: 2, OrphanSlots: 1, OrphanUntil: t0.Add(time.Second)}},
-		Tenants:    []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1}},
+		Tenants:    []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1, Removed: true}},
 		Priorities: spec.Priorities,
 		Counters:   map[string]int64{ledger.CounterGrants: 4},
 	}
