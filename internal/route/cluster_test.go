@@ -17,9 +17,10 @@ import (
 )
 
 // The N-router tests run the real binaries: 4 routers in front of 3
-// simulated engines (4096 KV tokens, 16 slots each), with a real Redis
-// ledger, under 200 concurrent clients for a few seconds, and read each
-// engine's ground truth. With the ledger no engine's admitted demand
+// simulated engines (4096 KV tokens, 16 slots each; each image of a chat
+// request takes 400 prompt tokens there), with a real Redis ledger, under
+// 200 concurrent clients for a few seconds (one chat request in four
+// carries one or two images), and read each engine's ground truth. With the ledger no engine's admitted demand
 // (Σ (prompt + max_tokens) × n of accepted, unfinished requests) or
 // accepted sequences ever exceed its capacity; with --admission=local,
 // the baseline of today's routers, they do.
@@ -31,6 +32,10 @@ const (
 	clusterSlots    = 16
 	clusterClients  = 200
 	clusterDuration = 6 * time.Second
+	// clusterImage is what an image takes at the engines; the pool
+	// reserves clusterImageLease per image (a floor above it).
+	clusterImage      = 400
+	clusterImageLease = 450
 )
 
 func TestNRoutersLedgerHoldsCapacity(t *testing.T) {
@@ -82,9 +87,9 @@ func runCluster(t *testing.T, mode string) clusterResult {
 	start := time.Now()
 	var engines []*proc
 	for i := range clusterEngines {
-		engines = append(engines, startEngine(t, fmt.Sprintf("gpu-%d", i), engineOpts{kv: clusterKV, slots: clusterSlots, speed: 4, output: 96}))
+		engines = append(engines, startEngine(t, fmt.Sprintf("gpu-%d", i), engineOpts{kv: clusterKV, slots: clusterSlots, speed: 4, output: 96, media: clusterImage}))
 	}
-	fleetPath := fleetYAML(t, engines, clusterKV, clusterSlots, `tenants:
+	fleetPath := fleetYAMLPool(t, engines, clusterKV, clusterSlots, fmt.Sprintf("    media_tokens: {image: %d}\n", clusterImageLease), `tenants:
   - {name: acme, api_keys: ["sk-acme"], kv_share: 1}
 lease:
   session_ttl: 3s
@@ -133,7 +138,15 @@ lease:
 				path := "/v1/completions"
 				if chat {
 					path = "/v1/chat/completions"
-					body["messages"] = []map[string]string{{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}}
+					var user any = text
+					if images := rng.IntN(8); images < 2 { // one in four: one or two images
+						parts := []map[string]any{{"type": "text", "text": text}}
+						for range images + 1 {
+							parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]string{"url": "data:image/png;base64,iVBORw0KGgo="}})
+						}
+						user = parts
+					}
+					body["messages"] = []map[string]any{{"role": "system", "content": "You are terse."}, {"role": "user", "content": user}}
 				} else {
 					body["prompt"] = text
 				}

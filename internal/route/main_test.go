@@ -182,13 +182,15 @@ type engineOpts struct {
 	kv, slots int
 	speed     float64
 	output    int // mean natural output length
+	media     int // --media-tokens: prompt tokens per image (0: none taken)
 }
 
 func startEngine(t testing.TB, name string, o engineOpts) *proc {
 	t.Helper()
 	addr := freeAddr(t)
 	p := startProc(t, name, "enginesim", addr, "--listen", addr, "--kv-tokens", strconv.Itoa(o.kv), "--slots", strconv.Itoa(o.slots),
-		"--speed", strconv.FormatFloat(o.speed, 'f', -1, 64), "--output-tokens", strconv.Itoa(o.output), "--model", "m", "--max-model-len", "2048")
+		"--speed", strconv.FormatFloat(o.speed, 'f', -1, 64), "--output-tokens", strconv.Itoa(o.output), "--model", "m", "--max-model-len", "2048",
+		"--media-tokens", strconv.Itoa(o.media))
 	waitHTTP(t, p.url()+"/health", 10*time.Second)
 	return p
 }
@@ -224,8 +226,15 @@ func getStats(t testing.TB, engineURL string) engineStats {
 // kvTokens and slots as configured, with extra appended verbatim.
 func fleetYAML(t testing.TB, engines []*proc, kv, slots int, extra string) string {
 	t.Helper()
+	return fleetYAMLPool(t, engines, kv, slots, "", extra)
+}
+
+// fleetYAMLPool is fleetYAML with pool added to the pool's fields
+// (indented as they are).
+func fleetYAMLPool(t testing.TB, engines []*proc, kv, slots int, pool, extra string) string {
+	t.Helper()
 	var b strings.Builder
-	b.WriteString("pools:\n  - name: m\n    retry_after: 200ms\n    engines:\n")
+	b.WriteString("pools:\n  - name: m\n    retry_after: 200ms\n" + pool + "    engines:\n")
 	for i, e := range engines {
 		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}\n", i, e.url(), kv, slots)
 	}
