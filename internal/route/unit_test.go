@@ -167,6 +167,8 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","prompt":[1,2,3],"best_of":4,"n":2}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"max_completion_tokens":1e3}`,
 		`{"model":"m","prompt":[[1]],"max_tokens":-1}`, `[]`, `null`, `{"model":{}}`, `{"model":"m","prompt":"a"}{}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}},{"type":"input_audio"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"file"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]}]}`,
 	} {
 		f.Add([]byte(s), true)
 		f.Add([]byte(s), false)
@@ -185,6 +187,11 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if r.promptBytes < 0 || (r.promptTokens == 0 && r.promptBytes == 0 && !chat) {
 			t.Fatalf("completions request with no prompt accepted: %q", body)
+		}
+		for k, c := range r.media {
+			if c < 0 || (c > 0 && !chat) {
+				t.Fatalf("%d %s items in a %v request: %q", c, mediaNames[k], map[bool]string{true: "chat", false: "completions"}[chat], body)
+			}
 		}
 		kv, slots, _ := newEstimator(2, 0.95, fleet.DefaultMediaTokens).demand(r, 2048, false)
 		if kv < 1 || kv > 2048*16 || slots != r.n {
