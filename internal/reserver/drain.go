@@ -92,8 +92,11 @@ func (c *drainCLI) run(ctx context.Context, lookup func(string) (string, bool), 
 	defer l.Close()
 	pool, engine := ledger.PoolID(c.pool), ledger.EngineID(c.engine)
 	if err := l.SetDraining(ctx, pool, engine, !c.undrain); err != nil {
-		if errors.Is(err, remote.ErrUnauthenticated) && opts.Token == "" {
+		switch {
+		case errors.Is(err, remote.ErrUnauthenticated) && opts.Token == "":
 			err = fmt.Errorf("%w (set %s or --token-file)", err, EnvToken)
+		case errors.Is(err, ledger.ErrUnknownEngine):
+			err = fmt.Errorf("%w (an engine whose kv_tokens the fleet file omits is in the ledger only once its metrics were first read)", err)
 		}
 		return err
 	}
