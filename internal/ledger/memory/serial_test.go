@@ -55,10 +55,7 @@ func TestSerializerExcludes(t *testing.T) {
 // the next caller, and every call still runs once.
 func TestSerializerHandsOn(t *testing.T) {
 	var s serializer
-	release := make(chan struct{})
-	started := make(chan struct{})
-	go s.do(func() { close(started); <-release })
-	<-started
+	release := holdWrites(&s)
 	const queued = 3*maxCombined + 5
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -83,10 +80,7 @@ func TestSerializerHandsOn(t *testing.T) {
 // caller, whoever ran it, and the serializer goes on serving the others.
 func TestSerializerPanic(t *testing.T) {
 	var s serializer
-	release := make(chan struct{})
-	started := make(chan struct{})
-	go s.do(func() { close(started); <-release })
-	<-started
+	release := holdWrites(&s)
 	got := make(chan any, 1)
 	go func() {
 		defer func() { got <- recover() }()
@@ -103,6 +97,16 @@ func TestSerializerPanic(t *testing.T) {
 	done := make(chan struct{})
 	go s.do(func() { close(done) })
 	<-done
+}
+
+// holdWrites starts a write on s that runs until the returned channel is
+// closed, so that later calls queue behind it.
+func holdWrites(s *serializer) chan struct{} {
+	release := make(chan struct{})
+	started := make(chan struct{})
+	go s.do(func() { close(started); <-release })
+	<-started
+	return release
 }
 
 // waitQueued waits until n calls are queued on s.
