@@ -110,14 +110,24 @@ func RunAudit(ctx context.Context, args []string, lookup func(string) (string, b
 	return 0
 }
 
+// cliToken is the token a command-line client sends: the one in
+// tokenFile (--token-file) when set, else LEASEHOLD_TOKEN (maybe empty).
+func cliToken(lookup func(string) (string, bool), tokenFile string) (string, error) {
+	if tokenFile == "" {
+		token, _ := lookup(EnvToken)
+		return token, nil
+	}
+	toks, err := readTokens(tokenFile)
+	if err != nil || len(toks) != 1 {
+		return "", fmt.Errorf("--token-file %s: want one token (%v)", tokenFile, err)
+	}
+	return toks[0], nil
+}
+
 func (c *auditCLI) fetch(ctx context.Context, lookup func(string) (string, bool)) ([]byte, error) {
-	token, _ := lookup(EnvToken)
-	if c.tokenFile != "" {
-		toks, err := readTokens(c.tokenFile)
-		if err != nil || len(toks) != 1 {
-			return nil, fmt.Errorf("--token-file %s: want one token (%v)", c.tokenFile, err)
-		}
-		token = toks[0]
+	token, err := cliToken(lookup, c.tokenFile)
+	if err != nil {
+		return nil, err
 	}
 	base := c.server
 	if !strings.Contains(base, "://") {

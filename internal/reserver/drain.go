@@ -77,13 +77,9 @@ func (c *drainCLI) run(ctx context.Context, lookup func(string) (string, bool), 
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	opts := c.tls
-	opts.Token, _ = lookup(EnvToken)
-	if c.tokenFile != "" {
-		toks, err := readTokens(c.tokenFile)
-		if err != nil || len(toks) != 1 {
-			return fmt.Errorf("--token-file %s: want one token (%v)", c.tokenFile, err)
-		}
-		opts.Token = toks[0]
+	var err error
+	if opts.Token, err = cliToken(lookup, c.tokenFile); err != nil {
+		return err
 	}
 	l, err := remote.Dial("grpc://"+c.server, opts)
 	if err != nil {
