@@ -267,6 +267,11 @@ type usageJSON struct {
 	Details          *promptDetails `json:"prompt_tokens_details"`
 }
 
+// ledgerUsage is u as the ledger's release takes it.
+func (u *usageJSON) ledgerUsage() ledger.Usage {
+	return ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+}
+
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
 func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t ticket) (status int, code string) {
@@ -390,7 +395,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 				Usage *usageJSON `json:"usage"`
 			}
 			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-				usage, details, known = ledger.Usage{PromptTokens: u.Usage.PromptTokens, CompletionTokens: u.Usage.CompletionTokens}, u.Usage.Details, true
+				usage, details, known = u.Usage.ledgerUsage(), u.Usage.Details, true
 			}
 		}
 		copyHeader(w.Header(), resp.Header, "Content-Type")
@@ -429,7 +434,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if event.Len() > 0 {
 			keep, u, hasChoices := inspectEvent(event.Bytes())
 			if u != nil {
-				usage, details, known = ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}, u.Details, true
+				usage, details, known = u.ledgerUsage(), u.Details, true
 				keep = keep || req.includeUsage
 			}
 			if hasChoices {
