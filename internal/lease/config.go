@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,18 +64,10 @@ type BlockConfig struct {
 func (b BlockConfig) Enabled() bool { return b.KVTokens > 0 && b.Slots > 0 }
 
 func (b BlockConfig) withDefaults() BlockConfig {
-	if b.LowWater == 0 {
-		b.LowWater = DefaultBlockLowWater
-	}
-	if b.MaxPerEngine == 0 {
-		b.MaxPerEngine = DefaultBlockMaxPerEngine
-	}
-	if b.Idle == 0 {
-		b.Idle = DefaultBlockIdle
-	}
-	if b.Backoff == 0 {
-		b.Backoff = DefaultBlockBackoff
-	}
+	b.LowWater = cmp.Or(b.LowWater, DefaultBlockLowWater)
+	b.MaxPerEngine = cmp.Or(b.MaxPerEngine, DefaultBlockMaxPerEngine)
+	b.Idle = cmp.Or(b.Idle, DefaultBlockIdle)
+	b.Backoff = cmp.Or(b.Backoff, DefaultBlockBackoff)
 	return b
 }
 
@@ -167,33 +160,15 @@ type Config struct {
 
 // withDefaults returns c with zero fields set.
 func (c Config) withDefaults() Config {
-	if c.SessionTTL == 0 {
-		c.SessionTTL = DefaultSessionTTL
-	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = max(c.SessionTTL/5, MinSafetyMargin)
-	}
-	if c.KeepAliveInterval == 0 {
-		c.KeepAliveInterval = c.SessionTTL / 3
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.LeaseTTL / 6
-	}
-	if c.RenewConcurrency == 0 {
-		c.RenewConcurrency = DefaultRenewConcurrency
-	}
-	if c.CallTimeout == 0 {
-		c.CallTimeout = DefaultCallTimeout
-	}
-	if c.ReleaseTimeout == 0 {
-		c.ReleaseTimeout = DefaultReleaseTimeout
-	}
-	if c.AcquireAttempts == 0 {
-		c.AcquireAttempts = DefaultAcquireAttempts
-	}
+	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, max(c.SessionTTL/5, MinSafetyMargin))
+	c.KeepAliveInterval = cmp.Or(c.KeepAliveInterval, c.SessionTTL/3)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.RenewInterval = cmp.Or(c.RenewInterval, c.LeaseTTL/6)
+	c.RenewConcurrency = cmp.Or(c.RenewConcurrency, DefaultRenewConcurrency)
+	c.CallTimeout = cmp.Or(c.CallTimeout, DefaultCallTimeout)
+	c.ReleaseTimeout = cmp.Or(c.ReleaseTimeout, DefaultReleaseTimeout)
+	c.AcquireAttempts = cmp.Or(c.AcquireAttempts, DefaultAcquireAttempts)
 	c.Block = c.Block.withDefaults()
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
