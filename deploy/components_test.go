@@ -68,16 +68,6 @@ func repoRoot(t *testing.T) string {
 	return filepath.Dir(wd)
 }
 
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // proc is a started component; its stderr is kept for failure messages.
 type proc struct {
 	name           string
@@ -245,7 +235,7 @@ lease:
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	bin := buildBinaries(t)
-	eV, eS := freeAddr(t), freeAddr(t)
+	eV, eS := freeport.AddrT(t), freeport.AddrT(t)
 	engV := start(t, "enginesim-vllm", filepath.Join(bin, "enginesim"), nil,
 		"--listen", eV, "--kv-tokens", "16384", "--slots", "8", "--format", "vllm", "--model", "p", "--output-tokens", "2000")
 	engS := start(t, "enginesim-sglang", filepath.Join(bin, "enginesim"), nil,
@@ -254,16 +244,16 @@ func startStack(t *testing.T) *stack {
 	waitHTTP(t, engS, "http://"+eS+"/health", 20*time.Second)
 
 	fleetFile := filepath.Join(t.TempDir(), "fleet.yaml")
-	if err := os.WriteFile(fleetFile, fmt.Appendf(nil, testFleet, eV, eS, freeAddr(t)), 0o600); err != nil {
+	if err := os.WriteFile(fleetFile, fmt.Appendf(nil, testFleet, eV, eS, freeport.AddrT(t)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rg, rh := freeAddr(t), freeAddr(t)
+	rg, rh := freeport.AddrT(t), freeport.AddrT(t)
 	res := start(t, "reserver", filepath.Join(bin, "reserver"), nil,
 		"--ledger", "memory://", "--config", fleetFile, "--grpc-listen", rg, "--http-listen", rh,
 		"--reconcile-interval", "200ms")
 	waitHTTP(t, res, "http://"+rh+"/readyz", 30*time.Second)
 
-	ra := freeAddr(t)
+	ra := freeport.AddrT(t)
 	rt := start(t, "router", filepath.Join(bin, "router"), nil,
 		"--ledger", "grpc://"+rg, "--config", fleetFile, "--listen", ra, "--id", "deploy-test", "--queue-depth", "4", "--queue-timeout", "300ms", "--queue-quota")
 	waitHTTP(t, rt, "http://"+ra+"/readyz", 30*time.Second)

@@ -56,15 +56,6 @@ lease:
   recovery_window: 0s
 `
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func TestBadFleetExitsNamingTheField(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fleet.yaml")
 	if err := os.WriteFile(path, []byte(strings.Replace(fleetYAML, "slots: 8", "slots: 0", 1)), 0o600); err != nil {
@@ -95,7 +86,7 @@ func TestSignals(t *testing.T) {
 	if err := os.WriteFile(path, []byte(fleetYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := freeport.AddrT(t), freeport.AddrT(t)
 	cmd := exec.Command(binary, "--config", path, "--http-listen", httpAddr)
 	cmd.Env = append(os.Environ(), "LEASEHOLD_GRPC_LISTEN="+grpcAddr, "LEASEHOLD_TOKEN=tok-1")
 	var stderr bytes.Buffer

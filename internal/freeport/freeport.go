@@ -51,3 +51,19 @@ func Addr() (string, error) {
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
 }
+
+// TB is the part of testing.TB that AddrT uses.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// AddrT is Addr for a test: it fails the test when no port can be had.
+func AddrT(t TB) string {
+	t.Helper()
+	addr, err := Addr()
+	if err != nil {
+		t.Fatalf("freeport: find a free loopback port: %v", err)
+	}
+	return addr
+}

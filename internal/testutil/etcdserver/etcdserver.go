@@ -45,21 +45,11 @@ type Server struct {
 func Start(t testing.TB, dir string) *Server {
 	t.Helper()
 	s := &Server{t: t, dir: filepath.Join(dir, "etcd")}
-	s.client = url.URL{Scheme: "http", Host: freePort(t)}
-	s.peer = url.URL{Scheme: "http", Host: freePort(t)}
+	s.client = url.URL{Scheme: "http", Host: freeport.AddrT(t)}
+	s.peer = url.URL{Scheme: "http", Host: freeport.AddrT(t)}
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
-}
-
-// freePort returns a loopback host:port nobody listens on right now.
-func freePort(t testing.TB) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatalf("etcdserver: find a free port: %v", err)
-	}
-	return addr
 }
 
 func (s *Server) config() *embed.Config {
