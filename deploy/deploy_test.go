@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -858,7 +859,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 			}
 			for _, l := range ref.labels {
 				if !f.labels[l] && !targetLabels[l] {
-					t.Errorf("%s: %s has no label %q (it has %v)", s.where, ref.name, l, keys(f.labels))
+					t.Errorf("%s: %s has no label %q (it has %v)", s.where, ref.name, l, slices.Sorted(maps.Keys(f.labels)))
 				}
 			}
 		}
@@ -869,15 +870,6 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		}
 	}
 	t.Logf("%d metric references checked against %d exported families", checked, len(exported))
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestDockerfile checks what can be checked without a Docker engine: the
@@ -891,7 +883,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	for name, s := range loadCompose(t).Services {
 		if s.Build != nil && !stages[s.Build["target"]] {
-			t.Errorf("%s: build target %q is not a stage of the Dockerfile (%v)", name, s.Build["target"], keys(stages))
+			t.Errorf("%s: build target %q is not a stage of the Dockerfile (%v)", name, s.Build["target"], slices.Sorted(maps.Keys(stages)))
 		}
 	}
 	for _, b := range []string{"reserver", "router", "enginesim"} {

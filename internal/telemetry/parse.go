@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -368,7 +369,7 @@ func fromVLLM(fams map[string]*dto.MetricFamily) (Sample, error) {
 	if s.Waiting, err = waiting.sum(); err != nil {
 		return s, err
 	}
-	for _, g := range sortedKeys(usage.groups) {
+	for _, g := range slices.Sorted(maps.Keys(usage.groups)) {
 		perc := usage.groups[g]
 		if perc > 1 {
 			return s, fmt.Errorf("%w: %s{engine=%q} = %v, want 0..1", ErrBadMetric, usage.name, g, perc)
@@ -506,13 +507,4 @@ func fromTGI(fams map[string]*dto.MetricFamily) (Sample, error) {
 		s.Known |= KnownKVTotal
 	}
 	return s, nil
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
