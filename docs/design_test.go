@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/fleet"
 )
 
 // The reference forms of design.md, "How to cite this document". Each
@@ -225,5 +227,34 @@ func TestReferencesResolve(t *testing.T) {
 	}
 	if files < 100 {
 		t.Errorf("walked %d *.go and *.md files under %s; want the whole repository", files, root)
+	}
+}
+
+// TestFleetSampleParses holds the fleet file design.md shows (the first
+// yaml block after the heading "Fleet file") to the real parser.
+func TestFleetSampleParses(t *testing.T) {
+	md, err := os.ReadFile("design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(md), "\n### Fleet file\n")
+	if !ok {
+		t.Fatal("design.md has no heading \"Fleet file\"")
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	if !ok {
+		t.Fatal("design.md, \"Fleet file\": no yaml block")
+	}
+	sample, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("design.md, \"Fleet file\": unterminated yaml block")
+	}
+	f, err := fleet.Parse([]byte(sample))
+	if err != nil {
+		t.Fatalf("fleet.Parse(design.md sample): %v", err)
+	}
+	if len(f.Pools) != 1 || len(f.Pools[0].Engines) != 2 || len(f.Tenants) != 1 || len(f.Priorities) != 2 {
+		t.Errorf("fleet.Parse(design.md sample) = %d pools, %d tenants, %d priorities; want 1 pool of 2 engines, 1 tenant, 2 priorities",
+			len(f.Pools), len(f.Tenants), len(f.Priorities))
 	}
 }
