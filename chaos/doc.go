@@ -1,6 +1,6 @@
 // Package chaos runs Leasehold fleets as real processes on loopback, drives
 // OpenAI traffic through them, injects faults on a schedule and checks the
-// guarantees of DESIGN.md against the engines' own ground truth.
+// guarantees of docs/design.md against the engines' own ground truth.
 //
 // It is shaped like etcd's tests/robustness:
 //

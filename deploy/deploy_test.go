@@ -297,7 +297,8 @@ func TestComposeStructure(t *testing.T) {
 
 // TestComposeCommandLines checks every Leasehold command line in
 // compose.yaml and the k8s manifests against the flags the real binaries
-// accept, and that the contract flags (DESIGN.md) are used.
+// accept, and that the contract flags (docs/design.md, "Commands and flags")
+// are used.
 func TestComposeCommandLines(t *testing.T) {
 	bin := buildBinaries(t)
 	flags := map[string]map[string]bool{}

@@ -1,6 +1,6 @@
 // Package fleet owns the fleet file: the one YAML file every reserver and
 // router loads to learn the pools, engines, tenants, priority classes and
-// lease timings (DESIGN.md, "Contracts other tools rely on").
+// lease timings (docs/design.md, "Fleet file").
 //
 // Parse and Load decode the file strictly — an unknown or repeated field is
 // an error naming it and its line — fill in defaults, and run Validate,

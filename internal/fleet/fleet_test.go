@@ -32,7 +32,8 @@ lease:
   session_ttl: 10s
 `
 
-// designSample is the fleet file DESIGN.md shows; it must keep parsing.
+// designSample is the fleet file the original design brief showed (the
+// full one is in docs/design.md, "Fleet file"); it must keep parsing.
 const designSample = `pools:
   - name: llama-3-70b            # the OpenAI "model" a request names
     engines:

@@ -1,6 +1,6 @@
 package lease
 
-// Block leases (optional, Config.Block; DESIGN "Block lease").
+// Block leases (optional, Config.Block; docs/design.md, "Concepts").
 //
 // A block is an ordinary lease, acquired through Acquire for one
 // (pool, engine, tenant, priority) with Config.Block's size, so the ledger

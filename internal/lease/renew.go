@@ -7,7 +7,7 @@ package lease
 // pool once half its TTL has passed since its deadline was last set,
 // RenewConcurrency at a time. Renew answering ErrLeaseNotFound while the
 // session is confirmed means the ledger lost the lease (failover without
-// the write): it is re-asserted (Guarantee 4). A pool whose epoch changed
+// the write): it is re-asserted (docs/design.md, Guarantee 4). A pool whose epoch changed
 // has every lease re-asserted (a lease the ledger still has is replayed).
 // A lease whose re-assertion is refused is lost: Done closes with
 // ErrLeaseLost. A lease that could not be renewed before its local

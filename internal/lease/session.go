@@ -1,6 +1,6 @@
 package lease
 
-// Holder sessions and self-fencing (DESIGN Guarantee 5).
+// Holder sessions and self-fencing (docs/design.md, Guarantee 5).
 //
 // Each pool has one holder session and one keepalive loop. The loop sends
 // KeepAlive(SessionTTL) every KeepAliveInterval (jittered) from a call

@@ -1,5 +1,5 @@
 // Package telemetry reads what GPU engines report about themselves and feeds
-// it to the ledger for reconciliation (DESIGN.md, guarantee 7).
+// it to the ledger for reconciliation (docs/design.md, Guarantee 7).
 //
 // It owns three things:
 //

@@ -12,9 +12,14 @@
 //
 // # Concurrency
 //
-// Every mutating call is one go-memdb write transaction; go-memdb serialises
-// writers, which makes each call atomic and linearizable without a mutex of
-// our own. Reads (Pools, List, Stats) run on lock-free snapshots.
+// Every mutating call (Configure and the calls that go through update) is
+// one go-memdb write transaction, and all of them run one at a time through
+// the Ledger's combining serializer (serial.go): a caller that finds no
+// write running runs its own and then up to maxCombined (64) queued behind
+// it, so waiters are not parked on go-memdb's writer lock one scheduling
+// delay at a time. One write at a time makes each call atomic and
+// linearizable. Reads (Pools, List, Stats) run on lock-free snapshots and
+// never wait for the serializer.
 //
 // # Costs and sweeping
 //
