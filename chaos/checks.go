@@ -281,12 +281,12 @@ func (ev *evidence) checkQuotaRejected() Verdict {
 // checkPriorityHeadroom: no priority class held more of an engine than its
 // max_fill.
 func (ev *evidence) checkPriorityHeadroom() Verdict {
-	var limits []limit
-	for _, p := range ev.sc.Topology.Priorities {
-		limits = append(limits, limit{p.Name, p.MaxFill})
+	limits := make([]limit, len(ev.sc.Topology.Priorities))
+	for i, p := range ev.sc.Topology.Priorities {
+		limits[i] = limit{p.Name, p.MaxFill}
 	}
-	return withinLimits(ev.peakAudit(func(a AuditSample) map[string]float64 { return a.PriorityFill }), limits,
-		"%s leases held %.2f of an engine, max_fill %.2f; ")
+	fill := ev.peakAudit(func(a AuditSample) map[string]float64 { return a.PriorityFill })
+	return withinLimits(fill, limits, "%s leases held %.2f of an engine, max_fill %.2f; ")
 }
 
 // checkTenantQuota: no tenant held more of the pool than its kv_share.
@@ -295,8 +295,8 @@ func (ev *evidence) checkTenantQuota() Verdict {
 	for _, t := range ev.sc.Topology.Tenants {
 		limits = append(limits, limit{t.Name, t.KVShare})
 	}
-	return withinLimits(ev.peakAudit(func(a AuditSample) map[string]float64 { return a.TenantShare }), limits,
-		"%s held %.2f of the pool, kv_share %.2f; ")
+	return withinLimits(ev.peakAudit(func(a AuditSample) map[string]float64 { return a.TenantShare }),
+		limits, "%s held %.2f of the pool, kv_share %.2f; ")
 }
 
 // limit is one named bound on a fraction (a class's max_fill, a tenant's

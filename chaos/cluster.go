@@ -47,6 +47,29 @@ type routerNode struct {
 	down atomic.Bool
 }
 
+// node is a process of the topology with the URL that answers 200 once it
+// is ready.
+type node interface {
+	process() *proc
+	readyURL() string
+}
+
+func (p *proc) process() *proc { return p }
+
+func (e *engineNode) readyURL() string   { return "http://" + e.addr + "/health" }
+func (r *reserverNode) readyURL() string { return "http://" + r.httpAddr + "/readyz" }
+func (r *routerNode) readyURL() string   { return "http://" + r.addr + "/readyz" }
+
+// waitReady waits for each of nodes in turn (see waitHTTP).
+func waitReady[N node](ctx context.Context, nodes []N) error {
+	for _, n := range nodes {
+		if err := waitHTTP(ctx, n.process(), n.readyURL(), ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // cluster is one running topology.
 type cluster struct {
 	sc    *Scenario
@@ -156,12 +179,7 @@ func (c *cluster) startEngines(ctx context.Context) error {
 			i++
 		}
 	}
-	for _, e := range c.engines {
-		if err := waitHTTP(ctx, &e.proc, "http://"+e.addr+"/health", ""); err != nil {
-			return err
-		}
-	}
-	return nil
+	return waitReady(ctx, c.engines)
 }
 
 func (c *cluster) reserverLedgerURL() string {
@@ -198,12 +216,7 @@ func (c *cluster) startReservers(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, r := range c.reservers {
-		if err := waitHTTP(ctx, &r.proc, "http://"+r.httpAddr+"/readyz", ""); err != nil {
-			return err
-		}
-	}
-	return nil
+	return waitReady(ctx, c.reservers)
 }
 
 // needProxies reports whether sc partitions routers from link.
@@ -276,12 +289,7 @@ func (c *cluster) startRouters(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, r := range c.routers {
-		if err := waitHTTP(ctx, &r.proc, "http://"+r.addr+"/readyz", ""); err != nil {
-			return err
-		}
-	}
-	return nil
+	return waitReady(ctx, c.routers)
 }
 
 // restartRouter starts a router again with extra env (clock_offset).
@@ -290,14 +298,14 @@ func (c *cluster) restartRouter(ctx context.Context, r *routerNode, env ...strin
 	if err := r.start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, &r.proc, "http://"+r.addr+"/readyz", "")
+	return waitReady(ctx, []*routerNode{r})
 }
 
 func (c *cluster) restartReserver(ctx context.Context, r *reserverNode) error {
 	if err := r.start(); err != nil {
 		return err
 	}
-	return waitHTTP(ctx, &r.proc, "http://"+r.httpAddr+"/readyz", "")
+	return waitReady(ctx, []*reserverNode{r})
 }
 
 // stop ends every process and proxy: routers first (they release), then

@@ -50,14 +50,7 @@ lease:
 			if err != nil {
 				t.Fatalf("Parse(source): %v", err)
 			}
-			b, err := Marshal(want)
-			if err != nil {
-				t.Fatalf("Marshal: %v", err)
-			}
-			got, err := Parse(b)
-			if err != nil {
-				t.Fatalf("Parse(Marshal): %v\n%s", err, b)
-			}
+			got, b := marshalParse(t, want)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("Parse(Marshal(f)) =\n%+v\nwant\n%+v\nfile:\n%s", got, want, b)
 			}
@@ -75,14 +68,7 @@ func TestMarshalZeroTakesDefaults(t *testing.T) {
 		Tenants: []Tenant{{Name: "t", APIKeys: []KeyHash{HashAPIKey("k")}, KVShare: 1}},
 		Lease:   Lease{RecoveryWindow: DefaultRecoveryWindow},
 	}
-	b, err := Marshal(f)
-	if err != nil {
-		t.Fatalf("Marshal: %v", err)
-	}
-	got, err := Parse(b)
-	if err != nil {
-		t.Fatalf("Parse(Marshal): %v\n%s", err, b)
-	}
+	got, b := marshalParse(t, f)
 	want, err := Parse([]byte(`pools:
   - name: p
     engines:
@@ -96,4 +82,18 @@ tenants:
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse(Marshal(zero fields)) =\n%+v\nwant\n%+v\nfile:\n%s", got, want, b)
 	}
+}
+
+// marshalParse returns Parse(Marshal(f)) and the file between.
+func marshalParse(t *testing.T, f *Fleet) (*Fleet, []byte) {
+	t.Helper()
+	b, err := Marshal(f)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	got, err := Parse(b)
+	if err != nil {
+		t.Fatalf("Parse(Marshal): %v\n%s", err, b)
+	}
+	return got, b
 }
