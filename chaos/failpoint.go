@@ -62,21 +62,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (f *failpoints) routers(target string) []*routerNode {
-	var out []*routerNode
-	for _, r := range f.c.routers {
-		if target == "" || target == "all" || target == r.id {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func (f *failpoints) routers(target string) []*routerNode { return targets(f.c.routers, target) }
 
-func (f *failpoints) engines(target string) []*engineNode {
-	var out []*engineNode
-	for _, e := range f.c.engines {
-		if target == "" || target == "all" || target == e.id {
-			out = append(out, e)
+func (f *failpoints) engines(target string) []*engineNode { return targets(f.c.engines, target) }
+
+// targets are the nodes a fault's target names: one by name, or every
+// one for "" and "all".
+func targets[N node](nodes []N, target string) []N {
+	var out []N
+	for _, n := range nodes {
+		if target == "" || target == "all" || target == n.process().name {
+			out = append(out, n)
 		}
 	}
 	return out

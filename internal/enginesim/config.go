@@ -119,37 +119,27 @@ func ApplyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
-	if c.Model == "" {
-		c.Model = DefaultModel
-	}
-	if c.Format == "" {
-		c.Format = telemetry.DefaultFormat
-	}
-	if c.KVTokens == 0 {
-		c.KVTokens = DefaultKVTokens
-	}
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
-	}
-	if c.Slots == 0 {
-		c.Slots = DefaultSlots
-	}
-	if c.PrefillTokensPerSec == 0 {
-		c.PrefillTokensPerSec = DefaultPrefillTokensPerSec
-	}
-	if c.DecodeTokensPerSec == 0 {
-		c.DecodeTokensPerSec = DefaultDecodeTokensPerSec
-	}
-	if c.OutputTokens == 0 {
-		c.OutputTokens = DefaultOutputTokens
-	}
-	if c.Speed == 0 {
-		c.Speed = DefaultSpeed
-	}
+	orDefault(&c.Model, DefaultModel)
+	orDefault(&c.Format, telemetry.DefaultFormat)
+	orDefault(&c.KVTokens, DefaultKVTokens)
+	orDefault(&c.BlockSize, DefaultBlockSize)
+	orDefault(&c.Slots, DefaultSlots)
+	orDefault(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
+	orDefault(&c.DecodeTokensPerSec, DefaultDecodeTokensPerSec)
+	orDefault(&c.OutputTokens, DefaultOutputTokens)
+	orDefault(&c.Speed, DefaultSpeed)
 	if c.MaxModelLen == 0 && c.BlockSize > 0 {
 		c.MaxModelLen = int(min(DefaultMaxModelLen, c.KVTokens/int64(c.BlockSize)*int64(c.BlockSize)))
 	}
 	return c
+}
+
+// orDefault sets *p to d when *p is zero.
+func orDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }
 
 // Validate reports the first field of c (after defaults) that is out of

@@ -180,47 +180,48 @@ func (l Lease) LedgerOptions() ledger.Options {
 	return o
 }
 
-// The file's shape. Pointers mark fields whose omission differs from zero.
+// The file's shape. Pointers mark fields whose omission differs from zero;
+// omitempty is for Marshal (decoding ignores it).
 type fileYAML struct {
 	Pools           []poolYAML     `yaml:"pools"`
 	Tenants         []tenantYAML   `yaml:"tenants"`
-	Priorities      []priorityYAML `yaml:"priorities"`
-	DefaultPriority string         `yaml:"default_priority"`
+	Priorities      []priorityYAML `yaml:"priorities,omitempty"`
+	DefaultPriority string         `yaml:"default_priority,omitempty"`
 	Lease           leaseYAML      `yaml:"lease"`
 }
 
 type poolYAML struct {
 	Name        string         `yaml:"name"`
 	Engines     []engineYAML   `yaml:"engines"`
-	RetryAfter  *time.Duration `yaml:"retry_after"`
-	MaxModelLen *int64         `yaml:"max_model_len"`
-	MediaTokens *mediaYAML     `yaml:"media_tokens"`
+	RetryAfter  *time.Duration `yaml:"retry_after,omitempty"`
+	MaxModelLen *int64         `yaml:"max_model_len,omitempty"`
+	MediaTokens *mediaYAML     `yaml:"media_tokens,omitempty"`
 }
 
 type mediaYAML struct {
-	Image *int64 `yaml:"image"`
-	Audio *int64 `yaml:"audio"`
-	Video *int64 `yaml:"video"`
+	Image *int64 `yaml:"image,omitempty"`
+	Audio *int64 `yaml:"audio,omitempty"`
+	Video *int64 `yaml:"video,omitempty"`
 }
 
 type engineYAML struct {
 	ID          string         `yaml:"id"`
 	URL         string         `yaml:"url"`
-	KVTokens    *int64         `yaml:"kv_tokens"`
+	KVTokens    *int64         `yaml:"kv_tokens,omitempty"`
 	Slots       int64          `yaml:"slots"`
-	Format      string         `yaml:"format"`
-	MetricsURL  string         `yaml:"metrics_url"`
-	StaleAfter  *time.Duration `yaml:"stale_after"`
-	StalePolicy string         `yaml:"stale_policy"`
-	Headroom    *float64       `yaml:"headroom"`
+	Format      string         `yaml:"format,omitempty"`
+	MetricsURL  string         `yaml:"metrics_url,omitempty"`
+	StaleAfter  *time.Duration `yaml:"stale_after,omitempty"`
+	StalePolicy string         `yaml:"stale_policy,omitempty"`
+	Headroom    *float64       `yaml:"headroom,omitempty"`
 }
 
 type tenantYAML struct {
 	Name      string   `yaml:"name"`
 	APIKeys   []string `yaml:"api_keys"`
 	KVShare   float64  `yaml:"kv_share"`
-	SlotShare float64  `yaml:"slot_share"`
-	Pools     []string `yaml:"pools"`
+	SlotShare float64  `yaml:"slot_share,omitempty"`
+	Pools     []string `yaml:"pools,omitempty"`
 }
 
 type priorityYAML struct {
@@ -229,11 +230,11 @@ type priorityYAML struct {
 }
 
 type leaseYAML struct {
-	SessionTTL     *time.Duration `yaml:"session_ttl"`
-	LeaseTTL       *time.Duration `yaml:"lease_ttl"`
-	RenewInterval  *time.Duration `yaml:"renew_interval"`
-	RecoveryWindow *time.Duration `yaml:"recovery_window"`
-	OrphanHold     time.Duration  `yaml:"orphan_hold"`
+	SessionTTL     *time.Duration `yaml:"session_ttl,omitempty"`
+	LeaseTTL       *time.Duration `yaml:"lease_ttl,omitempty"`
+	RenewInterval  *time.Duration `yaml:"renew_interval,omitempty"`
+	RecoveryWindow *time.Duration `yaml:"recovery_window,omitempty"`
+	OrphanHold     time.Duration  `yaml:"orphan_hold,omitempty"`
 }
 
 // sections names each YAML type for unknown-field errors.

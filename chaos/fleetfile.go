@@ -1,0 +1,81 @@
+package chaos
+
+// The fleet file the processes read, written with internal/fleet's own
+// types (fleet.Marshal), so the runner and the binaries share one schema.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/telemetry"
+)
+
+// fleetOf is the topology's fleet: one pool named for the model holding
+// every engine, the tenants with their runner-given keys, and the lease
+// timings. urls maps engine index to the URL the reader should use (the
+// engine's own, or a router's proxy). Fields the topology does not set
+// keep fleet's defaults (lease_ttl and renew_interval are derived from
+// session_ttl by Parse).
+func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
+	t := c.sc.Topology
+	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens}
+	groupOf := func(i int) EngineGroup {
+		for _, g := range t.Engines {
+			if i < g.Count {
+				return g
+			}
+			i -= g.Count
+		}
+		return EngineGroup{}
+	}
+	for i, e := range c.engines {
+		pool.Engines = append(pool.Engines, fleet.Engine{
+			ID: ledger.EngineID(e.id), URL: urls(i), MetricsURL: "http://" + e.addr + "/metrics",
+			KVTokens: e.kvTokens, Slots: e.slots, Format: telemetry.Format(groupOf(i).Format),
+			StaleAfter: t.StaleAfter.D(), StalePolicy: ledger.StalePolicy(t.StalePolicy),
+		})
+	}
+	f := &fleet.Fleet{Pools: []fleet.Pool{pool}}
+	for _, tn := range t.Tenants {
+		f.Tenants = append(f.Tenants, fleet.Tenant{
+			Name: ledger.TenantID(tn.Name), APIKeys: []fleet.KeyHash{fleet.HashAPIKey(tn.APIKey())},
+			KVShare: tn.KVShare, SlotShare: tn.SlotShare,
+		})
+	}
+	for _, p := range t.Priorities {
+		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+	}
+	f.Lease = fleet.Lease{SessionTTL: t.SessionTTL.D(), OrphanHold: t.OrphanHold.D()}
+	if t.RecoveryWindow != nil {
+		f.Lease.RecoveryWindow = t.RecoveryWindow.D()
+	} else {
+		// The file's default: the larger of 10s and session_ttl.
+		f.Lease.RecoveryWindow = max(fleet.DefaultRecoveryWindow, f.Lease.SessionTTL)
+	}
+	return f
+}
+
+// fleetYAML renders the fleet file (see fleetOf) and checks that the
+// binaries will accept it.
+func (c *cluster) fleetYAML(urls func(i int) string) ([]byte, error) {
+	b, err := fleet.Marshal(c.fleetOf(urls))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fleet.Parse(b); err != nil {
+		return nil, fmt.Errorf("chaos: the generated fleet file is invalid: %w", err)
+	}
+	return b, nil
+}
+
+func (c *cluster) writeFleet() error {
+	b, err := c.fleetYAML(func(i int) string { return "http://" + c.engines[i].addr })
+	if err != nil {
+		return err
+	}
+	c.fleetPath = filepath.Join(c.dir, "fleet.yaml")
+	return os.WriteFile(c.fleetPath, b, 0o644)
+}
