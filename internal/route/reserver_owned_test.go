@@ -94,7 +94,7 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := rl.Configure(ctx, ledger.PoolSpec{Name: "m"}); !errors.Is(err, remote.ErrPermissionDenied) {
+	if _, err := rl.Configure(ctx, ledger.PoolSpec{Name: "m"}); !errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Fatalf("Configure with the router token: %v, want permission denied", err)
 	}
 

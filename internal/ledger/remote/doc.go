@@ -11,7 +11,9 @@
 // carries calls. Results round-trip exactly: a capacity or quota refusal is
 // the same *ledger.Rejection (reason, engine, retry-after, epoch) and every
 // ledger error matches the same sentinel with errors.Is. Refusals by the
-// reserver's authentication match ErrUnauthenticated or ErrPermissionDenied.
+// reserver's authentication match ErrUnauthenticated or
+// ledger.ErrPermissionDenied (the token may not make this call, or not for
+// this holder; or the reserver has no token and serves loopback only).
 //
 // # What it does not do
 //

@@ -62,7 +62,7 @@ func TestRedisEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
-	if _, err := router.Configure(ctx, spec); !errors.Is(err, ErrPermissionDenied) {
+	if _, err := router.Configure(ctx, spec); !errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("Configure with a router token error = %v, want ErrPermissionDenied", err)
 	}
 	holder := ledger.HolderID("router-a/1")
