@@ -16,12 +16,7 @@ import (
 // LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing round logs its seed.
 func TestAdmitMatchesGo(t *testing.T) {
 	srv := redisserver.Start(t)
-	for _, seed := range seeds(t, 8) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			reportSeed(t, seed)
-			admitRound(t, srv, rand.New(rand.NewPCG(seed, 7)))
-		})
-	}
+	seededRounds(t, 8, 7, func(t *testing.T, rng *rand.Rand) { admitRound(t, srv, rng) })
 }
 
 func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {

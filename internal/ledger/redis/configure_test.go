@@ -18,12 +18,7 @@ import (
 // LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing round logs its seed.
 func TestConfigureMatchesGo(t *testing.T) {
 	srv := redisserver.Start(t)
-	for _, seed := range seeds(t, 8) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			reportSeed(t, seed)
-			configureRound(t, srv, rand.New(rand.NewPCG(seed, 11)))
-		})
-	}
+	seededRounds(t, 8, 11, func(t *testing.T, rng *rand.Rand) { configureRound(t, srv, rng) })
 }
 
 func configureRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {

@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
@@ -59,6 +61,18 @@ func seeds(t *testing.T, rounds int) []uint64 {
 		out[i] = base + uint64(i)
 	}
 	return out
+}
+
+// seededRounds runs round as one subtest per seed (see seeds), each with its
+// own generator on stream, logging how to rerun a failing one.
+func seededRounds(t *testing.T, rounds int, stream uint64, round func(t *testing.T, rng *rand.Rand)) {
+	t.Helper()
+	for _, seed := range seeds(t, rounds) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			reportSeed(t, seed)
+			round(t, rand.New(rand.NewPCG(seed, stream)))
+		})
+	}
 }
 
 // reportSeed logs, if t fails, how to rerun the round with seed.
