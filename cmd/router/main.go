@@ -94,9 +94,9 @@ func run() int {
 	var l ledger.Ledger
 	if cfg.Admission == route.AdmissionLedger {
 		token, _ := os.LookupEnv("LEASEHOLD_TOKEN")
-		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: cfg.RemoteOptions(token)})
+		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: ledgerClient(&cfg, token).RemoteOptions()})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "router:", route.LedgerError(err))
+			fmt.Fprintln(os.Stderr, "router:", ledgerurl.FlagError(err))
 			return 2
 		}
 		defer l.Close()
@@ -148,5 +148,15 @@ func serveDebug(addr string, log *slog.Logger) {
 	log.Info("profiler serving", "addr", addr)
 	if err := http.ListenAndServe(addr, mux); err != nil {
 		log.Error("--debug-listen", "err", err)
+	}
+}
+
+// ledgerClient is the router's --ledger-* client flags, with token as the
+// bearer token (LEASEHOLD_TOKEN; empty sends none, and a client certificate
+// then identifies the router).
+func ledgerClient(c *route.Config, token string) ledgerurl.Client {
+	return ledgerurl.Client{
+		Token: token, TLS: c.LedgerTLS, CAFile: c.LedgerCAFile,
+		CertFile: c.LedgerCertFile, KeyFile: c.LedgerKeyFile, ServerName: c.LedgerServerName,
 	}
 }

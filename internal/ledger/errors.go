@@ -32,6 +32,11 @@ var (
 	ErrRejected = errors.New("ledger: rejected")
 	// ErrClosed: the ledger was closed.
 	ErrClosed = errors.New("ledger: closed")
+	// ErrPermissionDenied: the caller may not make this call, or not for
+	// this holder (a reserver's authorization, through the remote backend).
+	// Declared here, where the contract lives, so callers test it without
+	// importing a transport.
+	ErrPermissionDenied = errors.New("ledger: permission denied")
 )
 
 // Reason is why an acquisition or growth was refused.

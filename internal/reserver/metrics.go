@@ -23,7 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/audit"
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
+	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
 const namespace = "leasehold"

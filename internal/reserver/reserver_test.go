@@ -224,7 +224,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		// An audit token may read the ledger over gRPC but not acquire.
 		a := dial(t, r, auditToken)
-		if _, err := a.KeepAlive(context.Background(), "llama", "x", time.Second); !errors.Is(err, remote.ErrPermissionDenied) {
+		if _, err := a.KeepAlive(context.Background(), "llama", "x", time.Second); !errors.Is(err, ledger.ErrPermissionDenied) {
 			t.Errorf("KeepAlive with an audit token = %v, want ErrPermissionDenied", err)
 		}
 	})

@@ -10,7 +10,6 @@ import (
 	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/ledger/remote"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --queue-depth
@@ -353,13 +352,17 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// grpcScheme is the --ledger scheme of a reserver (remote.Scheme; route
+// names no backend).
+const grpcScheme = "grpc"
+
 // validateLedgerTLS reports --ledger-* TLS flags set for a ledger that is
 // not grpc://, and a client certificate without its key or a key without
 // its certificate. The files are read when the ledger is opened at startup
-// (remote.Dial); LedgerError names the flag of one that fails.
+// (ledgerurl.Open); ledgerurl.FlagError names the flag of one that fails.
 func (c *Config) validateLedgerTLS(bad func(format string, args ...any)) {
 	scheme, _, _ := strings.Cut(c.Ledger, "://")
-	if scheme != remote.Scheme {
+	if scheme != grpcScheme {
 		for _, f := range []struct {
 			flag string
 			set  bool
@@ -382,34 +385,4 @@ func (c *Config) validateLedgerTLS(bad func(format string, args ...any)) {
 	if c.LedgerKeyFile != "" && c.LedgerCertFile == "" {
 		bad("--ledger-cert-file: required with --ledger-key-file")
 	}
-}
-
-// RemoteOptions returns the options of a grpc:// ledger from the
-// --ledger-* TLS flags, with token as the bearer token (LEASEHOLD_TOKEN;
-// empty sends none, and a client certificate then identifies the router).
-func (c *Config) RemoteOptions(token string) remote.Options {
-	return remote.Options{
-		Token: token, TLS: c.LedgerTLS, CAFile: c.LedgerCAFile,
-		CertFile: c.LedgerCertFile, KeyFile: c.LedgerKeyFile, ServerName: c.LedgerServerName,
-	}
-}
-
-// ledgerFileFlags maps remote.FileError options to the flags that set them.
-var ledgerFileFlags = map[string]string{
-	remote.OptionCAFile:   "--ledger-ca-file",
-	remote.OptionCertFile: "--ledger-cert-file",
-	remote.OptionKeyFile:  "--ledger-key-file",
-}
-
-// LedgerError names the flag at fault in an error of opening the ledger
-// with RemoteOptions: the --ledger-*-file flag of a TLS file that could
-// not be read or parsed, else --ledger.
-func LedgerError(err error) error {
-	var fe *remote.FileError
-	if errors.As(err, &fe) {
-		if flag, ok := ledgerFileFlags[fe.Option]; ok {
-			return fmt.Errorf("%s = %q: %w", flag, fe.Path, fe.Err)
-		}
-	}
-	return fmt.Errorf("--ledger: %w", err)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
-	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
 )
 
@@ -59,13 +58,13 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 	t.Cleanup(gs.Stop)
 	target := "grpc://" + lis.Addr().String()
 
-	admin, err := ledgerurl.Open(target, ledgerurl.Options{Remote: remote.Options{Token: "admin-tok"}})
+	admin, err := ledgerurl.Open(target, ledgerurl.Options{Remote: ledgerurl.Client{Token: "admin-tok"}.RemoteOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close() })
 	// The router's ledger, as cmd/router opens it with LEASEHOLD_TOKEN=tok.
-	rl, err := ledgerurl.Open(target, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: remote.Options{Token: "tok"}})
+	rl, err := ledgerurl.Open(target, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: ledgerurl.Client{Token: "tok"}.RemoteOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +93,7 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := rl.Configure(ctx, ledger.PoolSpec{Name: "m"}); !errors.Is(err, remote.ErrPermissionDenied) {
+	if _, err := rl.Configure(ctx, ledger.PoolSpec{Name: "m"}); !errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Fatalf("Configure with the router token: %v, want permission denied", err)
 	}
 

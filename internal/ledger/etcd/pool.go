@@ -342,8 +342,10 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 		delete(recs, spec.ID)
 		st.Engines = append(st.Engines, engineStats(pool, spec, r, spec.StaleAfter > 0 && !isFresh[l.keys.fresh(pool, spec.ID)], false))
 	}
+	// Records outside the spec are kept with their counters; the configure
+	// rule (ledger.RowFateOf) says which are still removed rows.
 	for id, r := range recs {
-		if r.Leases > 0 {
+		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
 			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
 		}
 	}
@@ -372,7 +374,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
 	}
 	for id, r := range trecs {
-		if r.Leases > 0 {
+		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
 			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: ledger.TenantSpec{Name: id},
 				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}

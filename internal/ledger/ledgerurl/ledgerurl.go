@@ -6,6 +6,7 @@
 package ledgerurl
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -28,6 +29,56 @@ type Options struct {
 	// Remote configures grpc:// (token, TLS); the ledger options do not
 	// apply there: the reserver has its own.
 	Remote remote.Options
+}
+
+// Client is a command's client settings for a grpc:// ledger (a reserver),
+// as its --ledger-* flags set them. The zero value is plaintext with no
+// token.
+type Client struct {
+	// Token is the bearer token (LEASEHOLD_TOKEN); empty sends none, and a
+	// client certificate then identifies the caller.
+	Token string
+	// TLS connects over TLS, verifying the reserver against the system
+	// roots, or against CAFile when set (--ledger-tls).
+	TLS bool
+	// CAFile is a PEM file of the CAs that sign the reserver's certificate
+	// (--ledger-ca-file); it implies TLS.
+	CAFile string
+	// CertFile and KeyFile are the PEM client certificate and its key for
+	// mTLS (--ledger-cert-file, --ledger-key-file).
+	CertFile, KeyFile string
+	// ServerName overrides the name checked in the reserver's certificate
+	// (--ledger-server-name; default the URL's host).
+	ServerName string
+}
+
+// RemoteOptions is the one mapping from a command's --ledger-* client
+// flags to the remote backend's options.
+func (c Client) RemoteOptions() remote.Options {
+	return remote.Options{
+		Token: c.Token, TLS: c.TLS, CAFile: c.CAFile,
+		CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName,
+	}
+}
+
+// fileFlags maps remote.FileError options to the flags that set them.
+var fileFlags = map[string]string{
+	remote.OptionCAFile:   "--ledger-ca-file",
+	remote.OptionCertFile: "--ledger-cert-file",
+	remote.OptionKeyFile:  "--ledger-key-file",
+}
+
+// FlagError names the flag at fault in an error of opening a ledger with a
+// Client's options: the --ledger-*-file flag of a TLS file that could not be
+// read or parsed, else --ledger.
+func FlagError(err error) error {
+	var fe *remote.FileError
+	if errors.As(err, &fe) {
+		if flag, ok := fileFlags[fe.Option]; ok {
+			return fmt.Errorf("%s = %q: %w", flag, fe.Path, fe.Err)
+		}
+	}
+	return fmt.Errorf("--ledger: %w", err)
 }
 
 // Open returns the ledger rawURL names. The caller closes it.

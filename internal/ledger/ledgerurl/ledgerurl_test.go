@@ -3,15 +3,13 @@ package ledgerurl
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/ledger/memory"
-	"github.com/leasehold/leasehold/internal/reserver/rpc"
+	"github.com/leasehold/leasehold/internal/ledger/ledgertest"
 	"github.com/leasehold/leasehold/internal/testutil/etcdserver"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
@@ -40,12 +38,12 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 }
 
 // TestOpenEveryBackend configures a pool and takes a lease through each URL
-// scheme against a real server.
+// scheme against a real server; grpc:// is tested beside the server, in
+// the reserver's rpc/roundtrip tests.
 func TestOpenEveryBackend(t *testing.T) {
 	rs := redisserver.Start(t)
 	es := etcdserver.Start(t, t.TempDir())
-	grpcURL := serveReserver(t)
-	for _, url := range []string{"memory://", rs.URL(), "etcd://" + es.HostPort() + "/ledgerurl", grpcURL} {
+	for _, url := range []string{"memory://", rs.URL(), "etcd://" + es.HostPort() + "/ledgerurl"} {
 		t.Run(url, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -54,48 +52,7 @@ func TestOpenEveryBackend(t *testing.T) {
 				t.Fatalf("Open(%q): %v", url, err)
 			}
 			defer l.Close()
-			spec := ledger.PoolSpec{
-				Name:       "p",
-				Engines:    []ledger.EngineSpec{{ID: "e", KVTokens: 100, Slots: 1}},
-				Tenants:    []ledger.TenantSpec{{Name: "t", KVShare: 1}},
-				Priorities: []ledger.PrioritySpec{{Name: "std", MaxFill: 1}},
-			}
-			if _, err := l.Configure(ctx, spec); err != nil {
-				t.Fatalf("Configure: %v", err)
-			}
-			if _, err := l.KeepAlive(ctx, "p", "h", 5*time.Second); err != nil {
-				t.Fatalf("KeepAlive: %v", err)
-			}
-			g, err := l.Acquire(ctx, ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"e"}, Tenant: "t",
-				Priority: "std", KVTokens: 100, Slots: 1, Holder: "h", RequestID: "r", TTL: 5 * time.Second})
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			if _, err := l.Acquire(ctx, ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"e"}, Tenant: "t",
-				Priority: "std", KVTokens: 1, Slots: 1, Holder: "h", RequestID: "r2", TTL: 5 * time.Second}); ledger.AsRejection(err) == nil {
-				t.Fatalf("second Acquire on a full engine: %v, want a rejection", err)
-			}
-			if r, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil || !r.Released {
-				t.Fatalf("Release = %+v, %v", r, err)
-			}
+			ledgertest.Smoke(ctx, t, l)
 		})
 	}
-}
-
-// serveReserver serves a memory ledger over gRPC on a loopback port with no
-// token (loopback-only) and returns its grpc:// URL.
-func serveReserver(t *testing.T) string {
-	t.Helper()
-	srv, err := rpc.NewGRPCServer(memory.New(ledger.Options{RecoveryWindow: -1}, nil), rpc.Config{})
-	if err != nil {
-		t.Fatalf("rpc server: %v", err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
-	return "grpc://" + lis.Addr().String()
 }

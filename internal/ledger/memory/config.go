@@ -64,15 +64,8 @@ func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger
 	}
 	for _, raw := range o.scan(0, tableEngines, indexID, p.Name) {
 		e := raw.(*engineRow)
-		switch {
-		case inSpec[e.Spec.ID] || e.Removed:
-		case e.Leases > 0:
-			c := *e
-			c.Removed = true
-			o.insert(tableEngines, &c)
-		default:
-			o.delete(tableEngines, e)
-		}
+		c := *e
+		o.reconfigure(tableEngines, e, &c, ledger.RowFateOf(inSpec[e.Spec.ID], e.Leases), &c.Removed)
 	}
 
 	tenantInSpec := map[ledger.TenantID]bool{}
@@ -88,15 +81,8 @@ func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger
 	}
 	for _, raw := range o.scan(0, tableTenants, indexID, p.Name) {
 		t := raw.(*tenantRow)
-		switch {
-		case tenantInSpec[t.Spec.Name] || t.Removed:
-		case t.Leases > 0:
-			c := *t
-			c.Removed = true
-			o.insert(tableTenants, &c)
-		default:
-			o.delete(tableTenants, t)
-		}
+		c := *t
+		o.reconfigure(tableTenants, t, &c, ledger.RowFateOf(tenantInSpec[t.Spec.Name], t.Leases), &c.Removed)
 	}
 
 	o.insert(tablePools, p)
@@ -105,6 +91,22 @@ func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger
 	}
 	txn.Commit()
 	return p.Epoch, nil
+}
+
+// reconfigure applies the configure rule's fate to a row Configure found:
+// row is the stored row, cp a copy of it whose removed flag is removed. A
+// row in the spec was written above; a removed one is marked (once), a
+// dropped one deleted.
+func (o *op) reconfigure(table string, row, cp any, fate ledger.RowFate, removed *bool) {
+	switch fate {
+	case ledger.RowRemoved:
+		if !*removed {
+			*removed = true
+			o.insert(table, cp)
+		}
+	case ledger.RowDropped:
+		o.delete(table, row)
+	}
 }
 
 // SetDraining drains an engine (no new grants; its leases continue) or

@@ -2,7 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -33,4 +38,48 @@ func keysOf(t testing.TB, ctx context.Context, c *goredis.Client, prefix string)
 		t.Fatalf("KEYS %s:*: %v", prefix, err)
 	}
 	return keys
+}
+
+// seedEnv names the environment variable that reproduces a randomized
+// test: LEASEHOLD_TEST_SEED=<seed> runs the one round with that seed.
+const seedEnv = "LEASEHOLD_TEST_SEED"
+
+// seeds returns the seeds of a randomized test's rounds: the one in
+// LEASEHOLD_TEST_SEED when set, else rounds seeds from the clock.
+func seeds(t *testing.T, rounds int) []uint64 {
+	t.Helper()
+	if v, ok := os.LookupEnv(seedEnv); ok {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s = %q: want an unsigned integer", seedEnv, v)
+		}
+		return []uint64{s}
+	}
+	out := make([]uint64, rounds)
+	base := uint64(time.Now().UnixNano())
+	for i := range out {
+		out[i] = base + uint64(i)
+	}
+	return out
+}
+
+// seededRounds runs round as one subtest per seed (see seeds), each with its
+// own generator on stream, logging how to rerun a failing one.
+func seededRounds(t *testing.T, rounds int, stream uint64, round func(t *testing.T, rng *rand.Rand)) {
+	t.Helper()
+	for _, seed := range seeds(t, rounds) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			reportSeed(t, seed)
+			round(t, rand.New(rand.NewPCG(seed, stream)))
+		})
+	}
+}
+
+// reportSeed logs, if t fails, how to rerun the round with seed.
+func reportSeed(t *testing.T, seed uint64) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("reproduce with %s=%d go test -run '%s' ./internal/ledger/redis", seedEnv, seed, t.Name())
+		}
+	})
 }

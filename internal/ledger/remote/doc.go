@@ -1,6 +1,6 @@
 // Package remote is the ledger backend that is a gRPC client of a reserver
 // (`--ledger grpc://host:port`): every ledger.Ledger call is one unary RPC of
-// the leasehold.v1.Ledger service, served by internal/reserver/rpc in front
+// the leasehold.v1.Ledger service, served by the reserver's gRPC server (package rpc) in front
 // of whatever backend the reserver uses. It lets routers — or routers not
 // written in Go, from proto/leasehold/v1/ledger.proto — share a reserver
 // instead of talking to Redis or etcd themselves.
@@ -11,7 +11,9 @@
 // carries calls. Results round-trip exactly: a capacity or quota refusal is
 // the same *ledger.Rejection (reason, engine, retry-after, epoch) and every
 // ledger error matches the same sentinel with errors.Is. Refusals by the
-// reserver's authentication match ErrUnauthenticated or ErrPermissionDenied.
+// reserver's authentication match ErrUnauthenticated or
+// ledger.ErrPermissionDenied (the token may not make this call, or not for
+// this holder; or the reserver has no token and serves loopback only).
 //
 // # What it does not do
 //
@@ -33,6 +35,6 @@
 // Without TLS the bearer token crosses the network in the clear; set
 // Options.CAFile (and CertFile/KeyFile for mTLS) wherever the path is not
 // trusted. With mTLS the client certificate alone can authenticate a router
-// (internal/reserver/rpc), so no token need be sent at all. Identifiers must be valid UTF-8 to cross the wire (protobuf
+// (the reserver's rpc package), so no token need be sent at all. Identifiers must be valid UTF-8 to cross the wire (protobuf
 // strings); others fail with ledger.ErrInvalidArgument.
 package remote

@@ -22,7 +22,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
+	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
 // Errors of the reserver's authentication, matched with errors.Is.
@@ -30,9 +30,11 @@ var (
 	// ErrUnauthenticated: the reserver did not accept the token (none sent,
 	// or unknown).
 	ErrUnauthenticated = wire.ErrUnauthenticated
-	// ErrPermissionDenied: the token may not make this call, or not for this
-	// holder; or the reserver has no token and serves loopback only.
-	ErrPermissionDenied = wire.ErrPermissionDenied
+	// ErrPermissionDenied is ledger.ErrPermissionDenied, kept so that
+	// errors.Is holds for callers not yet moved to the ledger's sentinel.
+	//
+	// Deprecated: test ledger.ErrPermissionDenied.
+	ErrPermissionDenied = ledger.ErrPermissionDenied
 )
 
 // Scheme is the --ledger URL scheme of this backend.

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
+	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
 // role is what a token or certificate identity may do.

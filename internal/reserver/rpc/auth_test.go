@@ -157,13 +157,13 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	for _, holder := range []ledger.HolderID{"router-b/1", "router-b", "router-ab", "router-ab/1", "router", ""} {
 		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
 			err := calls(a, holder, lease)[name](t.Context())
-			wantCode(t, fmt.Sprintf("%s for holder %q with router-a's token", name, holder), err, codes.PermissionDenied, remote.ErrPermissionDenied)
+			wantCode(t, fmt.Sprintf("%s for holder %q with router-a's token", name, holder), err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 		}
 	}
 	// Admin methods are refused too.
 	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
 		err := calls(a, "router-a", lease)[name](t.Context())
-		wantCode(t, name+" with a router token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+		wantCode(t, name+" with a router token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}
 	if after := state(t, l); after != before {
 		t.Errorf("refused calls changed the ledger:\n got %s\nwant %s", after, before)
@@ -179,7 +179,7 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	ref.Holder = "router-a/1"
 	_, err := a.Release(ctx, ref, ledger.Usage{})
 	wantCode(t, "Release of router-b's lease as router-a/1", err, codes.PermissionDenied, ledger.ErrNotHolder)
-	if errors.Is(err, remote.ErrPermissionDenied) {
+	if errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("ErrNotHolder also matches ErrPermissionDenied; want the two told apart")
 	}
 	if after := state(t, l); after != before {
@@ -218,7 +218,7 @@ func TestAuditTokenReadOnly(t *testing.T) {
 				t.Errorf("%s with the audit token: %v", name, err)
 			}
 		default:
-			wantCode(t, name+" with the audit token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+			wantCode(t, name+" with the audit token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 		}
 	}
 	if after := state(t, l); after != before {

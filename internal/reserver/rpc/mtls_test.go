@@ -77,11 +77,11 @@ func TestMTLSIdentities(t *testing.T) {
 	before := state(t, l)
 	for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
 		err := calls(a, "router-b/x", bg.Lease)[name](ctx)
-		wantCode(t, name+" for router-b/x as router-a", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+		wantCode(t, name+" for router-b/x as router-a", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}
 	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
 		err := calls(a, "router-a/x", bg.Lease)[name](ctx)
-		wantCode(t, name+" as router-a", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+		wantCode(t, name+" as router-a", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}
 	if after := state(t, l); after != before {
 		t.Errorf("refused calls changed the ledger:\n got %s\nwant %s", after, before)
@@ -106,9 +106,9 @@ func TestMTLSIdentities(t *testing.T) {
 		t.Errorf("Stats as the audit identity: %v", err)
 	}
 	_, err = au.KeepAlive(ctx, "p", "auditor", time.Minute)
-	wantCode(t, "KeepAlive as the audit identity", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	wantCode(t, "KeepAlive as the audit identity", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	_, err = au.Configure(ctx, spec)
-	wantCode(t, "Configure as the audit identity", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	wantCode(t, "Configure as the audit identity", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 
 	// The admin identity may act for any holder.
 	if _, err := admin.Renew(ctx, bg.Lease.Ref(), time.Minute); err != nil {
@@ -134,7 +134,7 @@ func TestMTLSTokenWins(t *testing.T) {
 		t.Errorf("KeepAlive for router-b/1 with router-b's token over router-a's certificate: %v", err)
 	}
 	_, err := asB.KeepAlive(ctx, "p", "router-a/1", time.Minute)
-	wantCode(t, "KeepAlive for router-a/1 with router-b's token", err, codes.PermissionDenied, remote.ErrPermissionDenied)
+	wantCode(t, "KeepAlive for router-a/1 with router-b's token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	_, err = tlsClient(t, url, ca, aCert, aKey, "not-a-token").KeepAlive(ctx, "p", "router-a/1", time.Minute)
 	wantCode(t, "KeepAlive with an unknown token and a good certificate", err, codes.Unauthenticated, remote.ErrUnauthenticated)
 	if _, err := tlsClient(t, url, ca, aCert, aKey, "").KeepAlive(ctx, "p", "router-a/1", time.Minute); err != nil {

@@ -8,7 +8,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/reserver/rpc/wire"
+	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
 // Server serves a ledger.Ledger as the leasehold.v1.Ledger gRPC service.

@@ -1,4 +1,4 @@
-package remote
+package roundtrip
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgertest"
 	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
@@ -32,7 +33,7 @@ func TestConformanceRedis(t *testing.T) {
 		Name: "remote(redis)",
 		New: func(t testing.TB, opts ledger.Options) ledger.Ledger {
 			r := startReserver(t, lhredis.New(client, lhredis.Options{Options: opts, Prefix: newPrefix()}), rpc.Config{Token: testToken})
-			return dial(t, r, Options{Token: testToken})
+			return dial(t, r, remote.Options{Token: testToken})
 		},
 		Lose: func(t testing.TB, l ledger.Ledger) ledger.Ledger {
 			srv.FlushAll()
@@ -47,8 +48,8 @@ func TestRedisEndToEnd(t *testing.T) {
 	srv := redisserver.Start(t)
 	back := lhredis.New(srv.Client(), lhredis.Options{Options: ledger.Options{RecoveryWindow: -1}, Prefix: newPrefix()})
 	r := startReserver(t, back, rpc.Config{Token: testToken, RouterTokens: map[string]string{"router-a": "tok-a"}})
-	admin := dial(t, r, Options{Token: testToken})
-	router := dial(t, r, Options{Token: "tok-a"})
+	admin := dial(t, r, remote.Options{Token: testToken})
+	router := dial(t, r, remote.Options{Token: "tok-a"})
 	ctx := t.Context()
 
 	spec := ledger.PoolSpec{
@@ -62,7 +63,7 @@ func TestRedisEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
-	if _, err := router.Configure(ctx, spec); !errors.Is(err, ErrPermissionDenied) {
+	if _, err := router.Configure(ctx, spec); !errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("Configure with a router token error = %v, want ErrPermissionDenied", err)
 	}
 	holder := ledger.HolderID("router-a/1")

@@ -1,19 +1,18 @@
-package route
+package main
 
 import (
-	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/route"
 )
 
 // TestLedgerTLSFlags: the --ledger-* TLS flags (or their LEASEHOLD_*
-// variables) reach remote.Options, apply to grpc:// ledgers only, and a
-// client certificate needs its key; every refusal names the flag.
+// variables) reach remote.Options (through ledgerClient and ledgerurl),
+// apply to grpc:// ledgers only, and a client certificate needs its key;
+// every refusal names the flag.
 func TestLedgerTLSFlags(t *testing.T) {
 	base := []string{"--config", "f.yaml", "--id", "r1"}
 	grpc := []string{"--ledger", "grpc://reserver.internal:7400"}
@@ -49,14 +48,14 @@ func TestLedgerTLSFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			c, err := ParseFlags(append(append([]string(nil), base...), tc.args...), lookup, io.Discard)
+			c, err := route.ParseFlags(append(append([]string(nil), base...), tc.args...), lookup, io.Discard)
 			if len(tc.wantErr) == 0 {
 				if err != nil {
 					t.Fatalf("ParseFlags: %v", err)
 				}
 				want := tc.want
 				want.Token = "tok"
-				if got := c.RemoteOptions("tok"); !remoteOptionsEqual(got, want) {
+				if got := ledgerClient(&c, "tok").RemoteOptions(); !remoteOptionsEqual(got, want) {
 					t.Errorf("RemoteOptions = %+v, want %+v", got, want)
 				}
 				return
@@ -69,7 +68,7 @@ func TestLedgerTLSFlags(t *testing.T) {
 		})
 	}
 	var help strings.Builder
-	_, _ = ParseFlags([]string{"--help"}, func(string) (string, bool) { return "", false }, &help)
+	_, _ = route.ParseFlags([]string{"--help"}, func(string) (string, bool) { return "", false }, &help)
 	for _, f := range []string{"-ledger-tls", "-ledger-ca-file", "-ledger-cert-file", "-ledger-key-file", "-ledger-server-name"} {
 		if !strings.Contains(help.String(), f) {
 			t.Errorf("--help does not list %s", f)
@@ -80,29 +79,4 @@ func TestLedgerTLSFlags(t *testing.T) {
 func remoteOptionsEqual(a, b remote.Options) bool {
 	return a.Token == b.Token && a.TLS == b.TLS && a.CAFile == b.CAFile && a.CertFile == b.CertFile &&
 		a.KeyFile == b.KeyFile && a.ServerName == b.ServerName
-}
-
-// TestLedgerErrorNamesTheFlag: a TLS file remote.Dial cannot read or parse
-// is reported under the flag that named it, anything else under --ledger.
-func TestLedgerErrorNamesTheFlag(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "missing.pem")
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-		want string
-	}{
-		{"CA file", Config{LedgerCAFile: missing}, `--ledger-ca-file = "` + missing + `"`},
-		{"cert file", Config{LedgerCertFile: missing, LedgerKeyFile: missing}, `--ledger-cert-file = "` + missing + `"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := remote.Dial("grpc://127.0.0.1:1", tc.cfg.RemoteOptions(""))
-			err = LedgerError(err)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("LedgerError = %v, want one naming %s and matching os.ErrNotExist", err, tc.want)
-			}
-		})
-	}
-	if err := LedgerError(errors.New("boom")); err.Error() != "--ledger: boom" {
-		t.Errorf("LedgerError(boom) = %v, want --ledger: boom", err)
-	}
 }

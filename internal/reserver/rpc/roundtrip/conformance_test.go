@@ -1,4 +1,4 @@
-package remote
+package roundtrip
 
 import (
 	"sync"
@@ -7,6 +7,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgertest"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
+	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
 )
 
@@ -22,19 +23,19 @@ type served struct {
 // the same port with a fresh memory ledger, and the client reconnects.
 func TestConformance(t *testing.T) {
 	var mu sync.Mutex // guards servers
-	servers := map[*Ledger]served{}
+	servers := map[*remote.Ledger]served{}
 	ledgertest.Run(t, ledgertest.Backend{
 		Name: "remote(memory)",
 		New: func(t testing.TB, opts ledger.Options) ledger.Ledger {
 			r := startReserver(t, memory.New(opts, nil), rpc.Config{Token: testToken})
-			c := dial(t, r, Options{Token: testToken})
+			c := dial(t, r, remote.Options{Token: testToken})
 			mu.Lock()
 			servers[c] = served{r: r, opts: opts}
 			mu.Unlock()
 			return c
 		},
 		Lose: func(t testing.TB, l ledger.Ledger) ledger.Ledger {
-			c := l.(*Ledger)
+			c := l.(*remote.Ledger)
 			mu.Lock()
 			s := servers[c]
 			mu.Unlock()

@@ -1,5 +1,5 @@
 // Package wire owns the wire form of the ledger shared by the reserver's
-// gRPC server (internal/reserver/rpc) and the remote backend
+// gRPC server (the reserver's rpc package) and the remote backend
 // (internal/ledger/remote): conversions between the ledger package's types
 // and the leaseholdv1 messages, and the one table that maps ledger errors to
 // gRPC status codes and back.

@@ -32,8 +32,9 @@ var (
 	// ErrUnauthenticated: no bearer token, or one the reserver does not know.
 	ErrUnauthenticated = errors.New("reserver: unauthenticated")
 	// ErrPermissionDenied: the token may not make this call, or not for this
-	// holder.
-	ErrPermissionDenied = errors.New("reserver: permission denied")
+	// holder. It is the ledger's sentinel, so errors.Is holds for callers
+	// that import no transport.
+	ErrPermissionDenied = ledger.ErrPermissionDenied
 )
 
 // Auth ErrorInfo reasons.
