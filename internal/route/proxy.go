@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -86,7 +87,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if !r.tenant(tenant).InPool(req.model) {
 		return out, fmt.Errorf("%w: %q", ErrForbidden, req.model)
 	}
-	if err := p.est.media.check(string(req.model), req.media); err != nil {
+	if err := checkMedia(p.est.Media(), string(req.model), req.media); err != nil {
 		return out, err
 	}
 	prio, err := r.priority(hr, req)
@@ -96,20 +97,20 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
 	views := r.adm.views(req.model)
 	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
-	lens := r.lens.get(req.model)
-	if err := checkContext(req, lens.reserve); err != nil {
+	lens := r.lens.Get(req.model)
+	if err := checkContext(req, lens.Reserve); err != nil {
 		return out, err
 	}
-	kv, slots, prompt := p.est.demand(req, lens.reserve, r.cfg.Overcommit)
+	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, r.cfg.Overcommit)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}
-	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.ratio())
+	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
 	// In a pool of engines with different contexts, one too small for
 	// the prompt and max_tokens is not offered (exact prompt) or offered
 	// last (estimated prompt).
-	cands := lens.fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
+	cands := lens.Fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
 	areq := ledger.AcquireRequest{
 		Pool: req.model, Candidates: cands,
 		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
@@ -262,9 +263,9 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 
 // usageOf reads an OpenAI usage object.
 type usageJSON struct {
-	PromptTokens     int64          `json:"prompt_tokens"`
-	CompletionTokens int64          `json:"completion_tokens"`
-	Details          *promptDetails `json:"prompt_tokens_details"`
+	PromptTokens     int64                   `json:"prompt_tokens"`
+	CompletionTokens int64                   `json:"completion_tokens"`
+	Details          *estimate.PromptDetails `json:"prompt_tokens_details"`
 }
 
 // ledgerUsage is u as the ledger's release takes it.
@@ -279,11 +280,11 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	engine := t.engine()
 	var (
 		usage    ledger.Usage
-		details  *promptDetails // the engine's prompt_tokens_details
-		known    bool           // usage reported by the engine
-		chunks   int64          // stream chunks with choices, when usage is unknown
-		sent     bool           // the engine may have accepted the request
-		finished bool           // the engine's answer was read to its end
+		details  *estimate.PromptDetails // the engine's prompt_tokens_details
+		known    bool                    // usage reported by the engine
+		chunks   int64                   // stream chunks with choices, when usage is unknown
+		sent     bool                    // the engine may have accepted the request
+		finished bool                    // the engine's answer was read to its end
 	)
 	defer func() {
 		if !known {
@@ -294,8 +295,8 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
 			p.q.notify()
 			if known {
-				p.est.observeUsage(req, usage.PromptTokens, details)
-				p.est.observeCompletion(usage.CompletionTokens / req.n)
+				p.est.ObserveUsage(req.prompt(), usage.PromptTokens, details)
+				p.est.ObserveCompletion(usage.CompletionTokens / req.n)
 			}
 		}
 		if !sent || finished {

@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -58,7 +59,7 @@ type Router struct {
 
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
-	// lens is each pool's context length (contextlen.go); lim bounds
+	// lens is each pool's context length (internal/estimate); lim bounds
 	// requests with it.
 	lens *contextLens
 	lim  limits
@@ -81,9 +82,9 @@ type Router struct {
 type poolRT struct {
 	pool fleet.Pool
 	urls map[ledger.EngineID]string
-	est  *estimator
+	est  *estimate.Estimator
 	q    *waitQueue
-	tok  *poolTokenizer // --prompt-tokens=tokenize
+	tok  *estimate.PoolTokenizer // --prompt-tokens=tokenize
 }
 
 // New checks cfg and builds a Router; Start runs it.
@@ -122,16 +123,17 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}),
 	}
-	r.lens = newContextLens(opts.Fleet, cfg.MaxModelLen, r.client, applyScrapeTimeout, opts.Logger)
-	r.lim = limits{maxModelLen: r.lens.limit, maxN: cfg.MaxN}
+	r.lens = &contextLens{estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
+		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})}
+	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
-		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
-			q: &waitQueue{depth: cfg.QueueDepth}, tok: newPoolTokenizer(p)}
+		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
+			q: &waitQueue{depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
 		r.pools[p.Name] = rt
-		r.met.registerMedia(p.Name, rt.est.media)
+		r.met.registerMedia(p.Name, rt.est.Media())
 	}
 	return r, nil
 }
@@ -154,7 +156,7 @@ func (r *Router) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.lens.discoverAll(ctx)
+		r.lens.DiscoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
 		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
