@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -181,7 +182,7 @@ func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, 
 
 // acquire admits areq, waiting in p's queue on capacity rejections (see
 // queue.go). The last rejection is returned when the wait ends.
-func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (ticket, error) {
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (lease.Ticket, error) {
 	var (
 		elem     *list.Element
 		since    time.Time
@@ -275,9 +276,9 @@ func (u *usageJSON) ledgerUsage() ledger.Usage {
 
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
-func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t ticket) (status int, code string) {
+func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket) (status int, code string) {
 	granted := r.clock.Now()
-	engine := t.engine()
+	engine := t.Engine()
 	var (
 		usage    ledger.Usage
 		details  *estimate.PromptDetails // the engine's prompt_tokens_details
@@ -291,7 +292,7 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 			usage = ledger.Usage{CompletionTokens: chunks}
 		}
 		finish := func() {
-			_ = t.release(usage) // bounded, own context; retried in background
+			_ = t.Release(usage) // bounded, own context; retried in background
 			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
 			p.q.notify()
 			if known {
@@ -329,8 +330,8 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	defer close(stopWatch)
 	go func() {
 		select {
-		case <-t.done():
-			cancel(t.err())
+		case <-t.Done():
+			cancel(t.Err())
 		case <-stopWatch:
 		}
 	}()
@@ -339,8 +340,8 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		switch cause := context.Cause(ctx); {
 		case ctx.Err() == nil:
 			return fmt.Errorf("%w: engine %s: %v", ErrUpstream, engine, err)
-		case t.err() != nil:
-			return fmt.Errorf("lease on engine %s ended while dispatching: %w", engine, t.err())
+		case t.Err() != nil:
+			return fmt.Errorf("lease on engine %s ended while dispatching: %w", engine, t.Err())
 		case errors.Is(cause, ErrUpstreamTimeout):
 			return fmt.Errorf("%w: engine %s after %s", ErrUpstreamTimeout, engine, r.cfg.UpstreamTimeout)
 		default:

@@ -16,6 +16,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold/internal/baseline"
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
@@ -159,7 +160,7 @@ func (r *Router) Start(ctx context.Context) error {
 		r.lens.DiscoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
-		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
+		r.adm = localAdmitter{baseline.New(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)}
 	default:
 		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.clock, r.log)
 		ap.lens = r.lens
