@@ -46,6 +46,8 @@ type outcome struct {
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, hr *http.Request, chat bool) {
+	r.handlers.Add(1)
+	defer r.handlers.Done()
 	r.inflight.Add(1)
 	defer r.inflight.Add(-1)
 	out, err := r.serve(w, hr, chat)
@@ -311,8 +313,10 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		// engine time to notice and abort before the capacity can be
 		// granted again, in the background; it counts as in flight, so
 		// Shutdown waits for it before closing the holder sessions.
+		r.handlers.Add(1)
 		r.inflight.Add(1)
 		go func() {
+			defer r.handlers.Done()
 			defer r.inflight.Add(-1)
 			if r.cfg.AbortGrace > 0 {
 				time.Sleep(r.cfg.AbortGrace)

@@ -77,6 +77,9 @@ type Router struct {
 
 	draining atomic.Bool
 	inflight atomic.Int64 // inference requests being served
+	// handlers counts inference handlers and the releases they leave
+	// behind (cut connections); Shutdown waits for it.
+	handlers sync.WaitGroup
 }
 
 // poolRT is one pool's request-path state.
@@ -323,10 +326,14 @@ func (r *Router) shutdown(ctx context.Context) error {
 			r.log.Warn("drain timed out; cutting requests still in flight", "in_flight", r.inflight.Load())
 			_ = r.srv.Close()
 		}
-		// Handlers of cut connections release on their way out.
-		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		for r.inflight.Load() > 0 && wait.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
+		// Handlers of cut connections release on their way out: wait for
+		// them, a bounded while even when ctx (the drain) has run out.
+		wait, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		done := make(chan struct{})
+		go func() { r.handlers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-wait.Done():
 		}
 		cancel()
 	}
