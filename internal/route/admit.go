@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leasehold/leasehold/internal/baseline"
+	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -43,7 +44,7 @@ func capacities(specs []ledger.PoolSpec) map[ledger.PoolID][]engineView {
 type ledgerAdmitter struct {
 	m  *lease.Manager
 	ap *applier
-	fv *fleetView // nil when --view-interval is 0
+	fv *fleetview.View // nil when --view-interval is 0
 }
 
 func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
@@ -54,7 +55,7 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 	held := a.m.HeldByEngine(pool)
 	var fleet map[ledger.EngineID]lease.Reserved
 	if a.fv != nil {
-		fleet = a.fv.engines(pool)
+		fleet = a.fv.Engines(pool)
 	}
 	out := append([]engineView(nil), cands...)
 	for i := range out {
@@ -97,7 +98,7 @@ func (a *ledgerAdmitter) fenced(pool ledger.PoolID) bool { return !a.m.Confirmed
 // Reconfigure hook waits for it), then releases and ends the sessions.
 func (a *ledgerAdmitter) close(ctx context.Context) error {
 	if a.fv != nil {
-		a.fv.stop()
+		a.fv.Stop()
 	}
 	a.ap.stop()
 	return a.m.Close(ctx)

@@ -142,7 +142,7 @@ type Config struct {
 	// retrying with backoff (default 30s).
 	ReadyTimeout time.Duration
 	// ViewInterval is how often the ledger's per-engine totals are polled
-	// (fleetview.go): ranking then sees every router's leases, and queued
+	// (internal/fleetview): ranking then sees every router's leases, and queued
 	// requests are woken when another router releases (default 250ms; 0
 	// turns polling off: ranking sees this router's leases only and
 	// waiters retry on the ledger's hint).

@@ -30,7 +30,7 @@
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
 //     view, with prompt-prefix affinity by rendezvous hashing. The view is
 //     the larger of this router's own leases and the ledger's per-engine
-//     totals polled every --view-interval (fleetview.go), so engines
+//     totals polled every --view-interval (internal/fleetview), so engines
 //     other routers filled rank lower.
 //  5. Acquire once over the ranked candidates (lease.Manager, which carves
 //     the request out of a block lease when --block-lease-kv is set; or

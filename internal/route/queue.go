@@ -7,7 +7,7 @@ package route
 // the wake-up on, since one release may make room for several) or after
 // the ledger's retry hint, jittered, whichever comes first, until
 // QueueTimeout. Releases by other routers are heard through the fleet view
-// (fleetview.go): a poll that finds the pool's reserved totals lower wakes
+// (internal/fleetview): a poll that finds the pool's reserved totals lower wakes
 // a waiter the same way. A full queue rejects at once. Newcomers try the ledger before
 // queueing, so the queue is not strictly FIFO.
 

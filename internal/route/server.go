@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/baseline"
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -185,15 +186,16 @@ func (r *Router) Start(ctx context.Context) error {
 		ap.start(m)
 		la := &ledgerAdmitter{m: m, ap: ap}
 		if r.cfg.ViewInterval > 0 {
-			la.fv = newFleetView(r.ledger, pools, r.cfg.ViewInterval, r.clock, r.log, func(pool ledger.PoolID) {
-				if p := r.pools[pool]; p != nil {
-					p.q.notify()
-				}
-			})
-			la.fv.counted = func(pool ledger.PoolID, result string) {
-				r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
-			}
-			la.fv.start()
+			la.fv = fleetview.New(fleetview.Config{Ledger: r.ledger, Pools: pools, Every: r.cfg.ViewInterval, Clock: r.clock, Log: r.log,
+				OnFreed: func(pool ledger.PoolID) {
+					if p := r.pools[pool]; p != nil {
+						p.q.notify()
+					}
+				},
+				Counted: func(pool ledger.PoolID, result string) {
+					r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
+				}})
+			la.fv.Start()
 		}
 		r.adm = la
 	}
