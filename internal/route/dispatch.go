@@ -100,7 +100,7 @@ func (d *dispatch) finish() {
 func (d *dispatch) release() {
 	_ = d.t.Release(d.usage) // bounded, own context; retried in background
 	d.r.met.holdSecs.WithLabelValues(string(d.req.model)).Observe(d.r.clock.Since(d.granted).Seconds())
-	d.p.q.notify()
+	d.p.q.Notify()
 	if d.known {
 		d.p.est.ObserveUsage(d.req.prompt(), d.usage.PromptTokens, d.details)
 		d.p.est.ObserveCompletion(d.usage.CompletionTokens / d.req.n)

@@ -35,7 +35,7 @@
 //  5. Acquire once over the ranked candidates (lease.Manager, which carves
 //     the request out of a block lease when --block-lease-kv is set; or
 //     the local baseline, internal/baseline). Capacity rejections wait in a bounded per-pool queue
-//     (queue.go), woken by this router's releases and by a poll that finds
+//     (internal/waitq), woken by this router's releases and by a poll that finds
 //     the pool's totals lower (another router released); the final rejection is 503 (capacity) or 429 (tenant
 //     quota) with a jittered Retry-After and the ledger's reason as code;
 //     ReasonTooLarge is 400. A ledger that cannot confirm a grant (fenced,

@@ -183,7 +183,7 @@ func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, 
 }
 
 // acquire admits areq, waiting in p's queue on capacity rejections (see
-// queue.go). The last rejection is returned when the wait ends.
+// internal/waitq). The last rejection is returned when the wait ends.
 func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (lease.Ticket, error) {
 	var (
 		elem     *list.Element
@@ -193,7 +193,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
 	waited := func(outcome string) {
 		if elem != nil {
-			p.q.leave(elem)
+			p.q.Leave(elem)
 			gauge.Dec()
 			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(r.clock.Since(since).Seconds())
 			deadline.Stop()
@@ -214,7 +214,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		if err == nil {
 			if elem != nil {
 				waited("granted")
-				p.q.notify() // pass the wake-up on: there may be room for more
+				p.q.Notify() // pass the wake-up on: there may be room for more
 			}
 			return t, nil
 		}
@@ -227,7 +227,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			if r.cfg.QueueTimeout <= 0 {
 				return nil, err
 			}
-			if elem = p.q.enter(); elem == nil {
+			if elem = p.q.Enter(); elem == nil {
 				return nil, err // queue full: answer the ledger's reason now
 			}
 			gauge.Inc()

@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/waitq"
 )
 
 // Options are a Router's collaborators.
@@ -88,7 +89,7 @@ type poolRT struct {
 	pool fleet.Pool
 	urls map[ledger.EngineID]string
 	est  *estimate.Estimator
-	q    *waitQueue
+	q    *waitq.Queue
 	tok  *estimate.PoolTokenizer // --prompt-tokens=tokenize
 }
 
@@ -133,7 +134,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
 		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
-			q: &waitQueue{depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
+			q: &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
@@ -189,7 +190,7 @@ func (r *Router) Start(ctx context.Context) error {
 			la.fv = fleetview.New(fleetview.Config{Ledger: r.ledger, Pools: pools, Every: r.cfg.ViewInterval, Clock: r.clock, Log: r.log,
 				OnFreed: func(pool ledger.PoolID) {
 					if p := r.pools[pool]; p != nil {
-						p.q.notify()
+						p.q.Notify()
 					}
 				},
 				Counted: func(pool ledger.PoolID, result string) {
