@@ -102,7 +102,7 @@ type Config struct {
 	// prompt + output of one sequence) for a pool whose fleet entry gives
 	// no max_model_len and whose engines have not reported theirs, and for
 	// engines of a pool that have not reported yet (default 8192). See
-	// contextLens.
+	// estimate.ContextLens.
 	MaxModelLen int64
 	// MaxN bounds a request's n (default 128).
 	MaxN int
