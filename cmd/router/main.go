@@ -44,7 +44,8 @@
 // --id. A token that is sent decides instead.
 //
 // --debug-listen ADDR (off by default) serves Go's profiler, /debug/pprof/,
-// on its own listener: bind it to loopback.
+// on its own listener, stopped after the router at shutdown: bind it to
+// loopback.
 //
 // --clock-offset DURATION (LEASEHOLD_CLOCK_OFFSET) is a fault-injection and
 // testing knob, default 0: it skews the router's wall clock (the lease
@@ -64,6 +65,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -112,7 +114,14 @@ func run() int {
 		return 2
 	}
 	if cfg.DebugListen != "" {
-		go serveDebug(cfg.DebugListen, log)
+		dbg := serveDebug(cfg.DebugListen, log)
+		defer func() {
+			// Stopped after the router, bounded like its shutdown.
+			dctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			_ = dbg.Shutdown(dctx)
+			<-dbg.doneC
+		}()
 	}
 	ctx := context.Background()
 	if err := r.Start(ctx); err != nil {
@@ -137,18 +146,31 @@ func run() int {
 	return code
 }
 
-// serveDebug serves net/http/pprof on addr until the process exits.
-func serveDebug(addr string, log *slog.Logger) {
+// debugServer is the --debug-listen profiler; run owns it and stops it
+// with the router.
+type debugServer struct {
+	*http.Server
+	doneC chan struct{} // closed once Serve returned
+}
+
+// serveDebug serves net/http/pprof on addr until Shutdown. A failure to
+// listen is logged, not fatal: the profiler is optional.
+func serveDebug(addr string, log *slog.Logger) debugServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	d := debugServer{Server: &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}, doneC: make(chan struct{})}
 	log.Info("profiler serving", "addr", addr)
-	if err := http.ListenAndServe(addr, mux); err != nil {
-		log.Error("--debug-listen", "err", err)
-	}
+	go func() {
+		defer close(d.doneC)
+		if err := d.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("--debug-listen", "err", err)
+		}
+	}()
+	return d
 }
 
 // ledgerClient is the router's --ledger-* client flags, with token as the

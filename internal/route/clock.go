@@ -12,8 +12,12 @@ import (
 // of two readings (and Since, Until, timers and tickers) is exactly what it
 // is on c: intervals, and so session fencing and renewal, are unaffected.
 // Only readings of this clock compare correctly with each other; code that
-// mixes them with time.Now() would see the offset, which is why the router
-// reads all its time from one clock. A zero offset returns c itself.
+// mixes them with time.Now() would see the offset, which is why every
+// reading of the time in the router (Router.clock: request timing, the
+// lease manager, the fleet applier and view, and estimate.ContextLens)
+// comes from one clock. Request-path waits (queue timeouts, retry hints,
+// --abort-grace) are plain durations and do not read it. A zero offset
+// returns c itself.
 //
 // It exists for fault injection (--clock-offset, the chaos clock_offset
 // fault): the ledger decides by its own clock, so a skewed router must

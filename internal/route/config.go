@@ -101,7 +101,7 @@ type Config struct {
 	// prompt + output of one sequence) for a pool whose fleet entry gives
 	// no max_model_len and whose engines have not reported theirs, and for
 	// engines of a pool that have not reported yet (default 8192). See
-	// contextLens.
+	// estimate.ContextLens.
 	MaxModelLen int64
 	// MaxN bounds a request's n (default 128).
 	MaxN int
@@ -141,7 +141,7 @@ type Config struct {
 	// retrying with backoff (default 30s).
 	ReadyTimeout time.Duration
 	// ViewInterval is how often the ledger's per-engine totals are polled
-	// (fleetview.go): ranking then sees every router's leases, and queued
+	// (internal/fleetview): ranking then sees every router's leases, and queued
 	// requests are woken when another router releases (default 250ms; 0
 	// turns polling off: ranking sees this router's leases only and
 	// waiters retry on the ledger's hint).

@@ -3,17 +3,11 @@ package route
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/internal/enginesim"
-	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
@@ -91,7 +85,7 @@ func TestContextLengthPerPool(t *testing.T) {
 		{"dead", 2048, 2048, false}, // nothing reported: --max-model-len
 	} {
 		t.Run(string(tc.pool), func(t *testing.T) {
-			if got := h.r.lens.get(tc.pool); got.limit != tc.limit || got.reserve != tc.reserve {
+			if got := h.r.lens.Get(tc.pool); got.Limit != tc.limit || got.Reserve != tc.reserve {
 				t.Errorf("context length %+v, want limit %d reserve %d", got, tc.limit, tc.reserve)
 			}
 			for _, field := range []string{"max_tokens", "max_completion_tokens"} {
@@ -147,77 +141,4 @@ func TestContextLengthPerPool(t *testing.T) {
 	if m := h.metrics(t); !strings.Contains(m, `leasehold_router_tokenize_errors_total{pool="tgi",reason="unsupported"}`) {
 		t.Errorf("/metrics lacks tokenize errors for the TGI pool:\n%s", grepLines(m, "tokenize_errors"))
 	}
-}
-
-// fit drops engines too small for an exact prompt and moves them last for
-// an estimated one; equal engines, or no engine that fits, leave the order.
-func TestContextFit(t *testing.T) {
-	l := ctxLen{limit: 1024, reserve: 4096, engines: map[ledger.EngineID]int64{"a": 1024, "b": 4096, "c": 2048, "d": 4096}}
-	cands := []ledger.EngineID{"a", "b", "c", "d"}
-	for _, tc := range []struct {
-		need  int64
-		exact bool
-		want  []ledger.EngineID
-	}{
-		{1024, true, cands},
-		{1025, true, []ledger.EngineID{"b", "c", "d"}},
-		{1025, false, []ledger.EngineID{"b", "c", "d", "a"}},
-		{3000, true, []ledger.EngineID{"b", "d"}},
-		{3000, false, []ledger.EngineID{"b", "d", "a", "c"}},
-		{5000, true, cands}, // nothing fits: checkContext's to refuse
-		{0, true, cands},
-	} {
-		if got := l.fit(slices.Clone(cands), tc.need, tc.exact); !slices.Equal(got, tc.want) {
-			t.Errorf("fit(need %d, exact %v) = %v, want %v", tc.need, tc.exact, got, tc.want)
-		}
-	}
-	equal := ctxLen{limit: 2048, reserve: 2048}
-	if got := equal.fit(cands, 4000, true); !slices.Equal(got, cands) {
-		t.Errorf("equal engines: %v, want %v unchanged", got, cands)
-	}
-}
-
-// An engine that answered is asked again every recheck: a longer context
-// after a redeploy reaches the pool's bounds (so a request without
-// max_tokens is not under-leased), and a failed re-ask keeps the answer.
-func TestContextLengthRecheck(t *testing.T) {
-	var maxLen atomic.Int64
-	maxLen.Store(4096)
-	var down atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "restarting", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m","max_model_len":%d}]}`, maxLen.Load())
-	}))
-	t.Cleanup(srv.Close)
-	f, err := fleet.Parse([]byte(fmt.Sprintf(`pools:
-  - name: m
-    engines:
-      - {id: e0, url: %q, kv_tokens: 100000, slots: 8}
-`, srv.URL) + tenants))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newContextLens(f, 2048, srv.Client(), time.Second, slog.New(slog.DiscardHandler))
-	c.recheck = 50 * time.Millisecond
-	want := func(limit int64) {
-		t.Helper()
-		if got := c.get("m"); got.limit != limit || got.reserve != limit {
-			t.Fatalf("context length %+v, want %d", got, limit)
-		}
-	}
-	c.discover(t.Context(), "m")
-	want(4096)
-	maxLen.Store(8192) // redeployed with a longer context
-	c.discover(t.Context(), "m")
-	want(4096) // not due yet
-	time.Sleep(60 * time.Millisecond)
-	c.discover(t.Context(), "m")
-	want(8192)
-	down.Store(true)
-	time.Sleep(60 * time.Millisecond)
-	c.discover(t.Context(), "m")
-	want(8192) // a failed re-ask keeps the answer
 }

@@ -12,11 +12,12 @@
 //     stream options, priority (X-Priority header, else the body's
 //     "priority", else the fleet's default). Every refusal is a 4xx naming
 //     the field, before any lease.
-//  3. Estimate (estimate.go): KV tokens = (prompt + output reservation) × n,
+//  3. Estimate (internal/estimate): KV tokens = (prompt + output reservation) × n,
 //     slots = n. The prompt is estimated from its bytes with a ratio
 //     calibrated from engines' reported usage, or, with
 //     --prompt-tokens=tokenize, counted exactly by an engine of the pool
-//     (vLLM's POST /tokenize, bounded by --tokenize-timeout; tokenize.go),
+//     (vLLM's POST /tokenize, bounded by --tokenize-timeout; tokenize.go
+//     here, estimate.Tokenize),
 //     falling back to the estimate, counted in
 //     leasehold_router_tokenize_errors_total, when that call fails. The
 //     count is known before any lease is taken. An exact count (token ids,
@@ -24,16 +25,17 @@
 //     is refused with 400 context_length_exceeded: no engine could serve
 //     it. An estimate is never refused for its size; the engine judges.
 //     Images, audio and video in chat content add the pool's media_tokens
-//     per item (a floor, raised to what engines report; media.go), in
+//     per item (a floor, raised to what engines report; estimate.Media), in
 //     both modes: /tokenize counts their placeholders only.
 //  4. Rank (rank.go): the pool's engines by free capacity in this router's
 //     view, with prompt-prefix affinity by rendezvous hashing. The view is
 //     the larger of this router's own leases and the ledger's per-engine
-//     totals polled every --view-interval (fleetview.go), so engines
+//     totals polled every --view-interval (internal/fleetview), so engines
 //     other routers filled rank lower.
-//  5. Acquire once over the ranked candidates (lease.Manager; or the local
-//     baseline). Capacity rejections wait in a bounded per-pool queue
-//     (queue.go), woken by this router's releases and by a poll that finds
+//  5. Acquire once over the ranked candidates (lease.Manager, which carves
+//     the request out of a block lease when --block-lease-kv is set; or
+//     the local baseline, internal/baseline). Capacity rejections wait in a bounded per-pool queue
+//     (internal/waitq), woken by this router's releases and by a poll that finds
 //     the pool's totals lower (another router released); the final rejection is 503 (capacity) or 429 (tenant
 //     quota) with a jittered Retry-After and the ledger's reason as code;
 //     ReasonTooLarge is 400. A ledger that cannot confirm a grant (fenced,
@@ -60,7 +62,7 @@
 //
 // # Context lengths
 //
-// Each pool has its own context length (contextlen.go): the fleet file's
+// Each pool has its own context length (estimate.ContextLens): the fleet file's
 // pools[].max_model_len, else what its engines report (vLLM and SGLang:
 // GET /v1/models max_model_len; TGI: GET /info max_total_tokens), else
 // --max-model-len. max_tokens is bounded by the smallest an engine
@@ -75,12 +77,16 @@
 // "ledger" (the default) is Leasehold. "local" is the BASELINE of today's
 // routers, kept only to measure the gap: each router admits against the
 // last scrape of the engines' metrics plus its own dispatches since, with
-// nothing shared, so N routers over-admit. It logs a warning at start.
+// nothing shared, so N routers over-admit (internal/baseline). It logs a
+// warning at start.
 //
 // # Not here
 //
 // The ledger's semantics (internal/ledger), holder sessions, renewal and
 // fencing (internal/lease), and reconciliation from telemetry (the
-// reserver) are not this package's. Block leases are not implemented.
+// reserver) are not this package's; nor are block leases (lease.Manager
+// with Config.Block, sized by --block-lease-kv and --block-lease-slots:
+// the router only passes the sizes on), token estimation
+// (internal/estimate) or the baseline admitter (internal/baseline).
 // Batches of several prompts in one completions request are refused.
 package route

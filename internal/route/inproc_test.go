@@ -532,7 +532,7 @@ func TestFleetViewWakesQueuedRequests(t *testing.T) {
 	}()
 	// B's request is queued once its first Acquire was refused.
 	deadline = time.Now().Add(3 * time.Second)
-	for b.pools["m"].q.len() == 0 {
+	for b.pools["m"].q.Len() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("router B's request never queued")
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -46,19 +47,19 @@ func parseChat(t *testing.T, body string) *request {
 func TestMediaPartsCounted(t *testing.T) {
 	text := parseChat(t, chatWith())
 	r := parseChat(t, chatWith(imagePart, imagePart, audioPart, videoPart))
-	if r.media != (mediaCounts{2, 1, 1}) {
+	if r.media != (estimate.Counts{2, 1, 1}) {
 		t.Fatalf("media %v, want 2 images, 1 audio, 1 video", r.media)
 	}
 	if r.promptBytes != text.promptBytes {
 		t.Errorf("prompt bytes %d with media, %d without: media payloads must not count as text", r.promptBytes, text.promptBytes)
 	}
-	e := newEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
-	if got, want := e.promptTokens(r)-e.promptTokens(text), int64(2*1000+300+5000); got != want {
+	e := estimate.NewEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
+	if got, want := e.PromptTokens(r.prompt())-e.PromptTokens(text.prompt()), int64(2*1000+300+5000); got != want {
 		t.Errorf("media add %d tokens to the estimate, want %d", got, want)
 	}
 	// Counted by /tokenize, the text is exact; the media still add theirs.
 	r.promptTokens = 40
-	if got := e.promptTokens(r); got != 40+2*1000+300+5000 {
+	if got := e.PromptTokens(r.prompt()); got != 40+2*1000+300+5000 {
 		t.Errorf("tokenized prompt with media: %d, want 40 + the media", got)
 	}
 }
@@ -73,18 +74,18 @@ func TestMediaPartErrors(t *testing.T) {
 	if !ok || br.param != "messages[0].content[2].type" || !strings.Contains(br.msg, `"file"`) {
 		t.Fatalf("unknown part type: %v, want a 400 naming messages[0].content[2].type", err)
 	}
-	m := newMedia(fleet.MediaTokens{Image: 1000})
-	err = m.check("m", parseChat(t, chatWith(audioPart)).media)
+	m := estimate.NewMedia(fleet.MediaTokens{Image: 1000})
+	err = checkMedia(m, "m", parseChat(t, chatWith(audioPart)).media)
 	if br, ok := err.(*badRequest); !ok || !strings.Contains(br.msg, "media_tokens.audio is 0") {
 		t.Fatalf("audio on a pool without audio: %v", err)
 	}
-	if err := m.check("m", parseChat(t, chatWith(imagePart)).media); err != nil {
+	if err := checkMedia(m, "m", parseChat(t, chatWith(imagePart)).media); err != nil {
 		t.Fatalf("image on a pool with images: %v", err)
 	}
 }
 
-func detailsOf(image, audio *int64) *promptDetails {
-	return &promptDetails{ImageTokens: image, AudioTokens: audio}
+func detailsOf(image, audio *int64) *estimate.PromptDetails {
+	return &estimate.PromptDetails{ImageTokens: image, AudioTokens: audio}
 }
 
 func ptr(v int64) *int64 { return &v }
@@ -94,56 +95,45 @@ func ptr(v int64) *int64 { return &v }
 // prompt_tokens_details, else from what the text did not take. Requests
 // with media never move the text ratio, except by their reported text.
 func TestMediaLearnsFromUsage(t *testing.T) {
-	e := newEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
+	e := estimate.NewEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
 	text := parseChat(t, chatWith())
 	for range 20 {
-		e.observeUsage(text, 12, nil)
+		e.ObserveUsage(text.prompt(), 12, nil)
 	}
-	ratio := e.ratio()
+	ratio := e.Ratio()
 	two := parseChat(t, chatWith(imagePart, imagePart))
 
 	// Less than the floor per item: the floor stays.
-	e.observeUsage(two, 12+2*600, detailsOf(ptr(1200), nil))
-	if got := e.media.perItem(mediaImage); got != 1000 {
+	e.ObserveUsage(two.prompt(), 12+2*600, detailsOf(ptr(1200), nil))
+	if got := e.Media().PerItem(estimate.Image); got != 1000 {
 		t.Errorf("after 600 per image: %d per image, want the floor 1000", got)
 	}
 	// More: exactly, from the details.
-	e.observeUsage(two, 12+2*2500, detailsOf(ptr(5000), nil))
-	if got := e.media.perItem(mediaImage); got != 2500 {
+	e.ObserveUsage(two.prompt(), 12+2*2500, detailsOf(ptr(5000), nil))
+	if got := e.Media().PerItem(estimate.Image); got != 2500 {
 		t.Errorf("after 2500 per image (details): %d, want 2500", got)
 	}
 	// Without details, the residual over the text's share.
 	audio := parseChat(t, chatWith(audioPart))
-	e.observeUsage(audio, e.textTokens(audio)+750, nil)
-	if got := e.media.perItem(mediaAudio); got != 750 {
+	e.ObserveUsage(audio.prompt(), e.TextTokens(audio.prompt())+750, nil)
+	if got := e.Media().PerItem(estimate.Audio); got != 750 {
 		t.Errorf("after 750 per audio clip (no details): %d, want 750", got)
 	}
 	// Two kinds unreported: nothing to learn, and no text calibration.
 	mixed := parseChat(t, chatWith(audioPart, videoPart))
-	e.observeUsage(mixed, 99999, nil)
-	if got := e.media.perItem(mediaVideo); got != 5000 {
+	e.ObserveUsage(mixed.prompt(), 99999, nil)
+	if got := e.Media().PerItem(estimate.Video); got != 5000 {
 		t.Errorf("mixed kinds without details moved video to %d", got)
 	}
-	if got := e.ratio(); got != ratio {
+	if got := e.Ratio(); got != ratio {
 		t.Errorf("text ratio moved from %v to %v by requests with media", ratio, got)
 	}
-	// The largest report stays for mediaWindow items, then ages out.
-	for range mediaWindow {
-		e.observeUsage(two, 12+2*1500, detailsOf(ptr(3000), nil))
+	// The largest report stays for estimate.MediaWindow items, then ages out.
+	for range estimate.MediaWindow {
+		e.ObserveUsage(two.prompt(), 12+2*1500, detailsOf(ptr(3000), nil))
 	}
-	if got := e.media.perItem(mediaImage); got != 1500 {
-		t.Errorf("after %d reports of 1500: %d per image, want 1500", mediaWindow, got)
-	}
-}
-
-// TestMediaDefaults: a pool that does not set media_tokens reserves the
-// documented defaults.
-func TestMediaDefaults(t *testing.T) {
-	m := newMedia(fleet.DefaultMediaTokens)
-	for k, want := range []int64{4096, 1500, 16384} {
-		if got := m.perItem(mediaKind(k)); got != want {
-			t.Errorf("%s: %d, want %d", mediaNames[k], got, want)
-		}
+	if got := e.Media().PerItem(estimate.Image); got != 1500 {
+		t.Errorf("after %d reports of 1500: %d per image, want 1500", estimate.MediaWindow, got)
 	}
 }
 
@@ -187,7 +177,7 @@ func TestMediaRequestsStayWithinCapacity(t *testing.T) {
 		if s.peak > s.capacity {
 			t.Errorf("peak admitted demand %d > KV capacity %d", s.peak, s.capacity)
 		}
-		if got := h.r.pools["m"].est.media.perItem(mediaImage); got != fleet.DefaultMediaTokens.Image {
+		if got := h.r.pools["m"].est.Media().PerItem(estimate.Image); got != fleet.DefaultMediaTokens.Image {
 			t.Errorf("reserved %d per image, want the default %d (the engine's 1,500 is below it)", got, fleet.DefaultMediaTokens.Image)
 		}
 	})
@@ -197,7 +187,7 @@ func TestMediaRequestsStayWithinCapacity(t *testing.T) {
 		if s.peak <= s.capacity {
 			t.Errorf("images leased at 1 token: peak admitted demand %d within capacity %d; the test no longer loads the engine past it", s.peak, s.capacity)
 		}
-		if got := h.r.pools["m"].est.media.perItem(mediaImage); got != 1500 {
+		if got := h.r.pools["m"].est.Media().PerItem(estimate.Image); got != 1500 {
 			t.Errorf("after the engine reported 1,500 per image: %d reserved per image, want 1500", got)
 		}
 	})

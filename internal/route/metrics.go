@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -68,13 +69,13 @@ func newMetrics() *metrics {
 
 // registerMedia adds each pool's reservation per media item, read at
 // scrape time: the fleet's media_tokens, or more once engines reported
-// more (media.go).
-func (m *metrics) registerMedia(pool ledger.PoolID, md *media) {
-	for k := range mediaKinds {
+// more (internal/estimate).
+func (m *metrics) registerMedia(pool ledger.PoolID, md *estimate.Media) {
+	for k := range estimate.Kinds {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasehold", Subsystem: "router", Name: "media_tokens_per_item",
 			Help:        "KV tokens reserved per image, audio clip or video of a chat request: the pool's media_tokens, raised to the most an engine reported per item (0: refused).",
-			ConstLabels: prometheus.Labels{"pool": string(pool), "kind": mediaNames[k]}},
-			func() float64 { return float64(md.perItem(k)) }))
+			ConstLabels: prometheus.Labels{"pool": string(pool), "kind": estimate.KindNames[k]}},
+			func() float64 { return float64(md.PerItem(k)) }))
 	}
 }
 

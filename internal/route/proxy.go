@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -44,6 +46,8 @@ type outcome struct {
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, hr *http.Request, chat bool) {
+	r.handlers.Add(1)
+	defer r.handlers.Done()
 	r.inflight.Add(1)
 	defer r.inflight.Add(-1)
 	out, err := r.serve(w, hr, chat)
@@ -86,7 +90,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if !r.tenant(tenant).InPool(req.model) {
 		return out, fmt.Errorf("%w: %q", ErrForbidden, req.model)
 	}
-	if err := p.est.media.check(string(req.model), req.media); err != nil {
+	if err := checkMedia(p.est.Media(), string(req.model), req.media); err != nil {
 		return out, err
 	}
 	prio, err := r.priority(hr, req)
@@ -96,20 +100,20 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
 	views := r.adm.views(req.model)
 	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
-	lens := r.lens.get(req.model)
-	if err := checkContext(req, lens.reserve); err != nil {
+	lens := r.lens.Get(req.model)
+	if err := checkContext(req, lens.Reserve); err != nil {
 		return out, err
 	}
-	kv, slots, prompt := p.est.demand(req, lens.reserve, r.cfg.Overcommit)
+	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, r.cfg.Overcommit)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}
-	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.ratio())
+	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
 	// In a pool of engines with different contexts, one too small for
 	// the prompt and max_tokens is not offered (exact prompt) or offered
 	// last (estimated prompt).
-	cands := lens.fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
+	cands := lens.Fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
 	areq := ledger.AcquireRequest{
 		Pool: req.model, Candidates: cands,
 		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
@@ -179,8 +183,8 @@ func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, 
 }
 
 // acquire admits areq, waiting in p's queue on capacity rejections (see
-// queue.go). The last rejection is returned when the wait ends.
-func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (ticket, error) {
+// internal/waitq). The last rejection is returned when the wait ends.
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (lease.Ticket, error) {
 	var (
 		elem     *list.Element
 		since    time.Time
@@ -189,7 +193,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
 	waited := func(outcome string) {
 		if elem != nil {
-			p.q.leave(elem)
+			p.q.Leave(elem)
 			gauge.Dec()
 			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(r.clock.Since(since).Seconds())
 			deadline.Stop()
@@ -210,7 +214,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		if err == nil {
 			if elem != nil {
 				waited("granted")
-				p.q.notify() // pass the wake-up on: there may be room for more
+				p.q.Notify() // pass the wake-up on: there may be room for more
 			}
 			return t, nil
 		}
@@ -223,7 +227,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			if r.cfg.QueueTimeout <= 0 {
 				return nil, err
 			}
-			if elem = p.q.enter(); elem == nil {
+			if elem = p.q.Enter(); elem == nil {
 				return nil, err // queue full: answer the ledger's reason now
 			}
 			gauge.Inc()
@@ -262,9 +266,9 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 
 // usageOf reads an OpenAI usage object.
 type usageJSON struct {
-	PromptTokens     int64          `json:"prompt_tokens"`
-	CompletionTokens int64          `json:"completion_tokens"`
-	Details          *promptDetails `json:"prompt_tokens_details"`
+	PromptTokens     int64                   `json:"prompt_tokens"`
+	CompletionTokens int64                   `json:"completion_tokens"`
+	Details          *estimate.PromptDetails `json:"prompt_tokens_details"`
 }
 
 // ledgerUsage is u as the ledger's release takes it.
@@ -272,54 +276,39 @@ func (u *usageJSON) ledgerUsage() ledger.Usage {
 	return ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
 }
 
+// Dispatch. A granted request goes to its engine as one dispatch: send the
+// request, then whole (read the answer, then write it) or stream (pass
+// events through as they come), and finish on every way out: release the
+// lease once, with the usage the engine reported, under its own bounded
+// context. ctx ends with the client, the upstream timeout, or the lease
+// (its Done): a fenced or lost lease cancels the upstream request.
+
+// dispatch is one granted request on its way to the engine and back. One
+// handler goroutine uses it.
+type dispatch struct {
+	r      *Router
+	w      http.ResponseWriter
+	hr     *http.Request
+	p      *poolRT
+	req    *request
+	t      lease.Ticket
+	engine ledger.EngineID
+	ctx    context.Context // ends with the client, the upstream timeout, or the lease
+
+	granted  time.Time
+	usage    ledger.Usage
+	details  *estimate.PromptDetails // the engine's prompt_tokens_details
+	known    bool                    // usage reported by the engine
+	chunks   int64                   // stream chunks with choices, when usage is unknown
+	sent     bool                    // the engine may have accepted the request
+	finished bool                    // the engine's answer was read to its end
+}
+
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
-func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t ticket) (status int, code string) {
-	granted := r.clock.Now()
-	engine := t.engine()
-	var (
-		usage    ledger.Usage
-		details  *promptDetails // the engine's prompt_tokens_details
-		known    bool           // usage reported by the engine
-		chunks   int64          // stream chunks with choices, when usage is unknown
-		sent     bool           // the engine may have accepted the request
-		finished bool           // the engine's answer was read to its end
-	)
-	defer func() {
-		if !known {
-			usage = ledger.Usage{CompletionTokens: chunks}
-		}
-		finish := func() {
-			_ = t.release(usage) // bounded, own context; retried in background
-			r.met.holdSecs.WithLabelValues(string(req.model)).Observe(r.clock.Since(granted).Seconds())
-			p.q.notify()
-			if known {
-				p.est.observeUsage(req, usage.PromptTokens, details)
-				p.est.observeCompletion(usage.CompletionTokens / req.n)
-			}
-		}
-		if !sent || finished {
-			// Before the answer ends: a client that sends its next request
-			// once this one is done finds the capacity (and its tenant's
-			// quota) free again, on any router.
-			finish()
-			return
-		}
-		// The connection was cut: nobody waits for this answer. Give the
-		// engine time to notice and abort before the capacity can be
-		// granted again, in the background; it counts as in flight, so
-		// Shutdown waits for it before closing the holder sessions.
-		r.inflight.Add(1)
-		go func() {
-			defer r.inflight.Add(-1)
-			if r.cfg.AbortGrace > 0 {
-				time.Sleep(r.cfg.AbortGrace)
-			}
-			finish()
-		}()
-	}()
-
-	// ctx ends with the client, the upstream timeout, or the lease.
+func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket) (status int, code string) {
+	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now()}
+	defer d.finish()
 	ctx, cancelTimeout := context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -328,89 +317,147 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 	defer close(stopWatch)
 	go func() {
 		select {
-		case <-t.done():
-			cancel(t.err())
+		case <-t.Done():
+			cancel(t.Err())
 		case <-stopWatch:
 		}
 	}()
-	// failure classifies an upstream error by what ended ctx.
-	failure := func(err error) error {
-		switch cause := context.Cause(ctx); {
-		case ctx.Err() == nil:
-			return fmt.Errorf("%w: engine %s: %v", ErrUpstream, engine, err)
-		case t.err() != nil:
-			return fmt.Errorf("lease on engine %s ended while dispatching: %w", engine, t.err())
-		case errors.Is(cause, ErrUpstreamTimeout):
-			return fmt.Errorf("%w: engine %s after %s", ErrUpstreamTimeout, engine, r.cfg.UpstreamTimeout)
-		default:
-			return fmt.Errorf("client gone: %w", hr.Context().Err())
-		}
-	}
-	answer := func(err error) (int, string) {
-		if hr.Context().Err() != nil {
-			return 499, "client_gone" // nobody to answer
-		}
-		ae := toAPIError(err)
-		writeError(w, ae)
-		return ae.status, ae.code
-	}
+	d.ctx = ctx
+	return d.send()
+}
 
+// finish releases the lease on the way out: at once when the answer was
+// read to its end or never sent, else after --abort-grace.
+func (d *dispatch) finish() {
+	if !d.known {
+		d.usage = ledger.Usage{CompletionTokens: d.chunks}
+	}
+	if !d.sent || d.finished {
+		// Before the answer ends: a client that sends its next request
+		// once this one is done finds the capacity (and its tenant's
+		// quota) free again, on any router.
+		d.release()
+		return
+	}
+	// The connection was cut: nobody waits for this answer. Give the
+	// engine time to notice and abort before the capacity can be
+	// granted again, in the background; it counts as in flight, so
+	// Shutdown waits for it before closing the holder sessions.
+	d.r.handlers.Add(1)
+	d.r.inflight.Add(1)
+	go func() {
+		defer d.r.handlers.Done()
+		defer d.r.inflight.Add(-1)
+		if d.r.cfg.AbortGrace > 0 {
+			time.Sleep(d.r.cfg.AbortGrace)
+		}
+		d.release()
+	}()
+}
+
+// release gives the lease back with the usage and learns from it.
+func (d *dispatch) release() {
+	_ = d.t.Release(d.usage) // bounded, own context; retried in background
+	d.r.met.holdSecs.WithLabelValues(string(d.req.model)).Observe(d.r.clock.Since(d.granted).Seconds())
+	d.p.q.Notify()
+	if d.known {
+		d.p.est.ObserveUsage(d.req.prompt(), d.usage.PromptTokens, d.details)
+		d.p.est.ObserveCompletion(d.usage.CompletionTokens / d.req.n)
+	}
+}
+
+// failure classifies an upstream error by what ended ctx.
+func (d *dispatch) failure(err error) error {
+	switch cause := context.Cause(d.ctx); {
+	case d.ctx.Err() == nil:
+		return fmt.Errorf("%w: engine %s: %v", ErrUpstream, d.engine, err)
+	case d.t.Err() != nil:
+		return fmt.Errorf("lease on engine %s ended while dispatching: %w", d.engine, d.t.Err())
+	case errors.Is(cause, ErrUpstreamTimeout):
+		return fmt.Errorf("%w: engine %s after %s", ErrUpstreamTimeout, d.engine, d.r.cfg.UpstreamTimeout)
+	default:
+		return fmt.Errorf("client gone: %w", d.hr.Context().Err())
+	}
+}
+
+// answer writes err as the answer, unless the client is gone.
+func (d *dispatch) answer(err error) (int, string) {
+	if d.hr.Context().Err() != nil {
+		return 499, "client_gone" // nobody to answer
+	}
+	ae := toAPIError(err)
+	writeError(d.w, ae)
+	return ae.status, ae.code
+}
+
+// send sends the request to the engine and answers with what comes back.
+func (d *dispatch) send() (int, string) {
+	r, req := d.r, d.req
 	body, err := req.upstreamBody()
 	if err != nil {
-		return answer(badf("", "re-encoding the body: %v", err))
+		return d.answer(badf("", "re-encoding the body: %v", err))
 	}
 	path := "/v1/completions"
 	if req.chat {
 		path = "/v1/chat/completions"
 	}
-	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.urls[engine]+path, bytes.NewReader(body))
+	ureq, err := http.NewRequestWithContext(d.ctx, http.MethodPost, d.p.urls[d.engine]+path, bytes.NewReader(body))
 	if err != nil {
-		return answer(fmt.Errorf("%w: %v", ErrUpstream, err))
+		return d.answer(fmt.Errorf("%w: %v", ErrUpstream, err))
 	}
 	ureq.Header.Set("Content-Type", "application/json")
-	if id := hr.Header.Get("X-Request-Id"); id != "" {
+	if id := d.hr.Header.Get("X-Request-Id"); id != "" {
 		ureq.Header.Set("X-Request-Id", id)
 	}
 	start := r.clock.Now()
-	sent = true
+	d.sent = true
 	resp, err := r.client.Do(ureq)
 	if err != nil {
-		return answer(failure(err))
+		return d.answer(d.failure(err))
 	}
 	defer resp.Body.Close()
-	r.met.firstByte.WithLabelValues(string(req.model), string(engine)).Observe(r.clock.Since(start).Seconds())
+	r.met.firstByte.WithLabelValues(string(req.model), string(d.engine)).Observe(r.clock.Since(start).Seconds())
 	defer func() {
-		r.met.upstream.WithLabelValues(string(req.model), string(engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
+		r.met.upstream.WithLabelValues(string(req.model), string(d.engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
 	}()
 
-	w.Header().Set("X-Leasehold-Engine", string(engine))
+	d.w.Header().Set("X-Leasehold-Engine", string(d.engine))
 	if !req.stream || resp.StatusCode != http.StatusOK {
-		data, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
-		if err != nil {
-			return answer(failure(err))
-		}
-		finished = true
-		if resp.StatusCode == http.StatusOK {
-			var u struct {
-				Usage *usageJSON `json:"usage"`
-			}
-			if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-				usage, details, known = u.Usage.ledgerUsage(), u.Usage.Details, true
-			}
-		}
-		copyHeader(w.Header(), resp.Header, "Content-Type")
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(data)
-		code := ""
-		if resp.StatusCode != http.StatusOK {
-			code = "upstream_" + strconv.Itoa(resp.StatusCode)
-		}
-		return resp.StatusCode, code
+		return d.whole(resp)
 	}
+	return d.stream(resp)
+}
 
-	// Streaming: pass events through as they come, flushing whenever the
-	// engine has nothing more buffered; drop the usage chunk the router
-	// asked for when the client did not.
+// whole reads the engine's answer to its end, then writes it.
+func (d *dispatch) whole(resp *http.Response) (int, string) {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
+	if err != nil {
+		return d.answer(d.failure(err))
+	}
+	d.finished = true
+	if resp.StatusCode == http.StatusOK {
+		var u struct {
+			Usage *usageJSON `json:"usage"`
+		}
+		if json.Unmarshal(data, &u) == nil && u.Usage != nil {
+			d.usage, d.details, d.known = u.Usage.ledgerUsage(), u.Usage.Details, true
+		}
+	}
+	copyHeader(d.w.Header(), resp.Header, "Content-Type")
+	d.w.WriteHeader(resp.StatusCode)
+	_, _ = d.w.Write(data)
+	code := ""
+	if resp.StatusCode != http.StatusOK {
+		code = "upstream_" + strconv.Itoa(resp.StatusCode)
+	}
+	return resp.StatusCode, code
+}
+
+// stream passes events through as they come, flushing whenever the engine
+// has nothing more buffered; it drops the usage chunk the router asked for
+// when the client did not.
+func (d *dispatch) stream(resp *http.Response) (int, string) {
+	w := d.w
 	copyHeader(w.Header(), resp.Header, "Content-Type", "Cache-Control")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
@@ -434,11 +481,11 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		if event.Len() > 0 {
 			keep, u, hasChoices := inspectEvent(event.Bytes())
 			if u != nil {
-				usage, details, known = u.ledgerUsage(), u.Details, true
-				keep = keep || req.includeUsage
+				d.usage, d.details, d.known = u.ledgerUsage(), u.Details, true
+				keep = keep || d.req.includeUsage
 			}
 			if hasChoices {
-				chunks++
+				d.chunks++
 			}
 			if keep {
 				if _, werr := w.Write(event.Bytes()); werr != nil {
@@ -448,13 +495,13 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 			event.Reset()
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) && ctx.Err() == nil {
-				finished = true
+			if errors.Is(err, io.EOF) && d.ctx.Err() == nil {
+				d.finished = true
 				_ = rc.Flush()
 				return http.StatusOK, ""
 			}
-			ferr := failure(err)
-			if hr.Context().Err() != nil {
+			ferr := d.failure(err)
+			if d.hr.Context().Err() != nil {
 				return 499, "client_gone"
 			}
 			// Headers are gone: end the stream with an error event.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -18,7 +19,7 @@ import (
 // limits bound what parseRequest accepts.
 type limits struct {
 	// maxModelLen is the context length of the pool a request names (its
-	// model; see contextLens): max_tokens may not exceed it.
+	// model; see estimate.ContextLens): max_tokens may not exceed it.
 	maxModelLen func(ledger.PoolID) int64
 	maxN        int
 }
@@ -50,7 +51,7 @@ type request struct {
 	promptTokens   int64
 	// media counts the chat request's images, audio clips and videos
 	// (content parts), which the engine expands into many prompt tokens.
-	media mediaCounts
+	media estimate.Counts
 	// prefix is the prompt's leading bytes, for engine affinity.
 	prefix []byte
 
@@ -241,7 +242,7 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 					return badf(fmt.Sprintf("messages[%d].content[%d].type", i, j),
 						"messages[%d].content[%d].type %q is not a content part type this router can size (text, refusal, image_url, input_audio, audio_url, video_url)", i, j, p.Type)
 				}
-				if kind < mediaKinds {
+				if kind < estimate.Kinds {
 					r.media[kind]++
 					continue
 				}
@@ -265,13 +266,13 @@ type contentPart struct {
 }
 
 // partKinds maps the content part types the router sizes to a media kind,
-// or to mediaKinds for text. The names are OpenAI's and vLLM's; an
+// or to estimate.Kinds for text. The names are OpenAI's and vLLM's; an
 // unknown type is refused rather than leased as nothing.
-var partKinds = map[string]mediaKind{
-	"text": mediaKinds, "input_text": mediaKinds, "refusal": mediaKinds,
-	"image_url": mediaImage, "image": mediaImage, "input_image": mediaImage, "image_embeds": mediaImage, "image_pil": mediaImage,
-	"input_audio": mediaAudio, "audio_url": mediaAudio, "audio": mediaAudio,
-	"video_url": mediaVideo, "video": mediaVideo,
+var partKinds = map[string]estimate.Kind{
+	"text": estimate.Kinds, "input_text": estimate.Kinds, "refusal": estimate.Kinds,
+	"image_url": estimate.Image, "image": estimate.Image, "input_image": estimate.Image, "image_embeds": estimate.Image, "image_pil": estimate.Image,
+	"input_audio": estimate.Audio, "audio_url": estimate.Audio, "audio": estimate.Audio,
+	"video_url": estimate.Video, "video": estimate.Video,
 }
 
 // toolBytes is the size of a chat request's tool definitions ("tools", and
@@ -368,4 +369,21 @@ func (r *request) upstreamBody() ([]byte, error) {
 		out["stream_options"] = b
 	}
 	return json.Marshal(out)
+}
+
+// prompt is r as the estimator takes it.
+func (r *request) prompt() estimate.Prompt {
+	return estimate.Prompt{Tokens: r.promptTokens, Bytes: r.promptBytes, Messages: r.promptMessages,
+		Media: r.media, MaxTokens: r.maxTokens, N: r.n}
+}
+
+// checkMedia refuses items of a kind the pool's model takes none of.
+func checkMedia(m *estimate.Media, pool string, items estimate.Counts) error {
+	for k, c := range items {
+		if c > 0 && m.Floor(estimate.Kind(k)) == 0 {
+			name := estimate.KindNames[k]
+			return badf("messages", "model %q takes no %s input (its pool's media_tokens.%s is 0)", pool, name, name)
+		}
+	}
+	return nil
 }

@@ -16,10 +16,14 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold/internal/baseline"
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/waitq"
 )
 
 // Options are a Router's collaborators.
@@ -58,7 +62,7 @@ type Router struct {
 
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
-	// lens is each pool's context length (contextlen.go); lim bounds
+	// lens is each pool's context length (internal/estimate); lim bounds
 	// requests with it.
 	lens *contextLens
 	lim  limits
@@ -75,15 +79,18 @@ type Router struct {
 
 	draining atomic.Bool
 	inflight atomic.Int64 // inference requests being served
+	// handlers counts inference handlers and the releases they leave
+	// behind (cut connections); Shutdown waits for it.
+	handlers sync.WaitGroup
 }
 
 // poolRT is one pool's request-path state.
 type poolRT struct {
 	pool fleet.Pool
 	urls map[ledger.EngineID]string
-	est  *estimator
-	q    *waitQueue
-	tok  *poolTokenizer // --prompt-tokens=tokenize
+	est  *estimate.Estimator
+	q    *waitq.Queue
+	tok  *estimate.PoolTokenizer // --prompt-tokens=tokenize
 }
 
 // New checks cfg and builds a Router; Start runs it.
@@ -122,16 +129,17 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}),
 	}
-	r.lens = newContextLens(opts.Fleet, cfg.MaxModelLen, r.client, applyScrapeTimeout, opts.Logger)
-	r.lim = limits{maxModelLen: r.lens.limit, maxN: cfg.MaxN}
+	r.lens = &contextLens{estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
+		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})}
+	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
-		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: newEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
-			q: &waitQueue{depth: cfg.QueueDepth}, tok: newPoolTokenizer(p)}
+		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
+			q: &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
 		r.pools[p.Name] = rt
-		r.met.registerMedia(p.Name, rt.est.media)
+		r.met.registerMedia(p.Name, rt.est.Media())
 	}
 	return r, nil
 }
@@ -154,10 +162,10 @@ func (r *Router) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.lens.discoverAll(ctx)
+		r.lens.DiscoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
-		r.adm = newLocalAdmitter(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)
+		r.adm = localAdmitter{baseline.New(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)}
 	default:
 		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.clock, r.log)
 		ap.lens = r.lens
@@ -179,15 +187,16 @@ func (r *Router) Start(ctx context.Context) error {
 		ap.start(m)
 		la := &ledgerAdmitter{m: m, ap: ap}
 		if r.cfg.ViewInterval > 0 {
-			la.fv = newFleetView(r.ledger, pools, r.cfg.ViewInterval, r.clock, r.log, func(pool ledger.PoolID) {
-				if p := r.pools[pool]; p != nil {
-					p.q.notify()
-				}
-			})
-			la.fv.counted = func(pool ledger.PoolID, result string) {
-				r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
-			}
-			la.fv.start()
+			la.fv = fleetview.New(fleetview.Config{Ledger: r.ledger, Pools: pools, Every: r.cfg.ViewInterval, Clock: r.clock, Log: r.log,
+				OnFreed: func(pool ledger.PoolID) {
+					if p := r.pools[pool]; p != nil {
+						p.q.Notify()
+					}
+				},
+				Counted: func(pool ledger.PoolID, result string) {
+					r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
+				}})
+			la.fv.Start()
 		}
 		r.adm = la
 	}
@@ -320,10 +329,14 @@ func (r *Router) shutdown(ctx context.Context) error {
 			r.log.Warn("drain timed out; cutting requests still in flight", "in_flight", r.inflight.Load())
 			_ = r.srv.Close()
 		}
-		// Handlers of cut connections release on their way out.
-		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		for r.inflight.Load() > 0 && wait.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
+		// Handlers of cut connections release on their way out: wait for
+		// them, a bounded while even when ctx (the drain) has run out.
+		wait, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		done := make(chan struct{})
+		go func() { r.handlers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-wait.Done():
 		}
 		cancel()
 	}

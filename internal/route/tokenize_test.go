@@ -112,7 +112,7 @@ func (h *harness) promptEstimate(t *testing.T, pool ledger.PoolID, body map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h.r.pools[pool].est.promptTokens(req)
+	return h.r.pools[pool].est.PromptTokens(req.prompt())
 }
 
 // withField returns a copy of m with k set to v.

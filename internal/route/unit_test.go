@@ -6,54 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
-
-func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
-	e := newEstimator(2, 0.95, fleet.DefaultMediaTokens)
-	r := &request{promptBytes: 400, promptMessages: 2, n: 2, maxTokens: 100}
-	raw := rawPrompt(400, 2) // 100 + 11
-	if got := e.promptTokens(r); got != int64(raw*ratioInitial+0.999) {
-		t.Errorf("cold estimate %d, want raw %v × %v", got, raw, ratioInitial)
-	}
-	for range 50 {
-		e.observeUsage(r, 120, nil)
-	}
-	got := e.promptTokens(r)
-	if got < 120 || got > 130 {
-		t.Errorf("calibrated to a steady 120: estimate %d, want 120..130", got)
-	}
-	kv, slots, _ := e.demand(r, 2048, false)
-	if kv != (got+100)*2 || slots != 2 {
-		t.Errorf("demand kv %d slots %d, want %d and 2", kv, slots, (got+100)*2)
-	}
-	// Token-id prompts are exact; a missing max_tokens reserves the context.
-	ids := &request{promptTokens: 30, n: 1}
-	if kv, _, _ := e.demand(ids, 2048, false); kv != 2048 {
-		t.Errorf("no max_tokens: kv %d, want the whole context 2048", kv)
-	}
-}
-
-func TestEstimatorOvercommitQuantile(t *testing.T) {
-	e := newEstimator(2, 0.9, fleet.DefaultMediaTokens)
-	r := &request{promptTokens: 10, n: 1, maxTokens: 1000}
-	if out := e.outputTokens(r, 2048, 10, true); out != 1000 {
-		t.Errorf("before %d completions: %d, want max_tokens", completionMinSeen, out)
-	}
-	for i := range 100 {
-		e.observeCompletion(int64(i + 1)) // 1..100
-	}
-	if out := e.outputTokens(r, 2048, 10, true); out < 85 || out > 95 {
-		t.Errorf("p90 of 1..100 = %d, want about 90", out)
-	}
-	if out := e.outputTokens(&request{promptTokens: 10, n: 1, maxTokens: 40}, 2048, 10, true); out != 40 {
-		t.Errorf("capped by max_tokens: %d, want 40", out)
-	}
-	if out := e.outputTokens(r, 2048, 10, false); out != 1000 {
-		t.Errorf("without overcommit: %d, want max_tokens", out)
-	}
-}
 
 func TestRankFreeCapacityAndAffinity(t *testing.T) {
 	views := []engineView{
@@ -190,10 +146,10 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		for k, c := range r.media {
 			if c < 0 || (c > 0 && !chat) {
-				t.Fatalf("%d %s items in a %v request: %q", c, mediaNames[k], map[bool]string{true: "chat", false: "completions"}[chat], body)
+				t.Fatalf("%d %s items in a %v request: %q", c, estimate.KindNames[k], map[bool]string{true: "chat", false: "completions"}[chat], body)
 			}
 		}
-		kv, slots, _ := newEstimator(2, 0.95, fleet.DefaultMediaTokens).demand(r, 2048, false)
+		kv, slots, _ := estimate.NewEstimator(2, 0.95, fleet.DefaultMediaTokens).Demand(r.prompt(), 2048, false)
 		if kv < 1 || kv > 2048*16 || slots != r.n {
 			t.Fatalf("demand kv %d slots %d for %+v", kv, slots, r)
 		}

@@ -1,4 +1,4 @@
-package route
+package estimate
 
 // Context lengths. A pool's context length (max_model_len: the most prompt
 // + output tokens of one sequence) bounds a request's max_tokens, and is
@@ -17,13 +17,13 @@ package route
 //	          never undershoots what the granted engine may hold.
 //
 // In a pool whose engines differ, a request is also matched to engines by
-// its prompt plus max_tokens (ctxLen.fit): engines too small are not
+// its prompt plus max_tokens (Bounds.Fit): engines too small are not
 // offered when the prompt is counted exactly, and offered last when it is
 // estimated. In the usual pool of identical engines both bounds are the
 // engines' value. While
 // no engine has answered, or if none ever does, both are --max-model-len
 // (logged once per pool). Engines that have not answered are asked again on
-// every round of the fleet applier (ledger admission, apply.go), which asks
+// every round of the fleet applier (ledger admission), which asks
 // before it configures the pool, so a pool is ready only once its engines
 // have been asked; local admission asks once, at start. Engines that have
 // answered are asked again every contextRecheck: an engine redeployed with
@@ -43,6 +43,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -55,31 +57,32 @@ const maxInfoBody = 1 << 20
 // asked again.
 const contextRecheck = time.Minute
 
-// ctxLen is one pool's context-length bounds, in tokens.
-type ctxLen struct {
-	limit, reserve int64
-	// reported is how many of the pool's engines answered (0: the
+// Bounds is one pool's context-length bounds, in tokens.
+type Bounds struct {
+	// Limit bounds max_tokens; Reserve is the most one sequence reserves.
+	Limit, Reserve int64
+	// Reported is how many of the pool's engines answered (0: the
 	// fallback, or the fleet file's value).
-	reported int
-	// engines is each engine's context (--max-model-len for one that has
+	Reported int
+	// Engines is each engine's context (--max-model-len for one that has
 	// not answered) when they differ; nil in a pool of equal engines.
-	engines map[ledger.EngineID]int64
+	Engines map[ledger.EngineID]int64
 }
 
-// fit orders cands for a request that needs need tokens of context (its
+// Fit orders cands for a request that needs need tokens of context (its
 // prompt plus max_tokens) on one engine. With an exact prompt count an
 // engine too small for it is dropped: it could only refuse the request.
 // With an estimated one (which errs high) such engines go last, in their
 // order, and stay candidates. In a pool of equal engines, or when every
 // candidate would be dropped, cands is returned as is.
-func (l ctxLen) fit(cands []ledger.EngineID, need int64, exact bool) []ledger.EngineID {
-	if l.engines == nil || need <= 0 {
+func (l Bounds) Fit(cands []ledger.EngineID, need int64, exact bool) []ledger.EngineID {
+	if l.Engines == nil || need <= 0 {
 		return cands
 	}
 	fits := make([]ledger.EngineID, 0, len(cands))
 	var small []ledger.EngineID
 	for _, id := range cands {
-		if n, ok := l.engines[id]; ok && n < need {
+		if n, ok := l.Engines[id]; ok && n < need {
 			small = append(small, id)
 			continue
 		}
@@ -94,18 +97,29 @@ func (l ctxLen) fit(cands []ledger.EngineID, need int64, exact bool) []ledger.En
 	return append(fits, small...)
 }
 
-// contextLens owns every pool's ctxLen. get is lock-free; discover may run
+// ContextConfig is what ContextLens needs.
+type ContextConfig struct {
+	Fleet    *fleet.Fleet  // required
+	Fallback int64         // --max-model-len: a pool's bounds until an engine answers
+	Client   *http.Client  // required
+	Timeout  time.Duration // bounds one engine's answer
+	Log      *slog.Logger  // required
+	Clock    clockwork.Clock
+}
+
+// ContextLens owns every pool's Bounds. Get is lock-free; Discover may run
 // beside it.
-type contextLens struct {
+type ContextLens struct {
 	fleet    *fleet.Fleet
 	fallback int64 // --max-model-len
 	client   *http.Client
 	timeout  time.Duration // one engine's answer
 	log      *slog.Logger
+	clock    clockwork.Clock // when an answer was had
 
 	// cur is each fleet pool's bounds: the map is built once, the values
 	// replaced whole.
-	cur map[ledger.PoolID]*atomic.Pointer[ctxLen]
+	cur map[ledger.PoolID]*atomic.Pointer[Bounds]
 
 	// recheck is contextRecheck (shorter in tests).
 	recheck time.Duration
@@ -117,44 +131,51 @@ type contextLens struct {
 	warned   map[ledger.PoolID]bool            // the fallback was logged
 }
 
-func newContextLens(f *fleet.Fleet, fallback int64, client *http.Client, timeout time.Duration, log *slog.Logger) *contextLens {
-	c := &contextLens{fleet: f, fallback: fallback, client: client, timeout: timeout, log: log, recheck: contextRecheck,
-		cur: map[ledger.PoolID]*atomic.Pointer[ctxLen]{}, reported: map[telemetry.EngineKey]int64{},
+// NewContextLens returns every pool of cfg.Fleet at its fleet file's
+// max_model_len, else at cfg.Fallback until Discover hears from its
+// engines. A nil cfg.Clock is the real clock.
+func NewContextLens(cfg ContextConfig) *ContextLens {
+	f, fallback := cfg.Fleet, cfg.Fallback
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	c := &ContextLens{fleet: f, fallback: fallback, client: cfg.Client, timeout: cfg.Timeout, log: cfg.Log, clock: cfg.Clock, recheck: contextRecheck,
+		cur: map[ledger.PoolID]*atomic.Pointer[Bounds]{}, reported: map[telemetry.EngineKey]int64{},
 		askedAt: map[telemetry.EngineKey]time.Time{}, warned: map[ledger.PoolID]bool{}}
 	for _, p := range f.Pools {
-		v := ctxLen{limit: fallback, reserve: fallback}
+		v := Bounds{Limit: fallback, Reserve: fallback}
 		if p.MaxModelLen > 0 {
-			v = ctxLen{limit: p.MaxModelLen, reserve: p.MaxModelLen}
+			v = Bounds{Limit: p.MaxModelLen, Reserve: p.MaxModelLen}
 		}
-		c.cur[p.Name] = &atomic.Pointer[ctxLen]{}
+		c.cur[p.Name] = &atomic.Pointer[Bounds]{}
 		c.cur[p.Name].Store(&v)
 	}
 	return c
 }
 
-// get returns pool's bounds; a pool not in the fleet file gets the
+// Get returns pool's bounds; a pool not in the fleet file gets the
 // fallback.
-func (c *contextLens) get(pool ledger.PoolID) ctxLen {
+func (c *ContextLens) Get(pool ledger.PoolID) Bounds {
 	if v := c.cur[pool]; v != nil {
 		return *v.Load()
 	}
-	return ctxLen{limit: c.fallback, reserve: c.fallback}
+	return Bounds{Limit: c.fallback, Reserve: c.fallback}
 }
 
-// limit is pool's bound on max_tokens.
-func (c *contextLens) limit(pool ledger.PoolID) int64 { return c.get(pool).limit }
+// Limit is pool's bound on max_tokens.
+func (c *ContextLens) Limit(pool ledger.PoolID) int64 { return c.Get(pool).Limit }
 
-// discoverAll runs discover for every pool.
-func (c *contextLens) discoverAll(ctx context.Context) {
+// DiscoverAll runs Discover for every pool.
+func (c *ContextLens) DiscoverAll(ctx context.Context) {
 	for _, p := range c.fleet.Pools {
-		c.discover(ctx, p.Name)
+		c.Discover(ctx, p.Name)
 	}
 }
 
-// discover asks pool's engines that have not answered yet, or not within
+// Discover asks pool's engines that have not answered yet, or not within
 // recheck, for their context length and updates the pool's bounds. A pool
 // whose fleet entry gives max_model_len is left alone.
-func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
+func (c *ContextLens) Discover(ctx context.Context, pool ledger.PoolID) {
 	p, ok := c.fleet.Pool(pool)
 	if !ok || p.MaxModelLen > 0 {
 		return
@@ -164,7 +185,7 @@ func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 		key := telemetry.EngineKey{Pool: pool, Engine: e.ID}
 		c.mu.Lock()
 		_, known := c.reported[key]
-		fresh := known && time.Since(c.askedAt[key]) < c.recheck
+		fresh := known && c.clock.Since(c.askedAt[key]) < c.recheck
 		c.mu.Unlock()
 		if fresh {
 			continue
@@ -174,7 +195,7 @@ func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 			if known {
 				c.log.Debug("engine did not confirm its context length; keeping the last answer", "pool", pool, "engine", e.ID, "err", err)
 				c.mu.Lock()
-				c.askedAt[key] = time.Now() // not again before recheck
+				c.askedAt[key] = c.clock.Now() // not again before recheck
 				c.mu.Unlock()
 			} else {
 				errs = append(errs, err.Error())
@@ -186,7 +207,7 @@ func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 			c.log.Info("engine's context length changed", "pool", pool, "engine", e.ID, "from", prev, "to", n)
 		}
 		c.reported[key] = n
-		c.askedAt[key] = time.Now()
+		c.askedAt[key] = c.clock.Now()
 		c.mu.Unlock()
 	}
 	c.update(p, errs)
@@ -194,7 +215,7 @@ func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) {
 
 // update recomputes p's bounds from the answers had, logging a change, or
 // the fallback once.
-func (c *contextLens) update(p fleet.Pool, errs []string) {
+func (c *ContextLens) update(p fleet.Pool, errs []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var lo, hi int64
@@ -214,29 +235,29 @@ func (c *contextLens) update(p fleet.Pool, errs []string) {
 		hi = max(hi, v)
 		n++
 	}
-	next := ctxLen{limit: c.fallback, reserve: c.fallback}
+	next := Bounds{Limit: c.fallback, Reserve: c.fallback}
 	if n > 0 {
-		next = ctxLen{limit: lo, reserve: hi, reported: n}
+		next = Bounds{Limit: lo, Reserve: hi, Reported: n}
 		if missing {
-			next.reserve = max(hi, c.fallback)
+			next.Reserve = max(hi, c.fallback)
 		}
 		smallest := lo
 		if missing {
 			smallest = min(lo, c.fallback)
 		}
-		if smallest != next.reserve {
-			next.engines = per
+		if smallest != next.Reserve {
+			next.Engines = per
 		}
 	}
 	prev := c.cur[p.Name].Swap(&next)
 	switch {
-	case next.reported == 0 && !c.warned[p.Name]:
+	case next.Reported == 0 && !c.warned[p.Name]:
 		c.warned[p.Name] = true
 		c.log.Warn("no engine of the pool reported its context length; using --max-model-len until one does",
 			"pool", p.Name, "max_model_len", c.fallback, "errors", strings.Join(errs, "; "))
-	case next.reported > 0 && (prev.limit != next.limit || prev.reserve != next.reserve || prev.reported != next.reported):
-		c.log.Info("pool context length from its engines", "pool", p.Name, "max_model_len", next.limit,
-			"reserve_per_sequence", next.reserve, "engines_reported", next.reported, "engines", len(p.Engines))
+	case next.Reported > 0 && (prev.Limit != next.Limit || prev.Reserve != next.Reserve || prev.Reported != next.Reported):
+		c.log.Info("pool context length from its engines", "pool", p.Name, "max_model_len", next.Limit,
+			"reserve_per_sequence", next.Reserve, "engines_reported", next.Reported, "engines", len(p.Engines))
 		if len(errs) > 0 {
 			c.log.Debug("engines that did not report their context length (asked again next round)", "pool", p.Name, "errors", strings.Join(errs, "; "))
 		}
@@ -246,7 +267,7 @@ func (c *contextLens) update(p fleet.Pool, errs []string) {
 // ask reads engine e's context length: GET /info max_total_tokens for TGI,
 // else GET /v1/models max_model_len of the entry naming the pool (else the
 // largest listed).
-func (c *contextLens) ask(ctx context.Context, pool ledger.PoolID, e fleet.Engine) (int64, error) {
+func (c *ContextLens) ask(ctx context.Context, pool ledger.PoolID, e fleet.Engine) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	url := strings.TrimRight(e.URL, "/") + "/v1/models"

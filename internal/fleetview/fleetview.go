@@ -1,4 +1,4 @@
-package route
+package fleetview
 
 // The fleet view (ledger admission). A router's own lease table shows only
 // what this router holds; the fleet view polls the ledger's per-engine
@@ -40,15 +40,29 @@ type poolTotals struct {
 	slots   int64
 }
 
-// fleetView polls the ledger's reserved totals per pool.
-type fleetView struct {
+// Config is what a View polls and whom it tells.
+type Config struct {
+	Ledger ledger.Ledger   // required
+	Pools  []ledger.PoolID // the pools polled
+	Every  time.Duration   // --view-interval, > 0
+	Clock  clockwork.Clock // required
+	Log    *slog.Logger    // required
+	// OnFreed is called from the poll loop when a pool's reserved KV or
+	// slots went down since the previous poll.
+	OnFreed func(ledger.PoolID)
+	// Counted, when set, counts each poll's result: ok, freed or error.
+	Counted func(pool ledger.PoolID, result string)
+}
+
+// View polls the ledger's reserved totals per pool. Start runs it; Stop
+// stops it and waits.
+type View struct {
 	l       ledger.Ledger
 	pools   []ledger.PoolID
 	every   time.Duration
 	clock   clockwork.Clock
 	log     *slog.Logger
 	onFreed func(ledger.PoolID) // called from the poll loop
-	// counted, when set, counts each poll's result: ok, freed or error.
 	counted func(pool ledger.PoolID, result string)
 
 	mu   sync.Mutex
@@ -59,19 +73,22 @@ type fleetView struct {
 	doneC    chan struct{}
 }
 
-func newFleetView(l ledger.Ledger, pools []ledger.PoolID, every time.Duration, clock clockwork.Clock, log *slog.Logger, onFreed func(ledger.PoolID)) *fleetView {
-	return &fleetView{l: l, pools: pools, every: every, clock: clock, log: log, onFreed: onFreed,
+// New returns a View of cfg; it polls once started.
+func New(cfg Config) *View {
+	return &View{l: cfg.Ledger, pools: cfg.Pools, every: cfg.Every, clock: cfg.Clock, log: cfg.Log, onFreed: cfg.OnFreed, counted: cfg.Counted,
 		last: map[ledger.PoolID]poolTotals{}, stopC: make(chan struct{}), doneC: make(chan struct{})}
 }
 
-func (v *fleetView) start() { go v.loop() }
+// Start starts the poll loop.
+func (v *View) Start() { go v.loop() }
 
-func (v *fleetView) stop() {
+// Stop stops the poll loop and waits for it; safe to call more than once.
+func (v *View) Stop() {
 	v.stopOnce.Do(func() { close(v.stopC) })
 	<-v.doneC
 }
 
-func (v *fleetView) loop() {
+func (v *View) loop() {
 	defer close(v.doneC)
 	t := v.clock.NewTicker(v.every)
 	defer t.Stop()
@@ -88,7 +105,7 @@ func (v *fleetView) loop() {
 }
 
 // poll reads pool's totals and wakes a waiter if they went down.
-func (v *fleetView) poll(pool ledger.PoolID) {
+func (v *View) poll(pool ledger.PoolID) {
 	ctx, cancel := context.WithTimeout(context.Background(), v.every)
 	defer cancel()
 	st, err := v.l.Stats(ctx, pool)
@@ -110,7 +127,7 @@ func (v *fleetView) poll(pool ledger.PoolID) {
 	v.count(pool, "ok")
 }
 
-func (v *fleetView) count(pool ledger.PoolID, result string) {
+func (v *View) count(pool ledger.PoolID, result string) {
 	if v.counted != nil {
 		v.counted(pool, result)
 	}
@@ -130,9 +147,9 @@ func totals(st ledger.PoolStats, at time.Time) poolTotals {
 	return t
 }
 
-// engines returns pool's per-engine totals from a poll no older than four
+// Engines returns pool's per-engine totals from a poll no older than four
 // intervals; nil when there is none.
-func (v *fleetView) engines(pool ledger.PoolID) map[ledger.EngineID]lease.Reserved {
+func (v *View) Engines(pool ledger.PoolID) map[ledger.EngineID]lease.Reserved {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	t, ok := v.last[pool]

@@ -1,5 +1,5 @@
-package route
-
+// Package waitq is the router's per-pool wait queue.
+//
 // The wait queue. A request refused for capacity (and, with QueueQuota,
 // for quota) waits in its pool's bounded queue instead of failing at once:
 // it retries when this router releases a lease in the pool (one waiter is
@@ -7,43 +7,45 @@ package route
 // the wake-up on, since one release may make room for several) or after
 // the ledger's retry hint, jittered, whichever comes first, until
 // QueueTimeout. Releases by other routers are heard through the fleet view
-// (fleetview.go): a poll that finds the pool's reserved totals lower wakes
+// (internal/fleetview): a poll that finds the pool's reserved totals lower wakes
 // a waiter the same way. A full queue rejects at once. Newcomers try the ledger before
 // queueing, so the queue is not strictly FIFO.
+package waitq
 
 import (
 	"container/list"
 	"sync"
 )
 
-// waitQueue is one pool's queue. Safe for concurrent use.
-type waitQueue struct {
-	depth int
+// Queue is one pool's queue. Safe for concurrent use.
+type Queue struct {
+	// Depth is the most waiters (--queue-depth); a full queue admits none.
+	Depth int
 
 	// mu guards waiters.
 	mu      sync.Mutex
 	waiters list.List // of chan struct{} (cap 1), oldest first
 }
 
-// enter adds a waiter; nil when the queue is full.
-func (q *waitQueue) enter() *list.Element {
+// Enter adds a waiter; nil when the queue is full.
+func (q *Queue) Enter() *list.Element {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.waiters.Len() >= q.depth {
+	if q.waiters.Len() >= q.Depth {
 		return nil
 	}
 	return q.waiters.PushBack(make(chan struct{}, 1))
 }
 
-// leave removes a waiter.
-func (q *waitQueue) leave(e *list.Element) {
+// Leave removes a waiter.
+func (q *Queue) Leave(e *list.Element) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.waiters.Remove(e)
 }
 
-// notify wakes the oldest waiter not already woken.
-func (q *waitQueue) notify() {
+// Notify wakes the oldest waiter not already woken.
+func (q *Queue) Notify() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for e := q.waiters.Front(); e != nil; e = e.Next() {
@@ -55,8 +57,8 @@ func (q *waitQueue) notify() {
 	}
 }
 
-// len is the number of waiters.
-func (q *waitQueue) len() int {
+// Len is the number of waiters.
+func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.waiters.Len()

@@ -1,4 +1,4 @@
-package route
+package estimate
 
 // KV estimation. A request reserves, per sequence, its prompt tokens plus
 // its output reservation, times n sequences, and n slots:
@@ -7,7 +7,7 @@ package route
 //	slots = n
 //
 // MaxModelLen is the pool's context length, the largest of its engines'
-// (ctxLen.reserve, contextlen.go): no engine holds more for one sequence.
+// (Bounds.Reserve, contextlen.go): no engine holds more for one sequence.
 //
 // prompt is exact for token-id prompts, and with --prompt-tokens=tokenize
 // once an engine counted it (tokenize.go). Otherwise it is estimated
@@ -53,11 +53,28 @@ const (
 	completionFloor   = 16
 )
 
-// estimator is one pool's calibration. Safe for concurrent use.
-type estimator struct {
+// Prompt is what a request tells the estimator: its prompt, as counted or
+// weighed, and what it asks for.
+type Prompt struct {
+	// Tokens is the exact prompt count (token ids, or counted by an
+	// engine's /tokenize); 0 when unknown.
+	Tokens int64
+	// Bytes is the prompt's text bytes; Messages counts chat messages (0
+	// for completions).
+	Bytes, Messages int64
+	// Media counts the chat content's images, audio clips and videos.
+	Media Counts
+	// MaxTokens is the explicit output limit per sequence; 0 for none.
+	MaxTokens int64
+	// N is the number of sequences, at least 1.
+	N int64
+}
+
+// Estimator is one pool's calibration. Safe for concurrent use.
+type Estimator struct {
 	margin   float64
 	quantile float64
-	media    *media
+	media    *Media
 
 	// mu guards everything below.
 	mu     sync.Mutex
@@ -70,9 +87,14 @@ type estimator struct {
 	qAdds  int
 }
 
-func newEstimator(margin, quantile float64, m fleet.MediaTokens) *estimator {
-	return &estimator{margin: margin, quantile: quantile, media: newMedia(m), mean: ratioInitial}
+// NewEstimator returns a pool's estimator: margin is --prompt-margin,
+// quantile --overcommit-quantile, m the pool's media_tokens.
+func NewEstimator(margin, quantile float64, m fleet.MediaTokens) *Estimator {
+	return &Estimator{margin: margin, quantile: quantile, media: NewMedia(m), mean: ratioInitial}
 }
+
+// Media is the pool's reservation per media item.
+func (e *Estimator) Media() *Media { return e.media }
 
 // rawPrompt is the uncalibrated token estimate of a text prompt.
 func rawPrompt(bytes, messages int64) float64 {
@@ -83,80 +105,82 @@ func rawPrompt(bytes, messages int64) float64 {
 	return max(raw, 1)
 }
 
-// promptTokens estimates r's prompt tokens: its text (exact, or
+// PromptTokens estimates p's prompt tokens: its text (exact, or
 // estimated) and its media (media.go).
-func (e *estimator) promptTokens(r *request) int64 {
-	text := r.promptTokens
+func (e *Estimator) PromptTokens(p Prompt) int64 {
+	text := p.Tokens
 	if text <= 0 {
-		text = int64(math.Ceil(rawPrompt(r.promptBytes, r.promptMessages) * e.ratio()))
+		text = int64(math.Ceil(rawPrompt(p.Bytes, p.Messages) * e.Ratio()))
 	}
-	return text + e.media.tokens(r.media)
+	return text + e.media.tokens(p.Media)
 }
 
-func (e *estimator) ratio() float64 {
+// Ratio is the text ratio the estimate uses: the calibrated mean plus the
+// margin times its deviation, bounded.
+func (e *Estimator) Ratio() float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return min(max(e.mean+e.margin*e.dev, ratioMin), ratioMax)
 }
 
-// textTokens is r's text prompt as best known: exact, or the calibrated
+// TextTokens is p's text prompt as best known: exact, or the calibrated
 // mean without the margin.
-func (e *estimator) textTokens(r *request) int64 {
-	if r.promptTokens > 0 {
-		return r.promptTokens
+func (e *Estimator) TextTokens(p Prompt) int64 {
+	if p.Tokens > 0 {
+		return p.Tokens
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return int64(math.Round(rawPrompt(r.promptBytes, r.promptMessages) * e.mean))
+	return int64(math.Round(rawPrompt(p.Bytes, p.Messages) * e.mean))
 }
 
-// observeTokenized calibrates with an engine's /tokenize count of r's
+// ObserveTokenized calibrates with an engine's /tokenize count of p's
 // prompt, which counts text (and one placeholder per media item).
-func (e *estimator) observeTokenized(r *request, n int64) {
-	if r.promptTokens <= 0 {
-		e.calibrate(r, n)
+func (e *Estimator) ObserveTokenized(p Prompt, n int64) {
+	if p.Tokens <= 0 {
+		e.calibrate(p, n)
 	}
 }
 
-// observeUsage learns from the prompt tokens an engine reported for r:
+// ObserveUsage learns from the prompt tokens an engine reported for p:
 // the media per item, and the text ratio unless the text's share is a
 // guess or was counted exactly.
-func (e *estimator) observeUsage(r *request, actual int64, details *promptDetails) {
+func (e *Estimator) ObserveUsage(p Prompt, actual int64, details *PromptDetails) {
 	if actual <= 0 {
 		return
 	}
 	text := actual
-	if r.media.any() {
+	if p.Media.Any() {
 		tokens, known := details.media()
-		unknown := mediaKinds
-		for k, items := range r.media {
+		unknown := Kinds
+		for k, items := range p.Media {
 			switch {
 			case items == 0:
 			case known[k]:
-				e.media.observe(mediaKind(k), ceilDiv(tokens[k], items))
+				e.media.observe(Kind(k), ceilDiv(tokens[k], items))
 				text -= tokens[k]
-			case unknown == mediaKinds:
-				unknown = mediaKind(k)
+			case unknown == Kinds:
+				unknown = Kind(k)
 			default:
 				return // two kinds unreported: no way to split them
 			}
 		}
-		if unknown < mediaKinds {
-			e.media.observe(unknown, ceilDiv(text-e.textTokens(r), r.media[unknown]))
+		if unknown < Kinds {
+			e.media.observe(unknown, ceilDiv(text-e.TextTokens(p), p.Media[unknown]))
 			return
 		}
 	}
-	if r.promptTokens <= 0 {
-		e.calibrate(r, text)
+	if p.Tokens <= 0 {
+		e.calibrate(p, text)
 	}
 }
 
-// calibrate updates the text ratio with actual tokens for r's text.
-func (e *estimator) calibrate(r *request, actual int64) {
+// calibrate updates the text ratio with actual tokens for p's text.
+func (e *Estimator) calibrate(p Prompt, actual int64) {
 	if actual <= 0 {
 		return
 	}
-	x := min(max(float64(actual)/rawPrompt(r.promptBytes, r.promptMessages), ratioMin), ratioMax)
+	x := min(max(float64(actual)/rawPrompt(p.Bytes, p.Messages), ratioMin), ratioMax)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.seen == 0 {
@@ -170,9 +194,9 @@ func (e *estimator) calibrate(r *request, actual int64) {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// observeCompletion records completion tokens per sequence, for
+// ObserveCompletion records completion tokens per sequence, for
 // --overcommit.
-func (e *estimator) observeCompletion(perSeq int64) {
+func (e *Estimator) ObserveCompletion(perSeq int64) {
 	if perSeq < 0 {
 		return
 	}
@@ -192,11 +216,11 @@ func (e *estimator) observeCompletion(perSeq int64) {
 	}
 }
 
-// outputTokens is the output reservation per sequence: maxTokens (0 means
+// OutputTokens is the output reservation per sequence: maxTokens (0 means
 // the rest of the context), or with overcommit the learned quantile capped
 // by it.
-func (e *estimator) outputTokens(r *request, maxModelLen, prompt int64, overcommit bool) int64 {
-	out := r.maxTokens
+func (e *Estimator) OutputTokens(p Prompt, maxModelLen, prompt int64, overcommit bool) int64 {
+	out := p.MaxTokens
 	if out == 0 {
 		out = max(maxModelLen-prompt, 1)
 	}
@@ -211,10 +235,10 @@ func (e *estimator) outputTokens(r *request, maxModelLen, prompt int64, overcomm
 	return min(out, max(e.qCache, completionFloor))
 }
 
-// demand returns the KV tokens and slots to lease for r.
-func (e *estimator) demand(r *request, maxModelLen int64, overcommit bool) (kv, slots, prompt int64) {
-	prompt = e.promptTokens(r)
-	out := e.outputTokens(r, maxModelLen, prompt, overcommit)
+// Demand returns the KV tokens and slots to lease for p.
+func (e *Estimator) Demand(p Prompt, maxModelLen int64, overcommit bool) (kv, slots, prompt int64) {
+	prompt = e.PromptTokens(p)
+	out := e.OutputTokens(p, maxModelLen, prompt, overcommit)
 	perSeq := min(prompt+out, maxModelLen)
-	return perSeq * r.n, r.n, prompt
+	return perSeq * p.N, p.N, prompt
 }

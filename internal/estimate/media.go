@@ -1,4 +1,4 @@
-package route
+package estimate
 
 // Media. A chat request's images, audio clips and videos (content parts)
 // take prompt tokens at the engine that no text estimate sees, and that
@@ -8,7 +8,7 @@ package route
 // (estimated, or counted by /tokenize) plus, per item, the pool's
 // media_tokens for its kind (fleet file; fleet.DefaultMediaTokens). That
 // is a floor: when an engine reports more per item, the router reserves
-// the most it saw over the last mediaWindow items of that kind. An engine
+// the most it saw over the last MediaWindow items of that kind. An engine
 // that reports usage.prompt_tokens_details.{image,audio,video}_tokens
 // (vLLM with --enable-prompt-tokens-details, SGLang) says exactly; without
 // them, the tokens a request's text did not take are put on its one media
@@ -23,90 +23,88 @@ import (
 	"github.com/leasehold/leasehold/internal/fleet"
 )
 
-// mediaKind indexes the kinds of media a chat request may carry.
-type mediaKind int
+// Kind indexes the kinds of media a chat request may carry.
+type Kind int
 
+// The kinds, in the order of Counts.
 const (
-	mediaImage mediaKind = iota
-	mediaAudio
-	mediaVideo
-	// mediaKinds counts the kinds; as a content part's kind it means text.
-	mediaKinds
+	Image Kind = iota
+	Audio
+	Video
+	// Kinds counts the kinds; as a content part's kind it means text.
+	Kinds
 )
 
-var mediaNames = [mediaKinds]string{"image", "audio", "video"}
+// KindNames are the kinds as metrics, fleet files and errors name them.
+var KindNames = [Kinds]string{"image", "audio", "video"}
 
-// mediaWindow is how many recent per-item reports of a kind the
+// MediaWindow is how many recent per-item reports of a kind the
 // reservation keeps the largest of.
-const mediaWindow = 256
+const MediaWindow = 256
 
-// mediaCounts is a number per media kind: items, or tokens.
-type mediaCounts [mediaKinds]int64
+// Counts is a number per media kind: items, or tokens.
+type Counts [Kinds]int64
 
-func (c mediaCounts) any() bool { return c != mediaCounts{} }
+// Any reports whether c counts anything.
+func (c Counts) Any() bool { return c != Counts{} }
 
-// media is one pool's reservation per media item. Safe for concurrent
+// Media is one pool's reservation per media item. Safe for concurrent
 // use.
-type media struct {
-	floor mediaCounts // the fleet file's media_tokens
+type Media struct {
+	floor Counts // the fleet file's media_tokens
 
 	mu   sync.Mutex
-	seen [mediaKinds][]int64 // the last mediaWindow per-item reports
-	next [mediaKinds]int
-	high mediaCounts // the largest of seen
+	seen [Kinds][]int64 // the last MediaWindow per-item reports
+	next [Kinds]int
+	high Counts // the largest of seen
 }
 
-func newMedia(m fleet.MediaTokens) *media {
-	return &media{floor: mediaCounts{m.Image, m.Audio, m.Video}}
+// NewMedia returns the reservation per item for a pool with media_tokens m.
+func NewMedia(m fleet.MediaTokens) *Media {
+	return &Media{floor: Counts{m.Image, m.Audio, m.Video}}
 }
 
-// perItem is what one item of kind k is reserved at.
-func (m *media) perItem(k mediaKind) int64 {
+// PerItem is what one item of kind k is reserved at.
+func (m *Media) PerItem(k Kind) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return max(m.floor[k], m.high[k])
 }
 
 // tokens is what items take in all.
-func (m *media) tokens(items mediaCounts) int64 {
+func (m *Media) tokens(items Counts) int64 {
 	var n int64
 	for k, c := range items {
 		if c > 0 {
-			n += c * m.perItem(mediaKind(k))
+			n += c * m.PerItem(Kind(k))
 		}
 	}
 	return n
 }
 
-// check refuses items of a kind the pool's model takes none of.
-func (m *media) check(pool string, items mediaCounts) error {
-	for k, c := range items {
-		if c > 0 && m.floor[k] == 0 {
-			return badf("messages", "model %q takes no %s input (its pool's media_tokens.%s is 0)", pool, mediaNames[k], mediaNames[k])
-		}
-	}
-	return nil
-}
+// Floor is the fleet file's media_tokens for kind k: 0 means the pool's
+// model takes none, and a request carrying one is refused.
+func (m *Media) Floor(k Kind) int64 { return m.floor[k] }
 
 // observe records that one item of kind k took perItem tokens.
-func (m *media) observe(k mediaKind, perItem int64) {
+func (m *Media) observe(k Kind, perItem int64) {
 	if perItem <= 0 {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.seen[k]) < mediaWindow {
+	if len(m.seen[k]) < MediaWindow {
 		m.seen[k] = append(m.seen[k], perItem)
 	} else {
 		m.seen[k][m.next[k]] = perItem
-		m.next[k] = (m.next[k] + 1) % mediaWindow
+		m.next[k] = (m.next[k] + 1) % MediaWindow
 	}
 	m.high[k] = slices.Max(m.seen[k])
 }
 
-// promptDetails is usage.prompt_tokens_details, as far as the router reads
+// PromptDetails is usage.prompt_tokens_details, as far as the router reads
 // it.
-type promptDetails struct {
+type PromptDetails struct {
 	ImageTokens *int64 `json:"image_tokens"`
 	AudioTokens *int64 `json:"audio_tokens"`
 	VideoTokens *int64 `json:"video_tokens"`
@@ -114,11 +112,11 @@ type promptDetails struct {
 
 // media returns the tokens the engine reports per kind, and which kinds it
 // reported.
-func (d *promptDetails) media() (tokens mediaCounts, known [mediaKinds]bool) {
+func (d *PromptDetails) media() (tokens Counts, known [Kinds]bool) {
 	if d == nil {
 		return tokens, known
 	}
-	for k, v := range [mediaKinds]*int64{d.ImageTokens, d.AudioTokens, d.VideoTokens} {
+	for k, v := range [Kinds]*int64{d.ImageTokens, d.AudioTokens, d.VideoTokens} {
 		if v != nil {
 			tokens[k], known[k] = *v, true
 		}
