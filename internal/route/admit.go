@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
@@ -57,12 +59,50 @@ func capacities(specs []ledger.PoolSpec) map[ledger.PoolID][]engineView {
 // candidates are the engines the applier has configured in the ledger.
 type ledgerAdmitter struct {
 	m  *lease.Manager
-	ap *applier
+	ap *fleetapply.Applier
 	fv *fleetView // nil when --view-interval is 0
+	// sessions is m once it exists (the applier's Reconfigure hook may
+	// run before), the source of each pool's epoch.
+	sessions atomic.Pointer[lease.Manager]
+	// cands is each applied pool's candidates with their configured
+	// capacity; replaced whole (copy on write), read lock-free.
+	cands atomic.Pointer[map[ledger.PoolID][]engineView]
+}
+
+// candidates returns pool's candidate engines (nil while not applied):
+// exactly the engines of the spec last applied. The slice is shared: copy
+// before changing it.
+func (a *ledgerAdmitter) candidates(pool ledger.PoolID) []engineView {
+	if c := a.cands.Load(); c != nil {
+		return (*c)[pool]
+	}
+	return nil
+}
+
+// publish installs the candidates of the applied specs (fleetapply
+// Config.Publish).
+func (a *ledgerAdmitter) publish(specs []ledger.PoolSpec) {
+	c := capacities(specs)
+	a.cands.Store(&c)
+}
+
+// sessionEpoch is pool's epoch as its holder session last saw it, or
+// NoEpoch (fleetapply Config.Epoch).
+func (a *ledgerAdmitter) sessionEpoch(pool ledger.PoolID) ledger.Epoch {
+	m := a.sessions.Load()
+	if m == nil {
+		return ledger.NoEpoch
+	}
+	for _, p := range m.Stats().Pools {
+		if p.Pool == pool {
+			return p.Epoch
+		}
+	}
+	return ledger.NoEpoch
 }
 
 func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
-	cands := a.ap.candidates(pool)
+	cands := a.candidates(pool)
 	if len(cands) == 0 {
 		return nil
 	}
@@ -85,7 +125,7 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 	}
 	t, err := a.m.Admit(ctx, req)
 	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
-		a.ap.reapply() // the ledger's configuration changed under the router
+		a.ap.Reapply() // the ledger's configuration changed under the router
 	}
 	if err != nil {
 		return nil, err
@@ -95,10 +135,10 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 
 // ready: every pool configured by the applier and its session confirmed.
 func (a *ledgerAdmitter) ready() bool {
-	if !a.ap.configured() {
+	if !a.ap.Configured() {
 		return false
 	}
-	for _, p := range a.ap.fleet.Pools {
+	for _, p := range a.ap.Fleet().Pools {
 		if !a.m.Confirmed(p.Name) {
 			return false
 		}
@@ -114,7 +154,7 @@ func (a *ledgerAdmitter) close(ctx context.Context) error {
 	if a.fv != nil {
 		a.fv.stop()
 	}
-	a.ap.stop()
+	a.ap.Stop()
 	return a.m.Close(ctx)
 }
 
