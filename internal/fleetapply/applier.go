@@ -44,7 +44,7 @@ type Config struct {
 	// start of each pool's round with the capacities known so far, it
 	// returns newly discovered ones (it may ask engines, and do other
 	// per-round work). A pushed source calls Learn instead.
-	Discover func(ctx context.Context, pool ledger.PoolID, known map[telemetry.EngineKey]int64) map[telemetry.EngineKey]int64
+	Discover DiscoverFunc
 	// MayNotConfigure reports whether a Configure error means this
 	// principal may not configure the ledger, so pools are adopted. Nil:
 	// never (every Configure error is an error).
@@ -68,6 +68,10 @@ type Config struct {
 	Recheck, BackoffMin, BackoffMax, ReadyTimeout time.Duration
 	Clock                                         clockwork.Clock
 }
+
+// DiscoverFunc is a pulled discovery source: given the fleet, a pool and
+// the capacities known so far, it returns newly discovered ones.
+type DiscoverFunc func(ctx context.Context, fl *fleet.Fleet, pool ledger.PoolID, known map[telemetry.EngineKey]int64) map[telemetry.EngineKey]int64
 
 type appliedPool struct {
 	spec  ledger.PoolSpec
@@ -418,9 +422,9 @@ func (a *Applier) discover(ctx context.Context, pool ledger.PoolID) {
 		return
 	}
 	a.mu.Lock()
-	known := maps.Clone(a.discovered)
+	fl, known := a.fleet, maps.Clone(a.discovered)
 	a.mu.Unlock()
-	a.Learn(a.cfg.Discover(ctx, pool, known))
+	a.Learn(a.cfg.Discover(ctx, fl, pool, known))
 }
 
 func (a *Applier) count(pool ledger.PoolID, result string) {

@@ -72,3 +72,8 @@ func (a *Applier) loop() {
 		}
 	}
 }
+
+// Kicked receives after Kick or Reapply, for a caller that schedules
+// rounds itself (calls ApplyAll) instead of Start. Reapply's force applies
+// only to the loop of Start.
+func (a *Applier) Kicked() <-chan struct{} { return a.kickC }
