@@ -3,8 +3,8 @@ package fleetapply_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,7 +128,7 @@ func newApplier(t *testing.T, l *swapLedger, mod func(*fleetapply.Config)) *appl
 func engines(spec ledger.PoolSpec) []string {
 	var ids []string
 	for _, e := range spec.Engines {
-		ids = append(ids, fmt.Sprintf("%s:%d", e.ID, e.KVTokens))
+		ids = append(ids, string(e.ID)+":"+strconv.FormatInt(e.KVTokens, 10))
 	}
 	return ids
 }
@@ -145,7 +145,7 @@ func ledgerEngines(t *testing.T, l *swapLedger, pool ledger.PoolID) []string {
 	var ids []string
 	for _, e := range st.Engines {
 		if !e.Removed {
-			ids = append(ids, fmt.Sprintf("%s:%d", e.Spec.ID, e.Spec.KVTokens))
+			ids = append(ids, string(e.Spec.ID)+":"+strconv.FormatInt(e.Spec.KVTokens, 10))
 		}
 	}
 	return ids
@@ -187,6 +187,10 @@ func mayNotConfigure(c *fleetapply.Config) {
 	c.MayNotConfigure = func(err error) bool { return errors.Is(err, errDenied) }
 }
 
+// poolState is what a test wants for pool m: the ledger's engines, the
+// applied (and published) ones (nil: not applied) and the waiting ones.
+type poolState struct{ ledger, applied, waiting []string }
+
 // TestApplyPool runs rounds against a real memory ledger and checks, for
 // pool m, what the ledger has, what the applier applied and published,
 // which engines wait, why the pool is pending, and how often Configure
@@ -195,22 +199,21 @@ func TestApplyPool(t *testing.T) {
 	ctx := context.Background()
 	deny := func(l *swapLedger) { e := errDenied; l.deny.Store(&e) }
 	var sessionEpoch atomic.Int64
+	// onlyGPU0: m configured with gpu-0, gpu-1 waiting for its capacity.
+	onlyGPU0 := poolState{ledger: []string{"gpu-0:4096"}, applied: []string{"gpu-0:4096"}, waiting: []string{"gpu-1"}}
 	cases := []struct {
-		name           string
-		mod            func(*fleetapply.Config)
-		run            func(t *testing.T, l *swapLedger, a *applier)
-		wantLedger     []string
-		wantApplied    []string // nil: not applied
-		wantWaiting    []string
+		name string
+		mod  func(*fleetapply.Config)
+		run  func(t *testing.T, l *swapLedger, a *applier)
+		poolState
 		wantPending    string // substring of why m is pending; "" not pending
 		wantConfigures int64
 		wantCounts     map[string]int
 	}{
 		{
-			name:        "known engines configured, a metrics engine waits",
-			run:         func(t *testing.T, l *swapLedger, a *applier) { a.ApplyAll(ctx, true) },
-			wantLedger:  []string{"gpu-0:4096"},
-			wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			name:           "known engines configured, a metrics engine waits",
+			run:            func(t *testing.T, l *swapLedger, a *applier) { a.ApplyAll(ctx, true) },
+			poolState:      onlyGPU0,
 			wantConfigures: 1, wantCounts: map[string]int{"ok": 1, "pending": 1},
 		},
 		{
@@ -222,8 +225,7 @@ func TestApplyPool(t *testing.T) {
 				}
 				a.ApplyAll(ctx, false)
 			},
-			wantLedger:     []string{"gpu-0:4096", "gpu-1:7372"},
-			wantApplied:    []string{"gpu-0:4096", "gpu-1:7372"},
+			poolState:      poolState{ledger: []string{"gpu-0:4096", "gpu-1:7372"}, applied: []string{"gpu-0:4096", "gpu-1:7372"}},
 			wantConfigures: 2, wantCounts: map[string]int{"ok": 2, "pending": 2},
 		},
 		{
@@ -233,7 +235,7 @@ func TestApplyPool(t *testing.T) {
 					a.ApplyAll(ctx, false)
 				}
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 1, wantCounts: map[string]int{"ok": 1, "pending": 3},
 		},
 		{
@@ -244,7 +246,7 @@ func TestApplyPool(t *testing.T) {
 					t.Errorf("ApplyPool(force): %v", err)
 				}
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 2, wantCounts: map[string]int{"ok": 2, "pending": 1},
 		},
 		{
@@ -254,7 +256,7 @@ func TestApplyPool(t *testing.T) {
 				l.wipe()
 				a.ApplyAll(ctx, false)
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 2, wantCounts: map[string]int{"ok": 2, "pending": 2},
 		},
 		{
@@ -267,7 +269,7 @@ func TestApplyPool(t *testing.T) {
 				a.ApplyAll(ctx, false)
 				a.ApplyAll(ctx, false)
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 2, wantCounts: map[string]int{"ok": 2, "pending": 3},
 		},
 		{
@@ -290,7 +292,7 @@ func TestApplyPool(t *testing.T) {
 					t.Errorf("ApplyPool(force): %v", err)
 				}
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 3, wantCounts: map[string]int{"ok": 3, "pending": 3},
 		},
 		{
@@ -299,7 +301,7 @@ func TestApplyPool(t *testing.T) {
 				configureDirect(t, l, "m", map[ledger.EngineID]int64{"gpu-0": 4096, "gpu-1": 9000})
 				a.ApplyAll(ctx, false)
 			},
-			wantLedger: []string{"gpu-0:4096", "gpu-1:9000"}, wantApplied: []string{"gpu-0:4096", "gpu-1:9000"},
+			poolState:      poolState{ledger: []string{"gpu-0:4096", "gpu-1:9000"}, applied: []string{"gpu-0:4096", "gpu-1:9000"}},
 			wantConfigures: 1, wantCounts: map[string]int{"ok": 1, "pending": 1},
 		},
 		{
@@ -321,7 +323,7 @@ func TestApplyPool(t *testing.T) {
 					t.Error("ApplyPool with Configure failing = nil, want an error")
 				}
 			},
-			wantLedger: []string{"gpu-0:4096"}, wantApplied: []string{"gpu-0:4096"}, wantWaiting: []string{"gpu-1"},
+			poolState:      onlyGPU0,
 			wantConfigures: 1, wantCounts: map[string]int{"ok": 1, "pending": 1, "error": 1},
 		},
 		{
@@ -355,9 +357,8 @@ func TestApplyPool(t *testing.T) {
 				configureDirect(t, l, "m", map[ledger.EngineID]int64{"gpu-0": 2048, "gpu-1": 1000, "gpu-x": 1 << 20})
 				a.ApplyAll(ctx, false)
 			},
-			wantLedger:  []string{"gpu-0:2048", "gpu-1:1000", "gpu-x:1048576"},
-			wantApplied: []string{"gpu-0:2048", "gpu-1:1000"},
-			wantCounts:  map[string]int{}, // adopting configures nothing
+			poolState:  poolState{ledger: []string{"gpu-0:2048", "gpu-1:1000", "gpu-x:1048576"}, applied: []string{"gpu-0:2048", "gpu-1:1000"}},
+			wantCounts: map[string]int{}, // adopting configures nothing
 		},
 	}
 	for _, tc := range cases {
@@ -365,12 +366,12 @@ func TestApplyPool(t *testing.T) {
 			l := newSwapLedger()
 			a := newApplier(t, l, tc.mod)
 			tc.run(t, l, a)
-			if got := ledgerEngines(t, l, "m"); !slices.Equal(got, tc.wantLedger) {
-				t.Errorf("ledger engines = %v, want %v", got, tc.wantLedger)
+			if got := ledgerEngines(t, l, "m"); !slices.Equal(got, tc.ledger) {
+				t.Errorf("ledger engines = %v, want %v", got, tc.ledger)
 			}
 			spec, ok := a.Applied("m")
-			if got := engines(spec); ok != (tc.wantApplied != nil) || !slices.Equal(got, tc.wantApplied) {
-				t.Errorf("applied = %v (applied %v), want %v", got, ok, tc.wantApplied)
+			if got := engines(spec); ok != (tc.applied != nil) || !slices.Equal(got, tc.applied) {
+				t.Errorf("applied = %v (applied %v), want %v", got, ok, tc.applied)
 			}
 			a.mu.Lock()
 			var pub []string
@@ -381,11 +382,11 @@ func TestApplyPool(t *testing.T) {
 			}
 			counts := a.counts
 			a.mu.Unlock()
-			if !slices.Equal(pub, tc.wantApplied) {
-				t.Errorf("published = %v, want the applied %v", pub, tc.wantApplied)
+			if !slices.Equal(pub, tc.applied) {
+				t.Errorf("published = %v, want the applied %v", pub, tc.applied)
 			}
-			if got := waitingIDs(a, "m"); !slices.Equal(got, tc.wantWaiting) {
-				t.Errorf("waiting = %v, want %v", got, tc.wantWaiting)
+			if got := waitingIDs(a, "m"); !slices.Equal(got, tc.waiting) {
+				t.Errorf("waiting = %v, want %v", got, tc.waiting)
 			}
 			why, pending := a.Pending()["m"]
 			if pending != (tc.wantPending != "") || !strings.Contains(why, tc.wantPending) {
@@ -423,30 +424,34 @@ func TestLoopRetriesUntilConfigured(t *testing.T) {
 		}
 	})
 	a.Start()
-	waitFor(t, "two failed rounds", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.counts["error"] >= 4 })
+	eventually(t, "two failed rounds", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.counts["error"] >= 4 })
 	if a.Configured() {
 		t.Fatal("Configured with the ledger refusing every Configure")
 	}
 	l.deny.Store(nil)
-	waitFor(t, "every pool configured", a.Configured)
+	eventually(t, "every pool configured", a.Configured)
 	if got := ledgerEngines(t, l, "solo"); !slices.Equal(got, []string{"gpu-2:900"}) {
 		t.Errorf("solo in the ledger = %v, want [gpu-2:900] (discovered 1000, 90%% headroom)", got)
 	}
 	before := l.configures.Load()
 	a.Reapply()
-	waitFor(t, "Reapply configures again", func() bool { return l.configures.Load() >= before+2 })
+	eventually(t, "Reapply configures again", func() bool { return l.configures.Load() >= before+2 })
 	a.Stop()
 	a.Stop()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// eventually fails t unless cond holds within 5s.
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(5 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+		select {
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("%s: not within 5s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
