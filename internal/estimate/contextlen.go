@@ -23,7 +23,7 @@ package estimate
 // engines' value. While
 // no engine has answered, or if none ever does, both are --max-model-len
 // (logged once per pool). Engines that have not answered are asked again on
-// every round of the fleet applier (ledger admission), which asks
+// every round of the fleet applier (ledger admission, internal/fleetapply), which asks
 // before it configures the pool, so a pool is ready only once its engines
 // have been asked; local admission asks once, at start. Engines that have
 // answered are asked again every contextRecheck: an engine redeployed with

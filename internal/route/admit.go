@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/leasehold/leasehold/internal/baseline"
+	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -43,12 +45,50 @@ func capacities(specs []ledger.PoolSpec) map[ledger.PoolID][]engineView {
 // candidates are the engines the applier has configured in the ledger.
 type ledgerAdmitter struct {
 	m  *lease.Manager
-	ap *applier
+	ap *fleetapply.Applier
 	fv *fleetview.View // nil when --view-interval is 0
+	// sessions is m once it exists (the applier's Reconfigure hook may
+	// run before), the source of each pool's epoch.
+	sessions atomic.Pointer[lease.Manager]
+	// cands is each applied pool's candidates with their configured
+	// capacity; replaced whole (copy on write), read lock-free.
+	cands atomic.Pointer[map[ledger.PoolID][]engineView]
+}
+
+// candidates returns pool's candidate engines (nil while not applied):
+// exactly the engines of the spec last applied. The slice is shared: copy
+// before changing it.
+func (a *ledgerAdmitter) candidates(pool ledger.PoolID) []engineView {
+	if c := a.cands.Load(); c != nil {
+		return (*c)[pool]
+	}
+	return nil
+}
+
+// publish installs the candidates of the applied specs (fleetapply
+// Config.Publish).
+func (a *ledgerAdmitter) publish(specs []ledger.PoolSpec) {
+	c := capacities(specs)
+	a.cands.Store(&c)
+}
+
+// sessionEpoch is pool's epoch as its holder session last saw it, or
+// NoEpoch (fleetapply Config.Epoch).
+func (a *ledgerAdmitter) sessionEpoch(pool ledger.PoolID) ledger.Epoch {
+	m := a.sessions.Load()
+	if m == nil {
+		return ledger.NoEpoch
+	}
+	for _, p := range m.Stats().Pools {
+		if p.Pool == pool {
+			return p.Epoch
+		}
+	}
+	return ledger.NoEpoch
 }
 
 func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
-	cands := a.ap.candidates(pool)
+	cands := a.candidates(pool)
 	if len(cands) == 0 {
 		return nil
 	}
@@ -71,7 +111,7 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 	}
 	t, err := a.m.Admit(ctx, req)
 	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
-		a.ap.reapply() // the ledger's configuration changed under the router
+		a.ap.Reapply() // the ledger's configuration changed under the router
 	}
 	if err != nil {
 		return nil, err
@@ -81,10 +121,10 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 
 // ready: every pool configured by the applier and its session confirmed.
 func (a *ledgerAdmitter) ready() bool {
-	if !a.ap.configured() {
+	if !a.ap.Configured() {
 		return false
 	}
-	for _, p := range a.ap.fleet.Pools {
+	for _, p := range a.ap.Fleet().Pools {
 		if !a.m.Confirmed(p.Name) {
 			return false
 		}
@@ -100,7 +140,7 @@ func (a *ledgerAdmitter) close(ctx context.Context) error {
 	if a.fv != nil {
 		a.fv.Stop()
 	}
-	a.ap.stop()
+	a.ap.Stop()
 	return a.m.Close(ctx)
 }
 

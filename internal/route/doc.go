@@ -53,7 +53,7 @@
 //
 // # Configuring the ledger
 //
-// In ledger admission the router configures its pools itself (apply.go),
+// In ledger admission the router configures its pools itself (internal/fleetapply),
 // as the reserver does: with the engines whose capacity is known
 // (fleet.PartialPoolSpec), adding a waiting engine once its metrics report
 // one; only configured engines are candidates. Start does not wait for the

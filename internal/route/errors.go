@@ -34,6 +34,10 @@ var (
 	// ErrContextLength: an exactly counted prompt plus max_tokens exceeds
 	// every engine's context.
 	ErrContextLength = errors.New("route: context length exceeded")
+	// ErrPoolNotConfigured: this router has not configured the pool in
+	// the ledger yet (no engine capacity known, or the ledger not
+	// reachable), so it has no candidate.
+	ErrPoolNotConfigured = errors.New("route: pool not configured in the ledger yet")
 )
 
 // contextLengthError is ErrContextLength with the field to blame.

@@ -117,7 +117,7 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 		t.Fatalf("admin Configure: %v", err)
 	}
 	waitHTTP(t, url+"/readyz", 10*time.Second)
-	if got := r.adm.(*ledgerAdmitter).ap.candidates("m"); len(got) != 1 || got[0].id != "gpu-0" {
+	if got := r.adm.(*ledgerAdmitter).candidates("m"); len(got) != 1 || got[0].id != "gpu-0" {
 		t.Errorf("candidates %+v, want only gpu-0 (in the ledger and the fleet)", got)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/baseline"
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -64,7 +65,7 @@ type Router struct {
 	adm   admitter
 	// lens is each pool's context length (internal/estimate); lim bounds
 	// requests with it.
-	lens *contextLens
+	lens *estimate.ContextLens
 	lim  limits
 
 	srv   *http.Server
@@ -129,8 +130,8 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}),
 	}
-	r.lens = &contextLens{estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
-		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})}
+	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
+		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
 		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
@@ -147,7 +148,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 // Start starts the fleet applier and the holder sessions (ledger
 // admission) or the baseline's scraper, and serves on cfg.Listen. It does
 // not wait for the ledger or for engines whose capacity is still to be
-// discovered (see apply.go): it returns once serving, and /readyz turns
+// discovered (see internal/fleetapply): it returns once serving, and /readyz turns
 // ready when every pool is configured and its holder session confirmed
 // (or, local, the first scrape is done).
 func (r *Router) Start(ctx context.Context) error {
@@ -167,15 +168,28 @@ func (r *Router) Start(ctx context.Context) error {
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
 		r.adm = localAdmitter{baseline.New(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)}
 	default:
-		ap := newApplier(r.fleet, r.ledger, telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout}, r.cfg.ReadyTimeout, r.clock, r.log)
-		ap.lens = r.lens
+		la := &ledgerAdmitter{}
+		scrape := fleetapply.ScrapeEngines(telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout})
+		ap := fleetapply.New(fleetapply.Config{
+			Fleet: r.fleet, Ledger: r.ledger, Log: r.log, MayNotConfigure: mayNotConfigure,
+			// Capacities scraped here; context lengths learnt in the same round.
+			Discover: func(ctx context.Context, fl *fleet.Fleet, pool ledger.PoolID, known map[telemetry.EngineKey]int64) map[telemetry.EngineKey]int64 {
+				found := scrape(ctx, fl, pool, known)
+				r.lens.Discover(ctx, pool)
+				return found
+			},
+			Epoch:        la.sessionEpoch,
+			Publish:      la.publish,
+			WaitingNote:  "they are not candidates until their metrics report one",
+			ReadyTimeout: r.cfg.ReadyTimeout, Clock: r.clock,
+		})
 		lc := lease.Config{
 			Ledger: r.ledger, Pools: pools, HolderName: r.cfg.ID,
 			SessionTTL: r.fleet.Lease.SessionTTL, KeepAliveInterval: r.fleet.Lease.RenewInterval,
 			LeaseTTL: r.fleet.Lease.LeaseTTL, Logger: r.log,
 			Block: lease.BlockConfig{KVTokens: r.cfg.BlockLeaseKV, Slots: r.cfg.BlockLeaseSlots, Idle: r.cfg.BlockLeaseIdle}, Clock: r.clock,
 			// The ledger lost the pool (wiped store): configure it again.
-			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.applyPool(ctx, pool, true) },
+			Reconfigure: func(ctx context.Context, pool ledger.PoolID) error { return ap.ApplyPool(ctx, pool, true) },
 		}
 		if r.opts.LeaseConfig != nil {
 			r.opts.LeaseConfig(&lc)
@@ -184,8 +198,9 @@ func (r *Router) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("lease manager: %w", err)
 		}
-		ap.start(m)
-		la := &ledgerAdmitter{m: m, ap: ap}
+		la.m, la.ap = m, ap
+		la.sessions.Store(m)
+		ap.Start()
 		if r.cfg.ViewInterval > 0 {
 			la.fv = fleetview.New(fleetview.Config{Ledger: r.ledger, Pools: pools, Every: r.cfg.ViewInterval, Clock: r.clock, Log: r.log,
 				OnFreed: func(pool ledger.PoolID) {
@@ -261,7 +276,7 @@ func (r *Router) Handler() http.Handler {
 		if !r.Ready() {
 			msg := "not ready: draining, a pool not configured in the ledger, or a holder session not confirmed (fenced or starting)\n"
 			if la, ok := r.adm.(*ledgerAdmitter); ok {
-				msg += la.ap.describe()
+				msg += la.ap.Describe()
 			}
 			http.Error(w, strings.TrimRight(msg, "\n"), http.StatusServiceUnavailable)
 			return
@@ -352,3 +367,12 @@ func (r *Router) shutdown(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// applyScrapeTimeout bounds one capacity or context-length scrape of an
+// engine by the fleet applier's rounds.
+const applyScrapeTimeout = 2 * time.Second
+
+// mayNotConfigure reports whether the ledger refused Configure because this
+// router's principal may not configure it (a reserver owns configuration):
+// the fleet applier then adopts the ledger's pools.
+func mayNotConfigure(err error) bool { return errors.Is(err, ledger.ErrPermissionDenied) }

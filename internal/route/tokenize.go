@@ -8,12 +8,6 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// contextLens is the pools' context lengths as the fleet applier asks for
-// them (apply.go calls discover).
-type contextLens struct{ *estimate.ContextLens }
-
-func (c *contextLens) discover(ctx context.Context, pool ledger.PoolID) { c.Discover(ctx, pool) }
-
 // countPrompt makes req's prompt count exact (--prompt-tokens=tokenize)
 // from one of views, the pool's candidates, and calibrates p's estimator
 // with it. On failure req keeps its estimate, and the failure is counted

@@ -30,11 +30,6 @@ var (
 	// ErrUnauthenticated: the reserver did not accept the token (none sent,
 	// or unknown).
 	ErrUnauthenticated = wire.ErrUnauthenticated
-	// ErrPermissionDenied is ledger.ErrPermissionDenied, kept so that
-	// errors.Is holds for callers not yet moved to the ledger's sentinel.
-	//
-	// Deprecated: test ledger.ErrPermissionDenied.
-	ErrPermissionDenied = ledger.ErrPermissionDenied
 )
 
 // Scheme is the --ledger URL scheme of this backend.
