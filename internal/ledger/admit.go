@@ -21,6 +21,26 @@ type EngineState struct {
 	// ObservedAt is the ledger time the last observation arrived; zero if
 	// never observed.
 	ObservedAt time.Time
+	// ReportedKV is the KV capacity the engine's last applied observation
+	// reported (Observation.KVTokensTotal); 0 if unknown.
+	ReportedKV int64
+}
+
+// CapacityKV is the KV capacity admission counts on: the configured one,
+// or the engine's own report when that is smaller (see "Capacity truth" in
+// the package doc).
+func (e EngineState) CapacityKV() int64 {
+	if e.ReportedKV > 0 && e.ReportedKV < e.Spec.KVTokens {
+		return e.ReportedKV
+	}
+	return e.Spec.KVTokens
+}
+
+// AdmissibleKV is how many KV tokens grants of a class with max_fill f may
+// fill on e in a pool with growth headroom h: floor(cap*f) - floor(cap*h).
+func (e EngineState) AdmissibleKV(f, h float64) int64 {
+	c := e.CapacityKV()
+	return Fill(c, f) - Fill(c, h)
 }
 
 // Stale reports whether the engine's telemetry is stale at now.
@@ -73,6 +93,9 @@ type Admission struct {
 	Slots           int64
 	RetryAfter      time.Duration // capacity hint; 0 means DefaultRetryAfter
 	Epoch           Epoch
+	// GrowthHeadroom is the pool's (PoolSpec.GrowthHeadroom): the share of
+	// each engine's capacity grants and Resize growth leave to Grow.
+	GrowthHeadroom float64
 }
 
 // Admit returns the index of the first candidate that fits, or the
@@ -94,7 +117,7 @@ func Admit(a Admission) (int, *Rejection) {
 	}
 	fitsSomewhere := false
 	for _, e := range a.Candidates {
-		if a.KVTokens <= Fill(e.Spec.KVTokens, a.MaxFill) && a.Slots <= Fill(e.Spec.Slots, a.MaxFill) {
+		if a.KVTokens <= e.AdmissibleKV(a.MaxFill, a.GrowthHeadroom) && a.Slots <= Fill(e.Spec.Slots, a.MaxFill) {
 			fitsSomewhere = true
 			break
 		}
@@ -130,8 +153,8 @@ func engineReason(a Admission, e EngineState) Reason {
 		return ReasonTelemetryStale
 	}
 	kv, slots := e.Used(a.Now)
-	if kv+a.KVTokens > Fill(e.Spec.KVTokens, a.MaxFill) {
-		if a.MaxFill < 1 && kv+a.KVTokens <= e.Spec.KVTokens {
+	if kv+a.KVTokens > e.AdmissibleKV(a.MaxFill, a.GrowthHeadroom) {
+		if a.MaxFill < 1 && kv+a.KVTokens <= e.AdmissibleKV(1, a.GrowthHeadroom) {
 			return ReasonPriorityHeadroom
 		}
 		return ReasonEngineKV
@@ -159,7 +182,7 @@ func AdmitGrowth(a Admission, e EngineState, newKV, delta int64) *Rejection {
 		return rej(ReasonRecovering, "", CeilMillis(a.RecoveringUntil.Sub(a.Now)))
 	}
 	qKV, _ := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
-	if newKV > qKV || newKV > Fill(e.Spec.KVTokens, a.MaxFill) {
+	if newKV > qKV || newKV > e.AdmissibleKV(a.MaxFill, a.GrowthHeadroom) {
 		return rej(ReasonTooLarge, "", 0)
 	}
 	if a.TenantKV+delta > qKV {

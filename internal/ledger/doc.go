@@ -32,12 +32,13 @@
 //
 // Acquire requires a live session. It tries req.Candidates in order and grants
 // on the first engine where all of these hold (R = reserved, C = correction
-// from telemetry, cap = configured capacity, f = the priority's max_fill):
+// from telemetry, cap = capacity (see "Capacity truth"), f = the priority's
+// max_fill, h = the pool's growth headroom, 0 unless elastic):
 //
-//	engine exists and is not draining                 else ReasonDraining
-//	telemetry not stale under policy "block"          else ReasonTelemetryStale
-//	R_kv + C_kv + kv       <= floor(cap_kv * f)       else ReasonEngineKV
-//	R_slots + C_slots + s  <= floor(cap_slots * f)    else ReasonEngineSlots
+//	engine exists and is not draining                     else ReasonDraining
+//	telemetry not stale under policy "block"              else ReasonTelemetryStale
+//	R_kv + C_kv + kv  <= floor(cap_kv*f) - floor(cap_kv*h) else ReasonEngineKV
+//	R_slots + C_slots + s  <= floor(cap_slots * f)        else ReasonEngineSlots
 //
 // (when f < 1 and the request would also fit with f = 1, the reason is
 // ReasonPriorityHeadroom). Before any engine is tried, pool-wide limits are
@@ -68,6 +69,47 @@
 // itself, which may be less than what had ended, and a dead session may be
 // fully swept before its holder calls KeepAlive again. Counting an expired
 // lease a little longer is safe; the reverse never happens.
+//
+// # Reservation modes
+//
+// A pool's spec says how its leases reserve KV tokens (PoolSpec.Reserve).
+// In a worst_case pool a lease reserves every token its request could
+// produce (prompt plus max_tokens, or the context), so admitted demand
+// never exceeds capacity; Grow is refused with ErrInvalidArgument. In an
+// elastic pool (the default) a lease reserves the prompt and an expected
+// output, and its holder calls Grow(ref, kv) as the request generates
+// tokens, with kv the absolute KV tokens the engine now holds for it.
+//
+// Grow is never refused for capacity, quota, draining, stale telemetry or
+// the recovery window: it records what the engine already holds, as
+// Reassert does. Growth that takes the engine's used KV (reservations plus
+// correction, as Admit counts it, on the smaller of the configured and the
+// reported capacity) above capacity, or the tenant above its KV quota,
+// flags the lease Overgrown; the flag sticks. Because growth counts as
+// used capacity, an engine it fills takes no new grant until its leases fit
+// again. To leave room for growth, new grants and Resize growth in an
+// elastic pool fit only within floor(cap * f) - floor(cap * h), h being
+// PoolSpec.GrowthHeadroom; Grow may use the headroom.
+//
+// Grow to the lease's current size changes nothing and succeeds (a retry
+// after an unknown outcome is safe). Grow below it, above the engine's
+// capacity, or in a worst_case pool fails with ErrInvalidArgument and
+// changes nothing; by another holder with ErrNotHolder; of a missing or
+// expired lease with ErrLeaseNotFound, as Resize. GrowthOf is the rule.
+//
+// # Capacity truth
+//
+// An engine's capacity is the configured EngineSpec.KVTokens, or the
+// capacity its last applied observation reported (KVTokensTotal) when that
+// is smaller: a fleet file that claims more than the engine has never
+// makes the ledger admit more than the engine holds.
+//
+// # Completion lengths
+//
+// Release with usage adds the completion length to the pool's histogram
+// counters (see CompletionBucket), once for the pool and once for the
+// lease's tenant, so every holder reads one fleet-wide distribution from
+// Stats and a new holder starts from what the others learned.
 //
 // Reassert re-inserts a lease a live holder still uses after the ledger lost
 // it (new epoch, failover). It is accepted above capacity — it is real load —

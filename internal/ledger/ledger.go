@@ -28,6 +28,9 @@ type Ledger interface {
 	Renew(ctx context.Context, ref LeaseRef, ttl time.Duration) (Renewal, error)
 	// Resize sets a lease's KV tokens; growth must fit.
 	Resize(ctx context.Context, ref LeaseRef, kvTokens int64) (Renewal, error)
+	// Grow raises an elastic lease's KV tokens to what its engine already
+	// holds for it; never refused for capacity (see "Reservation modes").
+	Grow(ctx context.Context, ref LeaseRef, kvTokens int64) (Renewal, error)
 	// Release ends a lease; idempotent.
 	Release(ctx context.Context, ref LeaseRef, usage Usage) (Released, error)
 	// Reassert re-inserts a lease its live holder still uses after ledger

@@ -135,6 +135,13 @@ type PoolSpec struct {
 	Priorities []PrioritySpec
 	// RetryAfter is the hint returned with capacity rejections; 0 means 1s.
 	RetryAfter time.Duration
+	// Reserve is how leases in the pool reserve KV tokens; empty means
+	// ReserveElastic. See the package doc, "Reservation modes".
+	Reserve ReserveMode
+	// GrowthHeadroom is the fraction of each engine's KV capacity that new
+	// grants and Resize growth leave free for Grow, in [0, 0.5]; elastic
+	// pools only (0 in worst_case pools).
+	GrowthHeadroom float64
 }
 
 // Lease is one outstanding reservation.
@@ -154,6 +161,9 @@ type Lease struct {
 	Fence    Fence
 	// Reasserted marks a lease re-inserted by its holder after ledger loss.
 	Reasserted bool
+	// Overgrown marks a lease whose Grow took its engine above capacity or
+	// its tenant above quota: load the ledger records but did not admit.
+	Overgrown bool
 }
 
 // Ref returns the reference used to renew, resize or release l.
@@ -199,7 +209,7 @@ type Session struct {
 	RecoveringUntil time.Time
 }
 
-// Renewal is the result of Renew and Resize.
+// Renewal is the result of Renew, Resize and Grow.
 type Renewal struct {
 	Lease Lease
 	Epoch Epoch
@@ -314,6 +324,9 @@ const (
 	CounterReleasedKV     = "released_kv_tokens"       // KV tokens reserved by released leases
 	CounterActualPrompt   = "actual_prompt_tokens"     // from Release usage
 	CounterActualComplete = "actual_completion_tokens" // from Release usage
+	CounterGrowths        = "growths"                  // Grow calls that raised a lease
+	CounterOvergrowths    = "overgrowths"              // of those, growths past capacity or quota
+	CounterGrownKV        = "grown_kv_tokens"          // KV tokens added by Grow
 )
 
 // EndedByLedger reports whether a lease ended with counter (expired, or

@@ -121,6 +121,18 @@ func ValidatePoolSpec(s PoolSpec) error {
 	if s.RetryAfter < 0 {
 		return fmt.Errorf("%w: pool %s retry_after = %s, want >= 0", ErrInvalidArgument, s.Name, s.RetryAfter)
 	}
+	switch s.Reserve {
+	case "", ReserveElastic:
+		if !(s.GrowthHeadroom >= 0 && s.GrowthHeadroom <= MaxGrowthHeadroom) {
+			return fmt.Errorf("%w: pool %s growth_headroom = %v, want [0, %v]", ErrInvalidArgument, s.Name, s.GrowthHeadroom, MaxGrowthHeadroom)
+		}
+	case ReserveWorstCase:
+		if s.GrowthHeadroom != 0 {
+			return fmt.Errorf("%w: pool %s growth_headroom = %v: a worst_case pool reserves every output token up front, want 0", ErrInvalidArgument, s.Name, s.GrowthHeadroom)
+		}
+	default:
+		return fmt.Errorf("%w: pool %s reserve = %q, want elastic or worst_case", ErrInvalidArgument, s.Name, s.Reserve)
+	}
 	return nil
 }
 
@@ -195,6 +207,15 @@ func ValidateRenew(ref LeaseRef, ttl time.Duration) error {
 
 // ValidateResize checks Resize's arguments.
 func ValidateResize(ref LeaseRef, kv int64) error {
+	if err := ValidateRef(ref); err != nil {
+		return err
+	}
+	return checkAmount("kv_tokens", kv)
+}
+
+// ValidateGrow checks Grow's arguments (the lease's own bounds are the
+// store's to check, with GrowthOf).
+func ValidateGrow(ref LeaseRef, kv int64) error {
 	if err := ValidateRef(ref); err != nil {
 		return err
 	}
