@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,12 @@ const (
 	DefaultStaleAfter     = 10 * time.Second
 	DefaultStalePolicy    = ledger.StaleHold
 	DefaultHeadroom       = 0.9
+	// DefaultReserve is how a pool reserves when the file does not say.
+	DefaultReserve = ledger.ReserveElastic
+	// DefaultGrowthHeadroom is the share of each engine's KV capacity an
+	// elastic pool keeps free for its leases' growth (docs/benchmarks.md,
+	// "Goodput", shows how it was chosen).
+	DefaultGrowthHeadroom = 0.1
 	// DefaultPriority is the class used when the file lists none: it may
 	// fill an engine completely.
 	DefaultPriority ledger.PriorityName = "standard"
@@ -93,6 +100,14 @@ type Pool struct {
 	// expands it to). Routers raise it when engines report more; they
 	// refuse a kind set to 0 before any lease.
 	MediaTokens MediaTokens
+	// Reserve is how leases reserve KV tokens: elastic (the default: the
+	// prompt and an expected output, grown as the request generates) or
+	// worst_case (every token the request could produce, up front).
+	Reserve ledger.ReserveMode
+	// GrowthHeadroom is the share of each engine's KV capacity new grants
+	// leave free for growth: DefaultGrowthHeadroom in elastic pools unless
+	// the file says, always 0 in worst_case pools.
+	GrowthHeadroom float64
 }
 
 // Engine is one GPU engine replica.
@@ -196,6 +211,9 @@ type poolYAML struct {
 	RetryAfter  *time.Duration `yaml:"retry_after,omitempty"`
 	MaxModelLen *int64         `yaml:"max_model_len,omitempty"`
 	MediaTokens *mediaYAML     `yaml:"media_tokens,omitempty"`
+	Reserve     string         `yaml:"reserve,omitempty"`
+	// GrowthHeadroom is growth_headroom.
+	GrowthHeadroom *float64 `yaml:"growth_headroom,omitempty"`
 }
 
 type mediaYAML struct {
@@ -359,6 +377,13 @@ func build(raw fileYAML) (*Fleet, []error) {
 		}
 		if p.RetryAfter != nil {
 			pool.RetryAfter = *p.RetryAfter
+		}
+		pool.Reserve = cmp.Or(ledger.ReserveMode(p.Reserve), DefaultReserve)
+		if pool.Reserve == ledger.ReserveElastic {
+			pool.GrowthHeadroom = DefaultGrowthHeadroom
+		}
+		if p.GrowthHeadroom != nil {
+			pool.GrowthHeadroom = *p.GrowthHeadroom
 		}
 		if p.MaxModelLen != nil {
 			pool.MaxModelLen = *p.MaxModelLen

@@ -58,7 +58,8 @@ func TestParseDesignSampleDefaults(t *testing.T) {
 		t.Fatalf("Parse: %v", err)
 	}
 	want := &Fleet{
-		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, MediaTokens: DefaultMediaTokens, Engines: []Engine{{
+		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, MediaTokens: DefaultMediaTokens,
+			Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom, Engines: []Engine{{
 			ID: "gpu-0", URL: "http://127.0.0.1:9001", MetricsURL: "http://127.0.0.1:9001/metrics",
 			Format: telemetry.FormatVLLM, KVTokens: 400000, Slots: 256,
 			StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold,
@@ -152,7 +153,11 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom)`}},
+		{"reserve unknown", repl("  - name: p\n", "  - name: p\n    reserve: optimistic\n"), []string{`pools[0].reserve: must be elastic or worst_case, got "optimistic"`}},
+		{"growth_headroom too large", repl("  - name: p\n", "  - name: p\n    growth_headroom: 0.7\n"), []string{"pools[0].growth_headroom: must be in [0, 0.5], got 0.7"}},
+		{"growth_headroom negative", repl("  - name: p\n", "  - name: p\n    growth_headroom: -0.1\n"), []string{"pools[0].growth_headroom: must be in [0, 0.5], got -0.1"}},
+		{"growth_headroom with worst_case", repl("  - name: p\n", "  - name: p\n    reserve: worst_case\n    growth_headroom: 0.1\n"), []string{"pools[0].growth_headroom: must be 0 or omitted with reserve: worst_case"}},
 		{"media_tokens negative", repl("  - name: p\n", "  - name: p\n    media_tokens: {audio: -1}\n"), []string{"pools[0].media_tokens.audio: must be in 0..1099511627776, got -1 (KV tokens per audio; 0 refuses requests with one)"}},
 		{"media_tokens unknown kind", repl("  - name: p\n", "  - name: p\n    media_tokens: {images: 10}\n"), []string{`unknown field "images" in media_tokens (allowed: image, audio, video)`}},
 		{"unknown tenant field", repl("kv_share: 0.5", "kv_share: 0.5\n    quota: 3"), []string{`unknown field "quota" in a tenant`}},
@@ -327,6 +332,7 @@ func TestPoolSpecs(t *testing.T) {
       - {id: fixed, url: "http://h:1", kv_tokens: 1000, slots: 8}
       - {id: disc, url: "http://h:2", slots: 8, headroom: 0.5, stale_policy: block, format: sglang}
   - name: b
+    reserve: worst_case
     engines:
       - {id: fixed, url: "http://h:3", kv_tokens: 50, slots: 2, stale_after: 0s}
 tenants:
@@ -363,7 +369,7 @@ priorities:
 	prios := []ledger.PrioritySpec{{Name: "interactive", MaxFill: 0.95}, {Name: "batch", MaxFill: 0.7}}
 	want := []ledger.PoolSpec{
 		{
-			Name: "a", RetryAfter: 2 * time.Second,
+			Name: "a", RetryAfter: 2 * time.Second, Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom,
 			Engines: []ledger.EngineSpec{
 				{ID: "fixed", URL: "http://h:1", KVTokens: 1000, Slots: 8, StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold},
 				{ID: "disc", URL: "http://h:2", KVTokens: 241956, Slots: 8, StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleBlock},
@@ -372,7 +378,7 @@ priorities:
 			Priorities: prios,
 		},
 		{
-			Name: "b", RetryAfter: time.Second,
+			Name: "b", RetryAfter: time.Second, Reserve: ledger.ReserveWorstCase,
 			Engines:    []ledger.EngineSpec{{ID: "fixed", URL: "http://h:3", KVTokens: 50, Slots: 2, StalePolicy: ledger.StaleHold}},
 			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1}},
 			Priorities: prios,

@@ -5,12 +5,15 @@ package fleet
 
 import (
 	"go.yaml.in/yaml/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Marshal renders f as a fleet file that Parse reads back to f. Every field
 // Parse would default is written explicitly, except those whose zero value
 // the file cannot hold (session_ttl, lease_ttl, renew_interval, retry_after,
-// format, stale_policy, priorities, default_priority): a zero there is left
+// format, stale_policy, priorities, default_priority, reserve with its
+// growth_headroom): a zero there is left
 // out and takes Parse's default. API keys are written as their hashes.
 // Marshal does not validate; Parse does.
 func Marshal(f *Fleet) ([]byte, error) {
@@ -22,6 +25,12 @@ func Marshal(f *Fleet) ([]byte, error) {
 			RetryAfter:  nonZero(p.RetryAfter),
 			MaxModelLen: nonZero(p.MaxModelLen),
 			MediaTokens: &mediaYAML{Image: &m.Image, Audio: &m.Audio, Video: &m.Video},
+			Reserve:     string(p.Reserve),
+		}
+		if p.Reserve == ledger.ReserveElastic {
+			// A zero headroom is a setting here; with no reserve at
+			// all, both take Parse's defaults.
+			py.GrowthHeadroom = &p.GrowthHeadroom
 		}
 		for _, e := range p.Engines {
 			ey := engineYAML{

@@ -96,6 +96,18 @@ func (f *Fleet) check() []error {
 			pools[p.Name] = i
 		}
 		c.duration(pp+".retry_after", p.RetryAfter, 0)
+		switch p.Reserve {
+		case ledger.ReserveElastic:
+			if !(p.GrowthHeadroom >= 0 && p.GrowthHeadroom <= ledger.MaxGrowthHeadroom) {
+				c.add(pp+".growth_headroom", "must be in [0, %v], got %v (the share of each engine's KV capacity kept free for growth)", ledger.MaxGrowthHeadroom, p.GrowthHeadroom)
+			}
+		case ledger.ReserveWorstCase:
+			if p.GrowthHeadroom != 0 {
+				c.add(pp+".growth_headroom", "must be 0 or omitted with reserve: worst_case (its leases hold every output token up front), got %v", p.GrowthHeadroom)
+			}
+		default:
+			c.add(pp+".reserve", "must be elastic or worst_case, got %q", p.Reserve)
+		}
 		if p.MaxModelLen != 0 && (p.MaxModelLen < MinMaxModelLen || p.MaxModelLen > ledger.MaxAmount) {
 			c.add(pp+".max_model_len", "%s", maxModelLenMsg(p.MaxModelLen))
 		}
