@@ -13,7 +13,9 @@ package route
 // under its own bounded context, never the request's: before the answer
 // ends when the engine's answer was read to its end (so the client's next
 // request finds the capacity free), in the background after AbortGrace
-// when the request was cut (Shutdown waits for it).
+// when the request was cut (Shutdown waits for it, under its ctx; if that
+// ends first the release goes at once). Every wait here (queue timeout,
+// retry hint, abort grace) is a timer of the router's clock.
 
 import (
 	"bufio"
@@ -348,8 +350,13 @@ func (d *dispatch) finish() {
 	go func() {
 		defer d.r.handlers.Done()
 		defer d.r.inflight.Add(-1)
-		if d.r.cfg.AbortGrace > 0 {
-			time.Sleep(d.r.cfg.AbortGrace)
+		if g := d.r.cfg.AbortGrace; g > 0 {
+			t := d.r.clock.NewTimer(g)
+			select {
+			case <-t.Chan():
+			case <-d.r.cutC: // Shutdown stopped waiting: release now
+			}
+			t.Stop()
 		}
 		d.release()
 	}()
