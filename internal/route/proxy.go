@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -190,7 +192,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 	var (
 		elem     *list.Element
 		since    time.Time
-		deadline *time.Timer
+		deadline clockwork.Timer
 	)
 	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
 	waited := func(outcome string) {
@@ -234,17 +236,17 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			}
 			gauge.Inc()
 			since = r.clock.Now()
-			deadline = time.NewTimer(r.cfg.QueueTimeout)
+			deadline = r.clock.NewTimer(r.cfg.QueueTimeout)
 		}
 		hint := rej.RetryAfter
 		if hint <= 0 {
 			hint = time.Second
 		}
-		retry := time.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
+		retry := r.clock.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
 		select {
 		case <-elem.Value.(chan struct{}):
-		case <-retry.C:
-		case <-deadline.C:
+		case <-retry.Chan():
+		case <-deadline.Chan():
 			retry.Stop()
 			waited("rejected")
 			return nil, err

@@ -169,7 +169,8 @@ func (r *Router) Start(ctx context.Context) error {
 		r.lens.DiscoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
-		r.adm = localAdmitter{baseline.New(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)}
+		r.adm = localAdmitter{baseline.New(baseline.Config{Fleet: r.fleet, Specs: specs, Every: r.cfg.ScrapeInterval,
+			Scraper: telemetry.Scraper{Client: r.client}, Log: r.log, Clock: r.clock})}
 	default:
 		la := &ledgerAdmitter{}
 		scrape := fleetapply.ScrapeEngines(telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout})
