@@ -17,8 +17,10 @@ import (
 // timing, the request path's waits for queue timeouts, retry hints and
 // --abort-grace, the lease manager, the fleet applier and view, the local
 // baseline's scrapes, and estimate.ContextLens) comes from one clock; a
-// test drives them all with a clockwork.FakeClock. A zero offset returns c
-// itself.
+// test drives them all with a clockwork.FakeClock. Deadlines that bound a
+// network call (context timeouts: the upstream exchange, scrapes, fleet
+// view polls, shutdown's releases) stay the context's own, on real time,
+// so a stopped fake clock cannot hang I/O. A zero offset returns c itself.
 //
 // It exists for fault injection (--clock-offset, the chaos clock_offset
 // fault): the ledger decides by its own clock, so a skewed router must
