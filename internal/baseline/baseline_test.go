@@ -53,7 +53,18 @@ func newFixture(t *testing.T) *fixture {
 		f.urls = append(f.urls, srv.URL)
 		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: 1000, slots: 2}\n", i, srv.URL)
 	}
-	fl, err := fleet.Parse([]byte(b.String()))
+	f.a = newAdmitter(t, b.String(), f.clock)
+	t.Cleanup(f.a.Close)
+	f.waitFor("the first scrape", f.a.Ready)
+	return f
+}
+
+// newAdmitter starts an Admitter over the fleet file fleetYAML, scraping
+// (each scrape bounded only by Close) every interval of clock; the caller
+// closes it.
+func newAdmitter(t *testing.T, fleetYAML string, clock clockwork.Clock) *baseline.Admitter {
+	t.Helper()
+	fl, err := fleet.Parse([]byte(fleetYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +74,8 @@ func newFixture(t *testing.T) *fixture {
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	f.a = baseline.New(baseline.Config{Fleet: fl, Specs: specs, Every: every, Scraper: telemetry.Scraper{Client: &http.Client{Transport: tr}}, Clock: f.clock})
-	t.Cleanup(f.a.Close)
-	f.waitFor("the first scrape", f.a.Ready)
-	return f
+	return baseline.New(baseline.Config{Fleet: fl, Specs: specs, Every: every, Clock: clock,
+		Scraper: telemetry.Scraper{Client: &http.Client{Transport: tr}, Timeout: time.Hour}})
 }
 
 func (f *fixture) waitFor(what string, cond func() bool) {
@@ -216,18 +225,8 @@ func TestScrapeReplacesDispatched(t *testing.T) {
 func TestCloseAbortsHungScrape(t *testing.T) {
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer hung.Close()
-	fl, err := fleet.Parse(fmt.Appendf(nil, "pools:\n  - name: p\n    engines:\n      - {id: gpu-0, url: %q, kv_tokens: 1000, slots: 2}\n", hung.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := fl.PoolSpecs(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	a := baseline.New(baseline.Config{Fleet: fl, Specs: specs, Every: every,
-		Scraper: telemetry.Scraper{Client: &http.Client{Transport: tr}, Timeout: time.Hour}, Clock: clockwork.NewFakeClock()})
+	a := newAdmitter(t, fmt.Sprintf("pools:\n  - name: p\n    engines:\n      - {id: gpu-0, url: %q, kv_tokens: 1000, slots: 2}\n", hung.URL),
+		clockwork.NewFakeClock())
 	time.Sleep(100 * time.Millisecond)
 	if a.Ready() {
 		t.Error("ready before its first scrape answered")
