@@ -242,14 +242,7 @@ func TestBlocksFenceClosesSubs(t *testing.T) {
 		}
 
 		for _, s := range []*lease.Sub{first, second} {
-			select {
-			case <-s.Done():
-			case <-time.After(3 * cfg.SessionTTL):
-				t.Fatal("sub-request's Done not closed after the session fenced")
-			}
-			if !errors.Is(s.Err(), lease.ErrFenced) {
-				t.Errorf("sub Err = %v, want ErrFenced", s.Err())
-			}
+			ended(t, "sub-request after the session fenced", s, 3*cfg.SessionTTL, lease.ErrFenced)
 		}
 		before = fx.fault.acquires.Load()
 		if _, err := m.Admit(ctxT(t, 5*time.Second), request(10)); !errors.Is(err, lease.ErrFenced) {
@@ -290,14 +283,7 @@ func TestBlocksReleasedOnClose(t *testing.T) {
 		if err := m.Close(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		select {
-		case <-s.Done():
-		default:
-			t.Fatal("sub-request's Done open after Close")
-		}
-		if !errors.Is(s.Err(), lease.ErrClosed) {
-			t.Errorf("sub Err = %v, want ErrClosed", s.Err())
-		}
+		ended(t, "sub-request after Close", s, 0, lease.ErrClosed)
 		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
 			t.Errorf("ledger leases after Close = %d, want 0", got)
 		}

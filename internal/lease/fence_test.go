@@ -20,10 +20,7 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		cfg := fx.fastConfig()
 		m := newManager(t, cfg)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		oldHolder := h.Lease().Holder
 
 		fx.fault.down.Store(true)
@@ -64,10 +61,7 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 		fx.fault.down.Store(false)
 		eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
 
-		h2, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire after recovery: %v", err)
-		}
+		h2 := acquire(t, m, 100) // after recovery
 		st = m.Stats()
 		if st.Counters.ExpiredSessions == 1 && h2.Lease().Holder == oldHolder {
 			t.Errorf("holder %s reused after its session expired", oldHolder)

@@ -285,6 +285,52 @@ func newManager(t *testing.T, cfg lease.Config) *lease.Manager {
 	return m
 }
 
+// acquire takes a lease of kv KV tokens, failing the test if it is not
+// granted.
+func acquire(t *testing.T, m *lease.Manager, kv int64) *lease.Held {
+	t.Helper()
+	h, err := m.Acquire(ctxT(t, 5*time.Second), request(kv))
+	if err != nil {
+		t.Fatalf("Acquire(%d): %v", kv, err)
+	}
+	return h
+}
+
+// acquireAll is acquire for each of kvs, in order.
+func acquireAll(t *testing.T, m *lease.Manager, kvs ...int64) []*lease.Held {
+	t.Helper()
+	held := make([]*lease.Held, 0, len(kvs))
+	for _, kv := range kvs {
+		held = append(held, acquire(t, m, kv))
+	}
+	return held
+}
+
+// ended checks that x (a held lease or a sub-request, named what) has ended
+// with want: Done closed, at once (wait 0) or within wait, and Err want.
+func ended(t *testing.T, what string, x interface {
+	Done() <-chan struct{}
+	Err() error
+}, wait time.Duration, want error) {
+	t.Helper()
+	if wait == 0 {
+		select {
+		case <-x.Done():
+		default:
+			t.Fatalf("%s: Done not closed", what)
+		}
+	} else {
+		select {
+		case <-x.Done():
+		case <-time.After(wait):
+			t.Fatalf("%s: Done not closed within %s", what, wait)
+		}
+	}
+	if err := x.Err(); !errors.Is(err, want) {
+		t.Errorf("%s: Err = %v, want %v", what, err, want)
+	}
+}
+
 func ledgerStats(t *testing.T, l ledger.Ledger) ledger.PoolStats {
 	t.Helper()
 	s, err := l.Stats(ctxT(t, 5*time.Second), pool)

@@ -15,16 +15,8 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 		cfg.LeaseTTL = 30 * time.Second
 		cfg.RenewInterval = time.Second
 		m := newManager(t, cfg)
-		ctx := ctxT(t, 10*time.Second)
 
-		var held []*lease.Held
-		for _, kv := range []int64{100, 200, 300} {
-			h, err := m.Acquire(ctx, request(kv))
-			if err != nil {
-				t.Fatalf("Acquire(%d): %v", kv, err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 100, 200, 300)
 		if got := held[0].Lease().Holder; got != m.Stats().Pools[0].Holder {
 			t.Errorf("lease holder = %q, want the pool's holder %q", got, m.Stats().Pools[0].Holder)
 		}
@@ -43,14 +35,7 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 			if err := h.Release(ledger.Usage{}); err != nil {
 				t.Fatalf("second Release: %v", err)
 			}
-			select {
-			case <-h.Done():
-			default:
-				t.Fatal("Done not closed after Release")
-			}
-			if !errors.Is(h.Err(), lease.ErrReleased) {
-				t.Errorf("Err = %v, want ErrReleased", h.Err())
-			}
+			ended(t, "after Release", h, 0, lease.ErrReleased)
 		}
 		st := m.Stats()
 		if st.Held != 0 || m.Snapshot().Len("") != 0 {
@@ -92,10 +77,7 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		m := newManager(t, fx.fastConfig())
 		fx.fault.dropAcquire.Store(1)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		ls := ledgerStats(t, fx.fault)
 		if ls.Leases != 1 || ls.Engines[0].ReservedKV != 100 {
 			t.Errorf("ledger: leases=%d reserved kv=%d, want 1 and 100", ls.Leases, ls.Engines[0].ReservedKV)

@@ -17,14 +17,7 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 		cfg := fx.fastConfig()
 		cfg.LeaseTTL, cfg.RenewInterval = 30*time.Second, time.Second // no renewal in the way
 		m := newManager(t, cfg)
-		var held []*lease.Held
-		for _, kv := range []int64{100, 200, 300} {
-			h, err := m.Acquire(ctxT(t, 5*time.Second), request(kv))
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 100, 200, 300)
 		epoch := m.Stats().Pools[0].Epoch
 
 		fx.wipe(t)
@@ -65,10 +58,7 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 func TestRenewReassertsLostLease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		m := newManager(t, fx.fastConfig())
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		// The ledger loses the lease behind the manager's back.
 		if _, err := fx.fault.Release(ctxT(t, 5*time.Second), h.Lease().Ref(), ledger.Usage{}); err != nil {
 			t.Fatalf("ledger Release: %v", err)
@@ -92,10 +82,7 @@ func TestRenewKeepsLeasePastTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		cfg := fx.fastConfig()
 		m := newManager(t, cfg)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		first := h.Lease().Deadline
 		time.Sleep(5 * cfg.LeaseTTL / 2)
 		if err := h.Err(); err != nil {
@@ -126,14 +113,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		if err := m.WaitReady(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("WaitReady: %v", err)
 		}
-		var held []*lease.Held
-		for i := 0; i < 5; i++ {
-			h, err := m.Acquire(ctxT(t, 5*time.Second), request(50))
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 50, 50, 50, 50, 50)
 		if err := m.Close(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
