@@ -340,18 +340,6 @@ func ledgerStats(t *testing.T, l ledger.Ledger) ledger.PoolStats {
 	return s
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func forEachBackend(t *testing.T, f func(t *testing.T, fx *fixture)) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) { f(t, newFixture(t, b)) })

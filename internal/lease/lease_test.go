@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 func TestAcquireReleaseRoundTrip(t *testing.T) {
@@ -108,7 +109,7 @@ func TestAbandonedAcquireIsReleased(t *testing.T) {
 		if got := ledgerStats(t, fx.fault).Leases; got != 1 {
 			t.Fatalf("ledger leases after three lost replies = %d, want 1 (replayed, not tripled)", got)
 		}
-		eventually(t, 5*time.Second, "abandoned grant released", func() bool {
+		poll.Eventually(t, 5*time.Second, "abandoned grant released", func() bool {
 			return ledgerStats(t, fx.fault).Leases == 0
 		})
 		if c := m.Stats().Counters; c.Rejections[lease.RejectError] != 1 || c.AcquireRetries != 2 {

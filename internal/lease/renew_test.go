@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // After the ledger loses its state (memory: a fresh ledger; Redis:
@@ -21,7 +22,7 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 		epoch := m.Stats().Pools[0].Epoch
 
 		fx.wipe(t)
-		eventually(t, 5*time.Second, "leases re-asserted", func() bool { return m.Stats().Reasserted == 3 })
+		poll.Eventually(t, 5*time.Second, "leases re-asserted", func() bool { return m.Stats().Reasserted == 3 })
 
 		st := m.Stats()
 		if st.Pools[0].Epoch == epoch {
@@ -63,7 +64,7 @@ func TestRenewReassertsLostLease(t *testing.T) {
 		if _, err := fx.fault.Release(ctxT(t, 5*time.Second), h.Lease().Ref(), ledger.Usage{}); err != nil {
 			t.Fatalf("ledger Release: %v", err)
 		}
-		eventually(t, 5*time.Second, "lease re-asserted", func() bool { return h.Lease().Reasserted })
+		poll.Eventually(t, 5*time.Second, "lease re-asserted", func() bool { return h.Lease().Reasserted })
 		if err := h.Err(); err != nil {
 			t.Errorf("Err = %v, want usable", err)
 		}

@@ -443,18 +443,6 @@ func (f *fixture) waitPast(when time.Time) {
 	}
 }
 
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	limit := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(limit) {
-			t.Fatalf("%s: did not happen within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // sweepAll calls Sweep until it removes nothing more and returns what the
 // calls removed (on a BackgroundSweep backend, a lower bound of what was
 // due).

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // staleAfter is the telemetry staleness of the stale-policy subtests: long
@@ -260,7 +261,7 @@ func (s *suite) testStalePolicies(t *testing.T) {
 			}
 			var e ledger.EngineStats
 			var now time.Time
-			eventually(t, staleAfter+waitSlack, "engine e1 reported stale", func() bool {
+			poll.Eventually(t, staleAfter+waitSlack, "engine e1 reported stale", func() bool {
 				st := f.stats()
 				e, _ = engineStats(st, e1)
 				now = st.Now
