@@ -14,7 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -383,6 +385,22 @@ func tenantStats(st ledger.PoolStats, id ledger.TenantID) (ledger.TenantStats, b
 		}
 	}
 	return ledger.TenantStats{}, false
+}
+
+// wantCounters checks the pool's counters named in want (a name absent
+// from Counters reads 0); why, if not empty, explains the numbers in a
+// failure.
+func (f *fixture) wantCounters(why string, want map[string]int64) {
+	f.t.Helper()
+	c := f.stats().Counters
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if got := c[name]; got != want[name] {
+			f.t.Errorf("Counters[%s] = %d, want %d%s", name, got, want[name], why)
+		}
+	}
 }
 
 // wantReserved checks an engine's reserved KV tokens, slots and lease count.
