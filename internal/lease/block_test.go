@@ -274,9 +274,7 @@ func TestBlocksReleasedOnClose(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 		ended(t, "sub-request after Close", s, 0, lease.ErrClosed)
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after Close = %d, want 0", got)
-		}
+		wantLedgerLeases(t, fx, "after Close", 0)
 		_ = s.Release(ledger.Usage{})
 	})
 }

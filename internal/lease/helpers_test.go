@@ -331,6 +331,15 @@ func ended(t *testing.T, what string, x interface {
 	}
 }
 
+// wantLedgerLeases checks how many leases the ledger behind fx holds; when
+// says at what point of the test.
+func wantLedgerLeases(t *testing.T, fx *fixture, when string, want int64) {
+	t.Helper()
+	if got := ledgerStats(t, fx.fault).Leases; got != want {
+		t.Errorf("ledger leases %s = %d, want %d", when, got, want)
+	}
+}
+
 func ledgerStats(t *testing.T, l ledger.Ledger) ledger.PoolStats {
 	t.Helper()
 	s, err := l.Stats(ctxT(t, 5*time.Second), pool)

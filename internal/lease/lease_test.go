@@ -25,9 +25,7 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 		if got, want := res["gpu-0"], (lease.Reserved{KVTokens: 600, Slots: 3, Leases: 3}); got != want {
 			t.Errorf("Snapshot.Engines[gpu-0] = %+v, want %+v", got, want)
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 3 {
-			t.Errorf("ledger leases = %d, want 3", got)
-		}
+		wantLedgerLeases(t, fx, "after three grants", 3)
 
 		for _, h := range held {
 			if err := h.Release(ledger.Usage{PromptTokens: 10, CompletionTokens: 5}); err != nil {
@@ -90,9 +88,7 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 		if err := h.Release(ledger.Usage{}); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after release = %d, want 0", got)
-		}
+		wantLedgerLeases(t, fx, "after release", 0)
 	})
 }
 

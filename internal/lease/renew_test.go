@@ -48,9 +48,7 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 				t.Errorf("Release: %v", err)
 			}
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after release = %d, want 0", got)
-		}
+		wantLedgerLeases(t, fx, "after release", 0)
 	})
 }
 
@@ -132,9 +130,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		if st := m.Stats(); st.Held != 0 || st.Counters.Releases != 5 {
 			t.Errorf("after Close: held=%d releases=%d, want 0 and 5", st.Held, st.Counters.Releases)
 		}
-		if ls := ledgerStats(t, fx.fault); ls.Leases != 0 {
-			t.Errorf("ledger leases after Close = %d, want 0", ls.Leases)
-		}
+		wantLedgerLeases(t, fx, "after Close", 0)
 		if _, err := m.Acquire(ctxT(t, time.Second), request(1)); !errors.Is(err, lease.ErrClosed) {
 			t.Errorf("Acquire after Close = %v, want ErrClosed", err)
 		}
