@@ -433,14 +433,11 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 	t.Logf("grants %d: released %d, expired %d, revoked %d", c[ledger.CounterGrants], c[ledger.CounterReleases], c[ledger.CounterExpired], c[ledger.CounterRevoked])
 }
 
-// testConcurrentReplay retries one request from many goroutines at once:
-// exactly one lease is created and every caller gets it.
-func (s *suite) testConcurrentReplay(t *testing.T) {
-	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
-	r := f.req(h1, 600, 1, e1, e2)
-	const n = 16
-	grants := make([]ledger.Grant, n)
-	errs := make([]error, n)
+// concurrently runs op from n goroutines at once, each retrying undefined
+// errors, and returns each one's result and error, and whether any of them
+// saw an unknown outcome (see retry).
+func concurrently[T any](s *suite, n int, op func() (T, error)) ([]T, []error, bool) {
+	vals, errs := make([]T, n), make([]error, n)
 	var unknown atomic.Bool
 	var wg sync.WaitGroup
 	for i := range n {
@@ -448,13 +445,23 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var u bool
-			grants[i], u, errs[i] = retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
+			vals[i], u, errs[i] = retry(&s.backendFailures, op)
 			if u {
 				unknown.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	return vals, errs, unknown.Load()
+}
+
+// testConcurrentReplay retries one request from many goroutines at once:
+// exactly one lease is created and every caller gets it.
+func (s *suite) testConcurrentReplay(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
+	r := f.req(h1, 600, 1, e1, e2)
+	const n = 16
+	grants, errs, unknown := concurrently(s, n, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
 	fresh := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -467,7 +474,7 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 			t.Errorf("concurrent retry %d got lease %s, want %s like retry 0", i, grants[i].Lease.ID, grants[0].Lease.ID)
 		}
 	}
-	if fresh != 1 && !(fresh == 0 && unknown.Load()) {
+	if fresh != 1 && !(fresh == 0 && unknown) {
 		t.Errorf("%d of %d concurrent retries were not Replayed, want exactly 1", fresh, n)
 	}
 	st := f.stats()
@@ -484,34 +491,19 @@ func (s *suite) testConcurrentRelease(t *testing.T) {
 	a := f.acquire(f.req(h1, 600, 1, e1), e1)
 	b := f.acquire(f.req(h2, 400, 1, e1), e1)
 	const n = 16
-	released := make([]bool, n)
-	errs := make([]error, n)
-	var unknown atomic.Bool
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rel, u, err := retry(&s.backendFailures, func() (ledger.Released, error) {
-				return f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
-			})
-			released[i], errs[i] = rel.Released, err
-			if u {
-				unknown.Store(true)
-			}
-		}()
-	}
-	wg.Wait()
+	released, errs, unknown := concurrently(s, n, func() (ledger.Released, error) {
+		return f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
+	})
 	count := 0
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("concurrent release %d error = %v, want nil", i, errs[i])
 		}
-		if released[i] {
+		if released[i].Released {
 			count++
 		}
 	}
-	if count != 1 && !(count == 0 && unknown.Load()) {
+	if count != 1 && !(count == 0 && unknown) {
 		t.Errorf("%d of %d concurrent releases reported Released, want exactly 1", count, n)
 	}
 	f.wantReserved(e1, b.KVTokens, b.Slots, 1)

@@ -185,8 +185,7 @@ func (s *suite) testCounters(t *testing.T) {
 
 func (s *suite) testRenew(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 500, 1, e1)
-	r.TTL = f.ttl(300 * time.Millisecond)
+	r := f.shortReq(300*time.Millisecond, h1, 500, 1, e1)
 	a := f.acquire(r, e1)
 	ext := r.TTL + 2*time.Second + f.slack()
 	before := f.ledgerNow()
@@ -258,8 +257,7 @@ func (s *suite) testRenewResizeUnknown(t *testing.T) {
 
 func (s *suite) testRenewResizeExpired(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 500, 1, e1)
-	r.TTL = f.ttl(150 * time.Millisecond)
+	r := f.shortReq(150*time.Millisecond, h1, 500, 1, e1)
 	a := f.acquire(r, e1)
 	b := f.acquire(f.req(h1, 100, 1, e1), e1)
 	f.waitPast(a.Deadline)
@@ -278,8 +276,7 @@ func (s *suite) testRenewResizeExpired(t *testing.T) {
 
 func (s *suite) testExpiryOnSweep(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 1000, 4, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 1000, 4, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// Until swept an expired lease may still count; after it must not.
@@ -308,8 +305,7 @@ func (s *suite) testExpiryOnSweep(t *testing.T) {
 
 func (s *suite) testExpiryOnAcquire(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 1000, 4, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 1000, 4, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// The sweep at the start of the next mutating call frees the capacity.

@@ -222,6 +222,13 @@ func (f *fixture) req(h ledger.HolderID, kv, slots int64, cands ...ledger.Engine
 	}
 }
 
+// shortReq is req with a short TTL, d raised to the backend's MinTTL.
+func (f *fixture) shortReq(d time.Duration, h ledger.HolderID, kv, slots int64, cands ...ledger.EngineID) ledger.AcquireRequest {
+	r := f.req(h, kv, slots, cands...)
+	r.TTL = f.ttl(d)
+	return r
+}
+
 func describe(r ledger.AcquireRequest) string {
 	return fmt.Sprintf("%s kv=%d slots=%d on %v tenant=%s priority=%s holder=%s req=%s",
 		r.Pool, r.KVTokens, r.Slots, r.Candidates, r.Tenant, r.Priority, r.Holder, r.RequestID)

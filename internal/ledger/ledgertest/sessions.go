@@ -140,8 +140,7 @@ func (s *suite) testBoundedSweep(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 20)), noWindow)
 	var last time.Time
 	for i := range 10 {
-		r := f.req(h1, 10, 1, e1)
-		r.TTL = f.ttl(500 * time.Millisecond)
+		r := f.shortReq(500*time.Millisecond, h1, 10, 1, e1)
 		r.RequestID = ledger.RequestID(fmt.Sprintf("exp-%d", i))
 		last = f.acquire(r, e1).Deadline
 	}

@@ -71,8 +71,7 @@ func (s *suite) testEndedLeaseCharged(t *testing.T) {
 	f.wantCorrection(e1, 0, 0)
 	f.wantOrphan(e1, 0, 0, time.Time{})
 	// A lease whose deadline passes is charged the same way.
-	r := f.req(h1, 300, 1, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 300, 1, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	f.sweepAll()
