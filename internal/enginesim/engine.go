@@ -265,7 +265,7 @@ func (e *Engine) submit(sub submission) (*request, error) {
 	}
 	for i := range sub.n {
 		key := mix(mix(sub.key, e.cfg.Seed), uint64(i))
-		target := 1 + int(mix(key, 0)%uint64(2*e.cfg.OutputTokens-1))
+		target := e.cfg.naturalLength(key)
 		if sub.ignoreEOS {
 			target = maxTokens
 		}
