@@ -43,9 +43,12 @@
 //     OutputSigma (a long tail, as real completions have), then capped by
 //     max_tokens and the context.
 //   - Ground truth (stats.go): peak KV held, peak running, preemptions,
-//     aborts, and the admitted demand — the sum over accepted, unfinished
+//     aborts; the admitted demand — the sum over accepted, unfinished
 //     requests of (prompt_tokens + max_tokens) × n — with its peak and the
-//     time it spent above capacity. GET /admin/stats, POST /admin/reset.
+//     time it spent above capacity; and the actual demand — the sum over
+//     accepted, unfinished sequences of (prompt_tokens + tokens generated
+//     so far), running or waiting — with its peak and the time it spent
+//     above capacity. GET /admin/stats, POST /admin/reset.
 //   - Fault injection (POST /admin/fail): answer 500, hang, stop serving
 //     metrics, fail /tokenize alone, or drop every request in flight.
 //
