@@ -1,6 +1,8 @@
 package enginesim
 
 import (
+	"github.com/leasehold/leasehold/internal/testutil/poll"
+
 	"encoding/json"
 	"io"
 	"net/http/httptest"
@@ -53,7 +55,7 @@ func openActual(rs []*request) int64 {
 func TestActualDemandTokenByToken(t *testing.T) {
 	e, ts := newServer(t, Config{KVTokens: 1024, Slots: 4, manual: true, PrefillTokensPerSec: 1e9})
 	replyC := postAsync(ts, `{"prompt":"a b","max_tokens":5,"n":2,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`)
-	waitFor(t, "both sequences running", func() bool { return e.Stats().Running == 2 })
+	poll.Eventually(t, 5*time.Second, "both sequences running", func() bool { return e.Stats().Running == 2 })
 	s := getStats(t, ts, ts.URL)
 	p := s.KVTokensUsed / 2 // prompt tokens of each sequence
 	if p < 1 || s.ActualDemandTokens != 2*p || s.AdmittedDemandTokens != 2*(p+5) || s.PeakActualDemand != 2*p {
@@ -139,7 +141,7 @@ func TestOverActualKVCapacity(t *testing.T) {
 	for range 6 {
 		replies = append(replies, postAsync(ts, `{"prompt":"a","max_tokens":100,"ignore_eos":true}`))
 	}
-	waitFor(t, "six accepted", func() bool { return e.Stats().AcceptedRequests == 6 })
+	poll.Eventually(t, 5*time.Second, "six accepted", func() bool { return e.Stats().AcceptedRequests == 6 })
 	time.Sleep(10 * time.Millisecond)
 	if s := getStats(t, ts, ts.URL); s.OverActualKVCapacitySeconds != 0 || s.OverKVCapacitySeconds < 0.005 {
 		t.Fatalf("prompts only: over actual %v, over admitted %v; want 0 and > 0", s.OverActualKVCapacitySeconds, s.OverKVCapacitySeconds)
@@ -192,7 +194,7 @@ func TestActualDemandWithinCapacity(t *testing.T) {
 	for range 3 {
 		replies = append(replies, postAsync(ts, `{"prompt":"a b c"}`))
 	}
-	waitFor(t, "three accepted", func() bool { return e.Stats().AcceptedRequests == 3 })
+	poll.Eventually(t, 5*time.Second, "three accepted", func() bool { return e.Stats().AcceptedRequests == 3 })
 	time.Sleep(10 * time.Millisecond)
 	for i := 0; e.Stats().AcceptedRequests > 0; i++ {
 		if i > 100 {
