@@ -1,14 +1,14 @@
 package enginesim
 
 import (
-	"github.com/leasehold/leasehold/internal/testutil/poll"
-
 	"encoding/json"
 	"io"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // reply is the answer to a request sent with postAsync.
