@@ -14,18 +14,15 @@ import (
 // window. Later calls replace engines, tenants and priorities and keep drain
 // flags, telemetry, leases and counters; an engine or tenant dropped from
 // the spec while it has leases stays, marked removed, until they end.
-func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
-	if err := ledger.ValidatePoolSpec(spec); err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
-	}
+func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
 	l.writes.do(func() { epoch, err = l.configureNow(ctx, spec) })
 	return epoch, err
 }
 
 // configureNow is Configure's transaction, run by l.writes.
-func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
-	if err := l.usable(ctx); err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	if err := ctx.Err(); err != nil {
+		return ledger.NoEpoch, err
 	}
 	txn := l.db.Txn(true)
 	defer txn.Abort()
@@ -111,11 +108,8 @@ func (o *op) reconfigure(table string, row, cp any, fate ledger.RowFate, removed
 
 // SetDraining drains an engine (no new grants; its leases continue) or
 // undrains it. The flag survives Configure.
-func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
-		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
-	}
-	err := l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	return l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		e := o.engine(engine)
 		if e == nil || e.Removed {
 			return ledger.ErrUnknownEngine
@@ -127,8 +121,4 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
-	}
-	return nil
 }
