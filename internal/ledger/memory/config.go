@@ -110,9 +110,9 @@ func (o *op) reconfigure(table string, row, cp any, fate ledger.RowFate, removed
 // undrains it. The flag survives Configure.
 func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
 	return l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
-		e := o.engine(engine)
-		if e == nil || e.Removed {
-			return ledger.ErrUnknownEngine
+		e, err := o.configuredEngine(engine)
+		if err != nil {
+			return err
 		}
 		if e.Draining != draining {
 			c := *e

@@ -39,9 +39,9 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 		rows := make([]*engineRow, len(req.Candidates))
 		states := make([]ledger.EngineState, len(req.Candidates))
 		for i, id := range req.Candidates {
-			e := o.engine(id)
-			if e == nil || e.Removed {
-				return fmt.Errorf("candidate %s: %w", id, ledger.ErrUnknownEngine)
+			e, err := o.configuredEngine(id)
+			if err != nil {
+				return err
 			}
 			rows[i], states[i] = e, e.state()
 		}
@@ -111,9 +111,9 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 		}
 		delta := kvTokens - ls.KVTokens
 		if delta > 0 {
-			e := o.engine(ls.Engine)
-			if e == nil || e.Removed {
-				return fmt.Errorf("engine %s: %w", ls.Engine, ledger.ErrUnknownEngine)
+			e, err := o.configuredEngine(ls.Engine)
+			if err != nil {
+				return err
 			}
 			t, prio, err := o.tenantAndPriority(ls.Tenant, ls.Priority)
 			if err != nil {
@@ -197,9 +197,9 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 			}
 			o.removeLease(ls, end)
 		}
-		e := o.engine(lease.Engine)
-		if e == nil || e.Removed {
-			return fmt.Errorf("engine %s: %w", lease.Engine, ledger.ErrUnknownEngine)
+		e, err := o.configuredEngine(lease.Engine)
+		if err != nil {
+			return err
 		}
 		t, _, err := o.tenantAndPriority(lease.Tenant, lease.Priority)
 		if err != nil {
@@ -253,6 +253,15 @@ func (o *op) liveLease(ref ledger.LeaseRef) (*leaseRow, error) {
 		return nil, fmt.Errorf("lease %s: %w", end, ledger.ErrLeaseNotFound)
 	}
 	return ls, nil
+}
+
+// configuredEngine returns the row of an engine in the pool's spec.
+func (o *op) configuredEngine(id ledger.EngineID) (*engineRow, error) {
+	e := o.engine(id)
+	if e == nil || e.Removed {
+		return nil, fmt.Errorf("engine %s: %w", id, ledger.ErrUnknownEngine)
+	}
+	return e, nil
 }
 
 // tenantAndPriority returns a configured tenant's row and a priority class.

@@ -17,9 +17,9 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 	var r ledger.Observed
 	err := l.update(ctx, obs.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		r.Epoch = o.pool.Epoch
-		e := o.engine(obs.Engine)
-		if e == nil || e.Removed {
-			return ledger.ErrUnknownEngine
+		e, err := o.configuredEngine(obs.Engine)
+		if err != nil {
+			return err
 		}
 		if !e.ObservedAt.IsZero() && !obs.ObservedAt.After(e.LastObservation.ObservedAt) {
 			return nil
