@@ -16,46 +16,37 @@ import (
 // one List per pool, merged here. A store therefore keeps only what is its
 // own: how a valid call is carried out on its storage.
 
-// Store is the backend-specific part of a Ledger. Checked is its only
-// caller, and guarantees what the Ledger methods' callers do not:
+// Store is the backend-specific part of a Ledger: Ledger's methods, with
+// the semantics of the package documentation, which Checked (a store's only
+// caller) calls only under guarantees a Ledger's callers do not give:
 //
 //   - every argument passed the matching Validate function;
 //   - no call starts after Close, and Close is called once;
-//   - ListPool is called with a filter naming one pool.
+//   - List is called with a filter naming one pool, and returns that pool's
+//     leases f matches, ordered by fence, at most f.Limit of them (none for
+//     a pool that does not exist).
 //
 // A Store returns its errors without saying which call failed (Checked
 // does): a sentinel, wrapped with the detail only the store knows (which
-// candidate, which holder), a *Rejection, or its storage's failure. It
-// implements the rest of the contract in the package documentation.
+// candidate, which holder), a *Rejection, or its storage's failure. Every
+// Ledger is a Store.
 type Store interface {
-	Configure(ctx context.Context, spec PoolSpec) (Epoch, error)
-	SetDraining(ctx context.Context, pool PoolID, engine EngineID, draining bool) error
-	KeepAlive(ctx context.Context, pool PoolID, holder HolderID, ttl time.Duration) (Session, error)
-	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
-	Renew(ctx context.Context, ref LeaseRef, ttl time.Duration) (Renewal, error)
-	Resize(ctx context.Context, ref LeaseRef, kvTokens int64) (Renewal, error)
-	Release(ctx context.Context, ref LeaseRef, usage Usage) (Released, error)
-	Reassert(ctx context.Context, lease Lease, ttl time.Duration) (Grant, error)
-	Observe(ctx context.Context, obs Observation) (Observed, error)
-	// Sweep's max 0 means the store's configured batch.
-	Sweep(ctx context.Context, pool PoolID, max int) (Swept, error)
-	Pools(ctx context.Context) ([]PoolID, error)
-	// ListPool returns the leases of pool f.Pool (never empty) that f
-	// matches, ordered by fence, at most f.Limit of them (0: all). A pool
-	// that does not exist has none.
-	ListPool(ctx context.Context, f Filter) ([]Lease, error)
-	Stats(ctx context.Context, pool PoolID) (PoolStats, error)
-	// Close releases the store's resources.
-	Close() error
+	Ledger
 }
 
 // Checked returns the Ledger that runs s: it validates every call's
 // arguments, refuses calls after Close with an error matching ErrClosed,
 // wraps every failure once with backend (a short name: "memory", "redis",
-// "etcd") and what was in progress, and lists all pools as one ListPool per
+// "etcd") and what was in progress, and lists all pools as one List per
 // pool. Wrapping keeps errors.Is and errors.As working: a rejection is still
-// a *Rejection in the chain, a sentinel still matches.
-func Checked(backend string, s Store) Ledger { return &checked{backend: backend, s: s} }
+// a *Rejection in the chain, a sentinel still matches. A Ledger Checked
+// returned is returned as it is, not checked and wrapped twice.
+func Checked(backend string, s Store) Ledger {
+	if c, ok := s.(*checked); ok {
+		return c
+	}
+	return &checked{backend: backend, s: s}
+}
 
 // checked is the Ledger Checked returns.
 type checked struct {
@@ -184,7 +175,7 @@ func (c *checked) Pools(ctx context.Context) ([]PoolID, error) {
 func (c *checked) List(ctx context.Context, f Filter) ([]Lease, error) {
 	ls, err := call(c, ValidateFilter(f), func() ([]Lease, error) {
 		if f.Pool != "" {
-			return c.s.ListPool(ctx, f)
+			return c.s.List(ctx, f)
 		}
 		pools, err := c.s.Pools(ctx)
 		if err != nil {
@@ -197,7 +188,7 @@ func (c *checked) List(ctx context.Context, f Filter) ([]Lease, error) {
 			if f.Limit > 0 {
 				one.Limit = f.Limit - len(out)
 			}
-			got, err := c.s.ListPool(ctx, one)
+			got, err := c.s.List(ctx, one)
 			if err != nil {
 				return nil, fmt.Errorf("pool %s: %w", p, err)
 			}

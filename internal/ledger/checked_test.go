@@ -11,14 +11,14 @@ import (
 )
 
 // recorder is a Store that records the calls that reach it and answers
-// with err (and, for ListPool, leases[pool]). It tests the checked layer
+// with err (and, for List, leases[pool]). It tests the checked layer
 // itself; the real stores run under it in their conformance tests.
 type recorder struct {
 	calls  []string
 	err    error
 	pools  []PoolID
 	leases map[PoolID][]Lease
-	limits []int // f.Limit of each ListPool call
+	limits []int // f.Limit of each List call
 }
 
 func (r *recorder) record(op string, err error) error {
@@ -62,13 +62,13 @@ func (r *recorder) Sweep(context.Context, PoolID, int) (Swept, error) {
 func (r *recorder) Pools(context.Context) ([]PoolID, error) {
 	return r.pools, r.record("Pools", nil)
 }
-func (r *recorder) ListPool(_ context.Context, f Filter) ([]Lease, error) {
+func (r *recorder) List(_ context.Context, f Filter) ([]Lease, error) {
 	r.limits = append(r.limits, f.Limit)
 	ls := r.leases[f.Pool]
 	if f.Limit > 0 && len(ls) > f.Limit {
 		ls = ls[:f.Limit]
 	}
-	return ls, r.record("ListPool "+string(f.Pool), nil)
+	return ls, r.record("List "+string(f.Pool), nil)
 }
 func (r *recorder) Stats(context.Context, PoolID) (PoolStats, error) {
 	return PoolStats{}, r.record("Stats", nil)
@@ -140,7 +140,7 @@ func TestCheckedPassesValidCalls(t *testing.T) {
 			}
 			want := tc.name
 			if tc.name == "List" {
-				want = "ListPool p"
+				want = "List p"
 			}
 			if !slices.Equal(r.calls, []string{want}) {
 				t.Errorf("store got %v, want [%s]", r.calls, want)
@@ -221,11 +221,11 @@ func TestCheckedListsAllPools(t *testing.T) {
 		limits []int
 	}{
 		{"no limit", 0, []string{"a:1", "a:2", "c:1", "c:5", "d:3"},
-			[]string{"Pools", "ListPool a", "ListPool b", "ListPool c", "ListPool d"}, []int{0, 0, 0, 0}},
+			[]string{"Pools", "List a", "List b", "List c", "List d"}, []int{0, 0, 0, 0}},
 		{"limit inside a pool", 3, []string{"a:1", "a:2", "c:1"},
-			[]string{"Pools", "ListPool a", "ListPool b", "ListPool c"}, []int{3, 1, 1}},
+			[]string{"Pools", "List a", "List b", "List c"}, []int{3, 1, 1}},
 		{"limit at a pool's end", 2, []string{"a:1", "a:2"},
-			[]string{"Pools", "ListPool a"}, []int{2}},
+			[]string{"Pools", "List a"}, []int{2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &recorder{pools: []PoolID{"a", "b", "c", "d"}, leases: leases}
@@ -250,6 +250,15 @@ func TestCheckedListsAllPools(t *testing.T) {
 	_, err := Checked("x", r).List(t.Context(), Filter{})
 	if want := "x list leases: " + ErrUnknownPool.Error(); err == nil || err.Error() != want {
 		t.Errorf("List with a failing Pools = %v, want %q", err, want)
+	}
+}
+
+func TestCheckedDoesNotWrapTwice(t *testing.T) {
+	r := &recorder{err: ErrLeaseNotFound}
+	l := Checked("x", Checked("y", r))
+	_, err := l.Renew(t.Context(), LeaseRef{Pool: "p", ID: "1-2", Holder: "h"}, time.Second)
+	if want := "y renew lease 1-2 in pool p: " + ErrLeaseNotFound.Error(); err == nil || err.Error() != want {
+		t.Errorf("Renew through Checked twice = %v, want %q", err, want)
 	}
 }
 

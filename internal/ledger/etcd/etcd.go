@@ -474,6 +474,31 @@ func record[T any](v *view, key string) (T, error) {
 	return r, nil
 }
 
+// rangeRecords decodes the records of a range, by the last segment of
+// their keys.
+func rangeRecords[K ~string, T any](kvs []*mvccpb.KeyValue) (map[K]T, error) {
+	out := make(map[K]T, len(kvs))
+	for _, kv := range kvs {
+		id, ok := lastSegment(string(kv.Key))
+		if !ok {
+			continue
+		}
+		var r T
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+			return nil, err
+		}
+		out[K(id)] = r
+	}
+	return out, nil
+}
+
+// addCounters adds counters from to sums.
+func addCounters(sums, from map[string]int64) {
+	for c, n := range from {
+		sums[c] += n
+	}
+}
+
 // engineRec returns an engine's record from v (zero when absent).
 func (l *store) engineRec(v *view, pool ledger.PoolID, e ledger.EngineID) (engineRec, error) {
 	return record[engineRec](v, l.keys.engine(pool, e))

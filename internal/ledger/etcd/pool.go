@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -218,9 +219,9 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	return pools, nil
 }
 
-// ListPool returns one pool's outstanding leases matching f, ordered by
+// List returns one pool's outstanding leases matching f, ordered by
 // fence. It reads every lease of the pool: an audit call, not a hot path.
-func (l *store) ListPool(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
 	resp, err := l.cli.Get(ctx, l.keys.kind(f.Pool, kindLease), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("read leases: %w", err)
@@ -268,21 +269,20 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	for _, kv := range v.ranges[fresh] {
 		isFresh[string(kv.Key)] = true
 	}
-	recs := map[ledger.EngineID]engineRec{}
-	for _, kv := range v.ranges[engines] {
-		id, ok := lastSegment(string(kv.Key))
-		if !ok {
-			continue
-		}
-		var r engineRec
-		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
-			return ledger.PoolStats{}, err
-		}
-		recs[ledger.EngineID(id)] = r
-		for c, n := range r.Counters {
-			st.Counters[c] += n
-		}
+	recs, err := rangeRecords[ledger.EngineID, engineRec](v.ranges[engines])
+	if err != nil {
+		return ledger.PoolStats{}, err
+	}
+	trecs, err := rangeRecords[ledger.TenantID, tenantRec](v.ranges[tenants])
+	if err != nil {
+		return ledger.PoolStats{}, err
+	}
+	for _, r := range recs {
+		addCounters(st.Counters, r.Counters)
 		st.Leases += r.Leases
+	}
+	for _, r := range trecs {
+		addCounters(st.Counters, r.Counters)
 	}
 	for _, spec := range m.Spec.Engines {
 		r := recs[spec.ID]
@@ -296,23 +296,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
 		}
 	}
-	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmpStr(string(a.Spec.ID), string(b.Spec.ID)) })
+	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) })
 
-	trecs := map[ledger.TenantID]tenantRec{}
-	for _, kv := range v.ranges[tenants] {
-		id, ok := lastSegment(string(kv.Key))
-		if !ok {
-			continue
-		}
-		var r tenantRec
-		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
-			return ledger.PoolStats{}, err
-		}
-		trecs[ledger.TenantID(id)] = r
-		for c, n := range r.Counters {
-			st.Counters[c] += n
-		}
-	}
 	for _, spec := range m.Spec.Tenants {
 		r := trecs[spec.Name]
 		delete(trecs, spec.Name)
@@ -326,7 +311,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}
 	}
-	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmpStr(string(a.Spec.Name), string(b.Spec.Name)) })
+	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
 	return st, nil
 }
 
@@ -342,14 +327,4 @@ func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale,
 			Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}
 	}
 	return es
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

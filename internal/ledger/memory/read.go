@@ -32,11 +32,11 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	return pools, err
 }
 
-// ListPool returns the outstanding leases of one pool that f matches (ended
+// List returns the outstanding leases of one pool that f matches (ended
 // ones not yet swept included), ordered by fence, at most f.Limit of them.
 // A holder's leases come from the holder index (in request id order, sorted
 // here); any other filter scans the pool in fence order.
-func (l *store) ListPool(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
 	var out []ledger.Lease
 	err := l.view(ctx, func(txn *memdb.Txn, _ time.Time) error {
 		index, args := indexID, []any{f.Pool}

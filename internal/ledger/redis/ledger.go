@@ -436,10 +436,10 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	return out, nil
 }
 
-// ListPool returns one pool's outstanding leases matching f, expired ones
+// List returns one pool's outstanding leases matching f, expired ones
 // not yet swept included, ordered by fence. A pool that does not exist has
 // no leases.
-func (l *store) ListPool(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
 	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.list }, f.Pool, 0,
 		string(f.Engine), string(f.Holder), string(f.Tenant))
 	if errors.Is(err, ledger.ErrUnknownPool) {
