@@ -60,7 +60,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 					return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrSessionExpired, holder, pool)
 				}
-				return false, fmt.Errorf("keepalive: %w", err)
+				return false, fmt.Errorf("keep the session lease alive: %w", err)
 			}
 			next.EtcdLease = old.EtcdLease
 		default:

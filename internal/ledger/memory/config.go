@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -84,7 +83,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 
 	o.insert(tablePools, p)
 	if o.err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, o.err)
+		return ledger.NoEpoch, o.err
 	}
 	txn.Commit()
 	return p.Epoch, nil
