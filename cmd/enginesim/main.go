@@ -4,6 +4,7 @@
 // internal/enginesim.
 //
 //	enginesim --listen ADDR --kv-tokens N --slots N [--format vllm|sglang|tgi]
+//	          [--output-tokens N] [--output-dist uniform|lognormal] [--output-sigma S]
 //
 // Every flag can also be set from the environment: --kv-tokens is
 // ENGINESIM_KV_TOKENS.
@@ -64,7 +65,8 @@ func run(args []string) error {
 	c := eng.Config()
 	slog.Info("enginesim serving", "addr", ln.Addr().String(), "model", c.Model, "format", c.Format,
 		"kv_tokens", c.KVTokens/int64(c.BlockSize)*int64(c.BlockSize), "block_size", c.BlockSize, "slots", c.Slots,
-		"max_model_len", c.MaxModelLen, "speed", c.Speed)
+		"max_model_len", c.MaxModelLen, "speed", c.Speed,
+		"output_tokens", c.OutputTokens, "output_dist", c.OutputDist)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 

@@ -18,6 +18,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}{
 		{[]string{"--kv-tokens", "4", "--listen", "127.0.0.1:0"}, "--kv-tokens"},
 		{[]string{"--format", "triton"}, "triton"},
+		{[]string{"--output-dist", "zipf"}, "want uniform or lognormal"},
+		{[]string{"--output-sigma", "-1", "--listen", "127.0.0.1:0"}, "--output-sigma"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--listen", "256.0.0.1:1"}, "listen on"},
 	} {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -22,6 +24,7 @@ type Admitter struct {
 	pools   map[ledger.PoolID]*pool
 	scraper telemetry.Scraper
 	every   time.Duration
+	clock   clockwork.Clock
 	log     *slog.Logger
 
 	readyC chan struct{} // closed after the first scrape round
@@ -52,14 +55,36 @@ type engine struct {
 	addSlot int64
 }
 
-// New starts scraping specs' engines (their metrics URLs and formats from
-// f) every every; Close stops it.
-func New(f *fleet.Fleet, specs []ledger.PoolSpec, every time.Duration, client telemetry.Scraper, log *slog.Logger) *Admitter {
-	a := &Admitter{pools: map[ledger.PoolID]*pool{}, scraper: client, every: every, log: log,
+// Config is what an Admitter admits on and how it scrapes.
+type Config struct {
+	// Fleet gives each engine's metrics URL and format. Required.
+	Fleet *fleet.Fleet
+	// Specs are the pools and engines admitted on, with their capacities
+	// (kv_tokens discovered where the file omits them). Required.
+	Specs []ledger.PoolSpec
+	// Every is the scrape interval (--scrape-interval), > 0.
+	Every time.Duration
+	// Scraper reads the engines' metrics.
+	Scraper telemetry.Scraper
+	// Log defaults to discarding.
+	Log *slog.Logger
+	// Clock times the scrapes; nil means the real clock.
+	Clock clockwork.Clock
+}
+
+// New starts scraping cfg.Specs' engines every cfg.Every; Close stops it.
+func New(cfg Config) *Admitter {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	a := &Admitter{pools: map[ledger.PoolID]*pool{}, scraper: cfg.Scraper, every: cfg.Every, clock: cfg.Clock, log: cfg.Log,
 		readyC: make(chan struct{}), stopC: make(chan struct{})}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	for _, s := range specs {
-		fp, _ := f.Pool(s.Name)
+	for _, s := range cfg.Specs {
+		fp, _ := cfg.Fleet.Pool(s.Name)
 		lp := &pool{retryAfter: fp.RetryAfter}
 		for i, e := range s.Engines {
 			fe := fp.Engines[i]
@@ -76,7 +101,7 @@ func (a *Admitter) loop() {
 	defer a.wg.Done()
 	ctx := a.ctx
 	first := true
-	t := time.NewTicker(a.every)
+	t := a.clock.NewTicker(a.every)
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
@@ -106,7 +131,7 @@ func (a *Admitter) loop() {
 		select {
 		case <-a.stopC:
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 func getStats(t *testing.T, ts interface {
@@ -164,7 +165,7 @@ func TestFailAbort(t *testing.T) {
 			errC <- err
 		}()
 	}
-	waitFor(t, "both running", func() bool { return e.Stats().Running == 2 })
+	poll.Eventually(t, 5*time.Second, "both running", func() bool { return e.Stats().Running == 2 })
 	e.advance(2)
 	status, b := do(t, ts, "POST", "/admin/fail?mode=abort", "")
 	if status != 200 || !strings.Contains(string(b), `"aborted":2`) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // fastConfig runs a decode step every 10 µs of wall time.
@@ -455,30 +456,19 @@ func TestDisconnectAborts(t *testing.T) {
 			}
 			errC <- err
 		}()
-		waitFor(t, "admitted", func() bool { return e.Stats().Running == 1 })
+		poll.Eventually(t, 5*time.Second, "admitted", func() bool { return e.Stats().Running == 1 })
 		e.advance(3)
 		if s := e.Stats(); s.KVBlocksUsed != 1 || s.AdmittedDemandTokens != 104 {
 			t.Fatalf("before disconnect: %+v", s)
 		}
 		cancel()
 		<-errC
-		waitFor(t, "aborted", func() bool { s := e.Stats(); return s.RequestsAborted == 1 })
+		poll.Eventually(t, 5*time.Second, "aborted", func() bool { s := e.Stats(); return s.RequestsAborted == 1 })
 		s := e.Stats()
 		if s.KVBlocksUsed != 0 || s.Running != 0 || s.AdmittedDemandTokens != 0 || s.SequencesFinished[finishAbort] != 1 {
 			t.Fatalf("stream=%v after disconnect: %+v", stream, s)
 		}
 		e.Reset()
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

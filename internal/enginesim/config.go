@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -22,6 +23,8 @@ const (
 	DefaultPrefillTokensPerSec = 10000
 	DefaultDecodeTokensPerSec  = 50
 	DefaultOutputTokens        = 128
+	DefaultOutputDist          = OutputUniform
+	DefaultOutputSigma         = 1.1
 	DefaultSpeed               = 1
 	// EnvPrefix prefixes the environment variable of every flag:
 	// --kv-tokens is ENGINESIM_KV_TOKENS.
@@ -30,6 +33,31 @@ const (
 
 // ErrConfig: a Config field is out of range.
 var ErrConfig = errors.New("enginesim: bad config")
+
+// OutputDist is the distribution of natural output lengths (--output-dist).
+type OutputDist string
+
+// Output length distributions.
+const (
+	// OutputUniform: 1..2×OutputTokens−1, each length equally likely.
+	OutputUniform OutputDist = "uniform"
+	// OutputLognormal: median OutputTokens, log-standard-deviation
+	// OutputSigma: a long tail, as real completions have.
+	OutputLognormal OutputDist = "lognormal"
+)
+
+// maxOutputSigma bounds --output-sigma: beyond it nearly every length is
+// 1 or the cap, which no real workload looks like.
+const maxOutputSigma = 5
+
+// parseOutputDist checks s names a distribution.
+func parseOutputDist(s string) (OutputDist, error) {
+	switch d := OutputDist(s); d {
+	case OutputUniform, OutputLognormal:
+		return d, nil
+	}
+	return "", fmt.Errorf("unknown output distribution %q, want uniform or lognormal", s)
+}
 
 // Config is the simulated engine's settings. The zero value of a field
 // means its default, except where said.
@@ -62,11 +90,20 @@ type Config struct {
 	// gives every running sequence a token, takes 1/DecodeTokensPerSec
 	// simulated seconds; default 50.
 	DecodeTokensPerSec float64
-	// OutputTokens is the mean natural output length: a sequence stops
-	// after a deterministic pseudo-random 1..2×OutputTokens−1 tokens
-	// (from the request seed, prompt and sequence index) unless max_tokens
-	// is smaller or ignore_eos is set; default 128.
+	// OutputTokens is the natural output length in tokens: a sequence
+	// stops after a deterministic pseudo-random length drawn from
+	// OutputDist (from the request seed, prompt and sequence index) unless
+	// max_tokens or the context is smaller or ignore_eos is set; the mean
+	// of uniform, the median of lognormal; default 128.
 	OutputTokens int
+	// OutputDist is the distribution of natural output lengths: uniform
+	// (1..2×OutputTokens−1) or lognormal (median OutputTokens, σ
+	// OutputSigma, at least 1); default uniform.
+	OutputDist OutputDist
+	// OutputSigma is σ of the lognormal distribution, the standard
+	// deviation of the log of the length (1.1 with median 80 puts p99 near
+	// 1,000 tokens); 0 < σ <= 5, default 1.1; unused with uniform.
+	OutputSigma float64
 	// Speed is how many simulated seconds pass per wall-clock second;
 	// default 1.
 	Speed float64
@@ -98,7 +135,14 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxModelLen, "max-model-len", 0, "most prompt + output tokens of one sequence (default min(8192, KV capacity))")
 	fs.Float64Var(&c.PrefillTokensPerSec, "prefill-tokens-per-sec", DefaultPrefillTokensPerSec, "prefill speed in simulated tokens per second")
 	fs.Float64Var(&c.DecodeTokensPerSec, "decode-tokens-per-sec", DefaultDecodeTokensPerSec, "decode speed per sequence in simulated tokens per second")
-	fs.IntVar(&c.OutputTokens, "output-tokens", DefaultOutputTokens, "mean natural output length in tokens")
+	fs.IntVar(&c.OutputTokens, "output-tokens", DefaultOutputTokens, "natural output length in tokens: the mean (uniform) or the median (lognormal)")
+	fs.Func("output-dist", "distribution of natural output lengths: uniform or lognormal (default uniform)", func(s string) error {
+		d, err := parseOutputDist(s)
+		c.OutputDist = d
+		return err
+	})
+	c.OutputDist = DefaultOutputDist
+	fs.Float64Var(&c.OutputSigma, "output-sigma", DefaultOutputSigma, "σ of the lognormal output lengths (log-standard-deviation)")
 	fs.Float64Var(&c.Speed, "speed", DefaultSpeed, "simulated seconds per wall-clock second")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of generated lengths and text")
 	fs.IntVar(&c.MediaTokens, "media-tokens", 0, "prompt tokens per image, audio clip or video of a chat request (0: the model takes none, a 400)")
@@ -127,6 +171,8 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
 	orDefault(&c.DecodeTokensPerSec, DefaultDecodeTokensPerSec)
 	orDefault(&c.OutputTokens, DefaultOutputTokens)
+	orDefault(&c.OutputDist, DefaultOutputDist)
+	orDefault(&c.OutputSigma, DefaultOutputSigma)
 	orDefault(&c.Speed, DefaultSpeed)
 	if c.MaxModelLen == 0 && c.BlockSize > 0 {
 		c.MaxModelLen = int(min(DefaultMaxModelLen, c.KVTokens/int64(c.BlockSize)*int64(c.BlockSize)))
@@ -152,6 +198,9 @@ func (c Config) Validate() error {
 	if _, err := telemetry.ParseFormat(string(c.Format)); err != nil {
 		return bad("--format: %v", err)
 	}
+	if _, err := parseOutputDist(string(c.OutputDist)); err != nil {
+		return bad("--output-dist: %v", err)
+	}
 	switch {
 	case c.BlockSize < 1 || c.BlockSize > 4096:
 		return bad("--block-size = %d, want 1..4096", c.BlockSize)
@@ -167,6 +216,8 @@ func (c Config) Validate() error {
 		return bad("--decode-tokens-per-sec = %v, want > 0 and <= 1e9", c.DecodeTokensPerSec)
 	case c.OutputTokens < 1:
 		return bad("--output-tokens = %d, want >= 1", c.OutputTokens)
+	case !(c.OutputSigma > 0) || c.OutputSigma > maxOutputSigma:
+		return bad("--output-sigma = %v, want > 0 and <= %d", c.OutputSigma, maxOutputSigma)
 	case !(c.Speed > 0) || c.Speed > 1e6:
 		return bad("--speed = %v, want > 0 and <= 1e6", c.Speed)
 	case c.Model == "":
@@ -180,4 +231,20 @@ func (c Config) Validate() error {
 // stepDuration is the simulated time of one decode step.
 func (c Config) stepDuration() time.Duration {
 	return max(time.Duration(float64(time.Second)/c.DecodeTokensPerSec), time.Nanosecond)
+}
+
+// naturalLength is the output length a sequence seeded by key stops at
+// when nothing cuts it short (max_tokens, the context, ignore_eos,
+// min_tokens are the caller's): one uniform draw from mix(key, 0), taken
+// as is (uniform) or through the inverse normal CDF (lognormal). It is at
+// least 1 and at most MaxModelLen.
+func (c Config) naturalLength(key uint64) int {
+	r := mix(key, 0)
+	if c.OutputDist != OutputLognormal {
+		return 1 + int(r%uint64(2*c.OutputTokens-1))
+	}
+	u := (float64(r>>11) + 0.5) / (1 << 53) // in (0, 1): never ±Inf below
+	z := math.Sqrt2 * math.Erfinv(2*u-1)
+	n := math.Round(float64(c.OutputTokens) * math.Exp(c.OutputSigma*z))
+	return int(min(max(n, 1), float64(c.MaxModelLen)))
 }

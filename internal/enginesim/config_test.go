@@ -3,6 +3,8 @@ package enginesim
 import (
 	"errors"
 	"flag"
+	"io"
+	"math"
 	"strings"
 	"testing"
 
@@ -52,6 +54,10 @@ func TestConfigValidate(t *testing.T) {
 		{Config{DecodeTokensPerSec: -5}, "--decode-tokens-per-sec"},
 		{Config{PrefillTokensPerSec: -5}, "--prefill-tokens-per-sec"},
 		{Config{OutputTokens: -1}, "--output-tokens"},
+		{Config{OutputDist: "zipf"}, "--output-dist"},
+		{Config{OutputSigma: -1}, "--output-sigma"},
+		{Config{OutputSigma: 5.5}, "--output-sigma"},
+		{Config{OutputSigma: math.NaN()}, "--output-sigma"},
 		{Config{Format: "triton"}, "--format"},
 	} {
 		err := tc.c.Validate()
@@ -64,5 +70,55 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{}).Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// --output-dist and --output-sigma come from flags or the environment like
+// every other flag; an unknown distribution is refused when parsed.
+func TestConfigOutputDist(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		dist  OutputDist
+		sigma float64
+	}{
+		{"defaults", nil, nil, OutputUniform, DefaultOutputSigma},
+		{"flags", []string{"--output-dist", "lognormal", "--output-sigma", "0.7"}, nil, OutputLognormal, 0.7},
+		{"env", nil, map[string]string{"ENGINESIM_OUTPUT_DIST": "lognormal", "ENGINESIM_OUTPUT_SIGMA": "1.3"}, OutputLognormal, 1.3},
+		{"flag over env", []string{"--output-dist", "uniform"}, map[string]string{"ENGINESIM_OUTPUT_DIST": "lognormal"}, OutputUniform, DefaultOutputSigma},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			var c Config
+			c.Register(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := ApplyEnv(fs, func(k string) string { return tc.env[k] }); err != nil {
+				t.Fatal(err)
+			}
+			if c.OutputDist != tc.dist || c.OutputSigma != tc.sigma {
+				t.Fatalf("dist %q sigma %v, want %q %v", c.OutputDist, c.OutputSigma, tc.dist, tc.sigma)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c Config
+	c.Register(fs)
+	if err := fs.Parse([]string{"--output-dist", "zipf"}); err == nil || !strings.Contains(err.Error(), "want uniform or lognormal") {
+		t.Fatalf("--output-dist zipf: %v", err)
+	}
+	err := ApplyEnv(fs, func(k string) string { return map[string]string{"ENGINESIM_OUTPUT_DIST": "pareto"}[k] })
+	if err == nil || !strings.Contains(err.Error(), "ENGINESIM_OUTPUT_DIST") {
+		t.Fatalf("ENGINESIM_OUTPUT_DIST=pareto: %v", err)
+	}
+	c = Config{OutputSigma: 9}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--output-sigma = 9, want > 0 and <= 5") {
+		t.Fatalf("sigma 9: %v", err)
 	}
 }

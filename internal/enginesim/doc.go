@@ -36,10 +36,19 @@
 //   - The context length (Config.MaxModelLen), reported as vLLM does in
 //     GET /v1/models (max_model_len) and, with format tgi, as TGI does in
 //     GET /info (max_total_tokens).
+//   - Natural output lengths (Config.OutputDist, --output-dist): a
+//     sequence stops after a length drawn deterministically from its key
+//     (the request seed or prompt, and the sequence index), uniform in
+//     1..2×OutputTokens−1 or lognormal with median OutputTokens and σ
+//     OutputSigma (a long tail, as real completions have), then capped by
+//     max_tokens and the context.
 //   - Ground truth (stats.go): peak KV held, peak running, preemptions,
-//     aborts, and the admitted demand — the sum over accepted, unfinished
+//     aborts; the admitted demand — the sum over accepted, unfinished
 //     requests of (prompt_tokens + max_tokens) × n — with its peak and the
-//     time it spent above capacity. GET /admin/stats, POST /admin/reset.
+//     time it spent above capacity; and the actual demand — the sum over
+//     accepted, unfinished sequences of (prompt_tokens + tokens generated
+//     so far), running or waiting — with its peak and the time it spent
+//     above capacity. GET /admin/stats, POST /admin/reset.
 //   - Fault injection (POST /admin/fail): answer 500, hang, stop serving
 //     metrics, fail /tokenize alone, or drop every request in flight.
 //

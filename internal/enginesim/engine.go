@@ -117,10 +117,13 @@ type Engine struct {
 	acceptedReqs int
 	acceptedSeqs int
 	demand       int64
-	st           stats
-	fail         FailState
-	hangC        chan struct{} // closed when Hang ends
-	closed       bool
+	// actual is what accepted, unfinished sequences hold or would hold if
+	// all ran: Σ (prompt + generated), waiting sequences included.
+	actual int64
+	st     stats
+	fail   FailState
+	hangC  chan struct{} // closed when Hang ends
+	closed bool
 
 	wakeC chan struct{}
 	stopC chan struct{}
@@ -265,7 +268,7 @@ func (e *Engine) submit(sub submission) (*request, error) {
 	}
 	for i := range sub.n {
 		key := mix(mix(sub.key, e.cfg.Seed), uint64(i))
-		target := 1 + int(mix(key, 0)%uint64(2*e.cfg.OutputTokens-1))
+		target := e.cfg.naturalLength(key)
 		if sub.ignoreEOS {
 			target = maxTokens
 		}
@@ -286,6 +289,7 @@ func (e *Engine) submit(sub submission) (*request, error) {
 	e.acceptedReqs++
 	e.acceptedSeqs += r.n
 	e.demand += r.demand
+	e.actual += int64(r.prompt) * int64(r.n)
 	e.waiting = append(e.waiting, r.seqs...)
 	e.st.accepted++
 	e.scheduleLocked()
@@ -320,8 +324,10 @@ func (e *Engine) scheduleLocked() {
 // stepLocked is one decode step: admit what fits, then give every running
 // sequence past its prefill one token, allocating a block when a
 // sequence's tokens fill its last one and preempting the newest running
-// sequence when no block is free.
+// sequence when no block is free. A step changes the actual demand of
+// every running sequence at once, so it brings the clocks up to date first.
 func (e *Engine) stepLocked() {
+	e.st.integrate(e, time.Now())
 	e.scheduleLocked()
 	for i := 0; i < len(e.running); {
 		s := e.running[i]
@@ -348,6 +354,7 @@ func (e *Engine) stepLocked() {
 		}
 		s.generated++
 		e.held++
+		e.actual++
 		e.st.generationTokens++
 		switch {
 		case s.generated >= s.target:
@@ -379,6 +386,7 @@ func (e *Engine) preemptLocked(s *sequence) {
 
 // endLocked ends sequence s (finished or aborted) and, with its last
 // sequence, its request. runIdx is s's index in running, or -1 to look.
+// The caller has brought the over-capacity clocks up to date.
 func (e *Engine) endLocked(s *sequence, reason string, runIdx int) {
 	switch s.state {
 	case seqRunning:
@@ -395,6 +403,7 @@ func (e *Engine) endLocked(s *sequence, reason string, runIdx int) {
 	default:
 		return
 	}
+	e.actual -= int64(s.held())
 	s.finish = reason
 	if reason == finishAbort {
 		s.state = seqAborted
@@ -406,7 +415,6 @@ func (e *Engine) endLocked(s *sequence, reason string, runIdx int) {
 	if r.open--; r.open > 0 {
 		return
 	}
-	e.st.integrate(e, time.Now())
 	delete(e.requests, r.id)
 	e.acceptedReqs--
 	e.acceptedSeqs -= r.n
@@ -430,6 +438,7 @@ func (e *Engine) abortLocked(r *request, err error) {
 	if r.open == 0 {
 		return
 	}
+	e.st.integrate(e, time.Now())
 	r.err = err
 	if err == nil {
 		e.st.aborted++

@@ -50,10 +50,14 @@ type stats struct {
 	peakRunning      int
 	peakWaiting      int
 	peakDemand       int64
+	peakActual       int64
 	peakAcceptedReqs int
 	peakAcceptedSeqs int
 
 	overKV, overSlots, overAny time.Duration
+	// overActualKV: actual demand above capacity (not part of overAny,
+	// which is about admitted demand).
+	overActualKV time.Duration
 }
 
 // reset restarts counters and peaks at now; peaks start from the current
@@ -63,8 +67,9 @@ func (s *stats) reset(now time.Time) {
 }
 
 // integrate charges the time since the last call to the over-capacity
-// clocks the engine's admitted state was in. Call it before the admitted
-// state changes.
+// clocks the engine's state was in. Call it before the admitted or actual
+// demand changes: every locked operation that changes state (submit,
+// stepLocked, abortLocked) calls it first, as do Stats and Reset.
 func (s *stats) integrate(e *Engine, now time.Time) {
 	dt := now.Sub(s.last)
 	s.last = now
@@ -82,6 +87,9 @@ func (s *stats) integrate(e *Engine, now time.Time) {
 	if kv || slots {
 		s.overAny += dt
 	}
+	if e.actual > e.capacityTokens() {
+		s.overActualKV += dt
+	}
 }
 
 // observe records the peaks of the engine's current state.
@@ -91,6 +99,7 @@ func (s *stats) observe(e *Engine) {
 	s.peakRunning = max(s.peakRunning, len(e.running))
 	s.peakWaiting = max(s.peakWaiting, len(e.waiting))
 	s.peakDemand = max(s.peakDemand, e.demand)
+	s.peakActual = max(s.peakActual, e.actual)
 	s.peakAcceptedReqs = max(s.peakAcceptedReqs, e.acceptedReqs)
 	s.peakAcceptedSeqs = max(s.peakAcceptedSeqs, e.acceptedSeqs)
 }
@@ -148,6 +157,18 @@ type Stats struct {
 	OverCapacitySimSeconds   float64 `json:"over_capacity_sim_seconds"`
 	OverKVCapacitySimSeconds float64 `json:"over_kv_capacity_sim_seconds"`
 
+	// Actual demand: what accepted, unfinished sequences hold or would
+	// hold if all ran, Σ (prompt_tokens + tokens generated so far) over
+	// running and waiting sequences (a preempted sequence keeps what it
+	// generated). It grows token by token and is what an elastic
+	// reservation must keep within capacity; above it the engine queues or
+	// preempts. Over-actual-capacity time is the time it spent above
+	// KVCapacityTokens, wall clock and simulated.
+	ActualDemandTokens             int64   `json:"actual_demand_tokens"`
+	PeakActualDemand               int64   `json:"peak_actual_demand_tokens"`
+	OverActualKVCapacitySeconds    float64 `json:"over_actual_kv_capacity_seconds"`
+	OverActualKVCapacitySimSeconds float64 `json:"over_actual_kv_capacity_sim_seconds"`
+
 	// Counters: requests accepted, completed, aborted by their client,
 	// dropped by an injected failure; sequence preemptions; prompt tokens
 	// (once per sequence) and generated tokens; sequences by finish reason.
@@ -172,43 +193,47 @@ func (e *Engine) Stats() Stats {
 	used := e.numBlocks - e.free
 	c := e.st.counters.minus(e.st.base)
 	return Stats{
-		Model:                    e.cfg.Model,
-		Format:                   string(e.cfg.Format),
-		Since:                    e.st.since,
-		Speed:                    e.cfg.Speed,
-		BlockSize:                e.cfg.BlockSize,
-		KVCapacityTokens:         e.capacityTokens(),
-		KVCapacityBlocks:         e.numBlocks,
-		Slots:                    e.cfg.Slots,
-		MaxModelLen:              e.cfg.MaxModelLen,
-		KVBlocksUsed:             used,
-		KVBlockTokensUsed:        int64(used) * bs,
-		KVTokensUsed:             e.held,
-		PeakKVBlocksUsed:         e.st.peakBlocks,
-		PeakKVBlockTokensUsed:    int64(e.st.peakBlocks) * bs,
-		PeakKVTokensUsed:         e.st.peakHeld,
-		Running:                  len(e.running),
-		Waiting:                  len(e.waiting),
-		PeakRunning:              e.st.peakRunning,
-		PeakWaiting:              e.st.peakWaiting,
-		AcceptedRequests:         e.acceptedReqs,
-		AcceptedSequences:        e.acceptedSeqs,
-		AdmittedDemandTokens:     e.demand,
-		PeakAcceptedRequests:     e.st.peakAcceptedReqs,
-		PeakAcceptedSequences:    e.st.peakAcceptedSeqs,
-		PeakAdmittedDemand:       e.st.peakDemand,
-		OverKVCapacitySeconds:    e.st.overKV.Seconds(),
-		OverSlotCapacitySeconds:  e.st.overSlots.Seconds(),
-		OverCapacitySeconds:      e.st.overAny.Seconds(),
-		OverCapacitySimSeconds:   e.st.overAny.Seconds() * e.cfg.Speed,
-		OverKVCapacitySimSeconds: e.st.overKV.Seconds() * e.cfg.Speed,
-		RequestsAccepted:         c.accepted,
-		RequestsCompleted:        c.completed,
-		RequestsAborted:          c.aborted,
-		RequestsFailed:           c.failed,
-		Preemptions:              c.preemptions,
-		PromptTokens:             c.promptTokens,
-		GenerationTokens:         c.generationTokens,
+		Model:                          e.cfg.Model,
+		Format:                         string(e.cfg.Format),
+		Since:                          e.st.since,
+		Speed:                          e.cfg.Speed,
+		BlockSize:                      e.cfg.BlockSize,
+		KVCapacityTokens:               e.capacityTokens(),
+		KVCapacityBlocks:               e.numBlocks,
+		Slots:                          e.cfg.Slots,
+		MaxModelLen:                    e.cfg.MaxModelLen,
+		KVBlocksUsed:                   used,
+		KVBlockTokensUsed:              int64(used) * bs,
+		KVTokensUsed:                   e.held,
+		PeakKVBlocksUsed:               e.st.peakBlocks,
+		PeakKVBlockTokensUsed:          int64(e.st.peakBlocks) * bs,
+		PeakKVTokensUsed:               e.st.peakHeld,
+		Running:                        len(e.running),
+		Waiting:                        len(e.waiting),
+		PeakRunning:                    e.st.peakRunning,
+		PeakWaiting:                    e.st.peakWaiting,
+		AcceptedRequests:               e.acceptedReqs,
+		AcceptedSequences:              e.acceptedSeqs,
+		AdmittedDemandTokens:           e.demand,
+		PeakAcceptedRequests:           e.st.peakAcceptedReqs,
+		PeakAcceptedSequences:          e.st.peakAcceptedSeqs,
+		PeakAdmittedDemand:             e.st.peakDemand,
+		OverKVCapacitySeconds:          e.st.overKV.Seconds(),
+		OverSlotCapacitySeconds:        e.st.overSlots.Seconds(),
+		OverCapacitySeconds:            e.st.overAny.Seconds(),
+		OverCapacitySimSeconds:         e.st.overAny.Seconds() * e.cfg.Speed,
+		OverKVCapacitySimSeconds:       e.st.overKV.Seconds() * e.cfg.Speed,
+		ActualDemandTokens:             e.actual,
+		PeakActualDemand:               e.st.peakActual,
+		OverActualKVCapacitySeconds:    e.st.overActualKV.Seconds(),
+		OverActualKVCapacitySimSeconds: e.st.overActualKV.Seconds() * e.cfg.Speed,
+		RequestsAccepted:               c.accepted,
+		RequestsCompleted:              c.completed,
+		RequestsAborted:                c.aborted,
+		RequestsFailed:                 c.failed,
+		Preemptions:                    c.preemptions,
+		PromptTokens:                   c.promptTokens,
+		GenerationTokens:               c.generationTokens,
 		SequencesFinished: map[string]int64{
 			finishStop: c.finishStop, finishLength: c.finishLength, finishAbort: c.finishAbort,
 		},
@@ -216,8 +241,9 @@ func (e *Engine) Stats() Stats {
 	}
 }
 
-// Reset restarts the counters, peaks and over-capacity clocks; peaks start
-// again from the current state. Requests in flight are not touched.
+// Reset restarts the counters, peaks and over-capacity clocks (admitted
+// and actual); peaks start again from the current state. Requests in
+// flight are not touched.
 func (e *Engine) Reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -80,6 +80,18 @@ func (c *checker) httpURL(path, v string) {
 	}
 }
 
+// unique checks the name at list[i].field: a valid name, and not the name
+// of an earlier element (seen maps each name to its first index).
+func unique[N ~string](c *checker, seen map[N]int, list string, i int, field string, name N) {
+	path := fmt.Sprintf("%s[%d].%s", list, i, field)
+	c.name(path, string(name))
+	if j, dup := seen[name]; dup && name != "" {
+		c.add(path, "%q is already the %s of %s[%d]", name, field, list, j)
+	} else {
+		seen[name] = i
+	}
+}
+
 // check returns every problem with f.
 func (f *Fleet) check() []error {
 	c := &checker{}
@@ -89,12 +101,7 @@ func (f *Fleet) check() []error {
 	pools := map[ledger.PoolID]int{}
 	for i, p := range f.Pools {
 		pp := fmt.Sprintf("pools[%d]", i)
-		c.name(pp+".name", string(p.Name))
-		if j, dup := pools[p.Name]; dup && p.Name != "" {
-			c.add(pp+".name", "%q is already the name of pools[%d]", p.Name, j)
-		} else {
-			pools[p.Name] = i
-		}
+		unique(c, pools, "pools", i, "name", p.Name)
 		c.duration(pp+".retry_after", p.RetryAfter, 0)
 		switch p.Reserve {
 		case ledger.ReserveElastic:
@@ -122,12 +129,7 @@ func (f *Fleet) check() []error {
 		ids := map[ledger.EngineID]int{}
 		for j, e := range p.Engines {
 			ep := fmt.Sprintf("%s.engines[%d]", pp, j)
-			c.name(ep+".id", string(e.ID))
-			if k, dup := ids[e.ID]; dup && e.ID != "" {
-				c.add(ep+".id", "%q is already the id of %s.engines[%d]", e.ID, pp, k)
-			} else {
-				ids[e.ID] = j
-			}
+			unique(c, ids, pp+".engines", j, "id", e.ID)
 			c.engine(ep, e)
 		}
 	}
@@ -136,12 +138,7 @@ func (f *Fleet) check() []error {
 	tenants := map[ledger.TenantID]int{}
 	for i, t := range f.Tenants {
 		tp := fmt.Sprintf("tenants[%d]", i)
-		c.name(tp+".name", string(t.Name))
-		if j, dup := tenants[t.Name]; dup && t.Name != "" {
-			c.add(tp+".name", "%q is already the name of tenants[%d]", t.Name, j)
-		} else {
-			tenants[t.Name] = i
-		}
+		unique(c, tenants, "tenants", i, "name", t.Name)
 		if len(t.APIKeys) == 0 {
 			c.add(tp+".api_keys", "must list at least one key (plaintext or \"sha256:<hex>\")")
 		}
@@ -174,12 +171,7 @@ func (f *Fleet) check() []error {
 	}
 	for i, p := range f.Priorities {
 		pp := fmt.Sprintf("priorities[%d]", i)
-		c.name(pp+".name", string(p.Name))
-		if j, dup := prios[p.Name]; dup && p.Name != "" {
-			c.add(pp+".name", "%q is already the name of priorities[%d]", p.Name, j)
-		} else {
-			prios[p.Name] = i
-		}
+		unique(c, prios, "priorities", i, "name", p.Name)
 		c.fraction(pp+".max_fill", p.MaxFill, false)
 	}
 	if _, ok := prios[f.DefaultPriority]; !ok && len(f.Priorities) > 0 {

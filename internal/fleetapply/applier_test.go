@@ -18,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -424,35 +425,20 @@ func TestLoopRetriesUntilConfigured(t *testing.T) {
 		}
 	})
 	a.Start()
-	eventually(t, "two failed rounds", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.counts["error"] >= 4 })
+	poll.Eventually(t, 5*time.Second, "two failed rounds", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.counts["error"] >= 4 })
 	if a.Configured() {
 		t.Fatal("Configured with the ledger refusing every Configure")
 	}
 	l.deny.Store(nil)
-	eventually(t, "every pool configured", a.Configured)
+	poll.Eventually(t, 5*time.Second, "every pool configured", a.Configured)
 	if got := ledgerEngines(t, l, "solo"); !slices.Equal(got, []string{"gpu-2:900"}) {
 		t.Errorf("solo in the ledger = %v, want [gpu-2:900] (discovered 1000, 90%% headroom)", got)
 	}
 	before := l.configures.Load()
 	a.Reapply()
-	eventually(t, "Reapply configures again", func() bool { return l.configures.Load() >= before+2 })
+	poll.Eventually(t, 5*time.Second, "Reapply configures again", func() bool { return l.configures.Load() >= before+2 })
 	a.Stop()
 	a.Stop()
-}
-
-// eventually fails t unless cond holds within 5s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	timeout := time.After(5 * time.Second)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-timeout:
-			t.Fatalf("%s: not within 5s", what)
-		}
-	}
 }
 
 func TestStopWithoutStart(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // bigSpec is spec() with room for many small concurrent requests.
@@ -112,24 +113,14 @@ func TestBlocksConcurrentExactAndFewerCalls(t *testing.T) {
 			blockSize  = map[ledger.LeaseID][2]int64{}
 		)
 		var admitted, local, rejected atomic.Int64
-		stopC := make(chan struct{})
-		checkDone := make(chan struct{})
-		go func() {
-			defer close(checkDone)
-			for {
-				select {
-				case <-stopC:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				checkCapacity(t, fx.fault)
-				for _, b := range m.Blocks() {
-					if b.UsedKV > b.Lease.KVTokens || b.UsedSlots > b.Lease.Slots || b.UsedKV < 0 || b.UsedSlots < 0 {
-						t.Errorf("block %s used kv=%d slots=%d of kv=%d slots=%d", b.Lease.ID, b.UsedKV, b.UsedSlots, b.Lease.KVTokens, b.Lease.Slots)
-					}
+		stopChecks := poll.Every(5*time.Millisecond, func() {
+			checkCapacity(t, fx.fault)
+			for _, b := range m.Blocks() {
+				if b.UsedKV > b.Lease.KVTokens || b.UsedSlots > b.Lease.Slots || b.UsedKV < 0 || b.UsedSlots < 0 {
+					t.Errorf("block %s used kv=%d slots=%d of kv=%d slots=%d", b.Lease.ID, b.UsedKV, b.UsedSlots, b.Lease.KVTokens, b.Lease.Slots)
 				}
 			}
-		}()
+		})
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)
@@ -181,8 +172,7 @@ func TestBlocksConcurrentExactAndFewerCalls(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		close(stopC)
-		<-checkDone
+		stopChecks()
 
 		st := m.Stats().Counters
 		calls := fx.fault.acquires.Load()
@@ -209,7 +199,7 @@ func TestBlocksConcurrentExactAndFewerCalls(t *testing.T) {
 		}
 		checkCapacity(t, fx.fault)
 		// Idle blocks are released.
-		eventually(t, 5*time.Second, "idle blocks released", func() bool {
+		poll.Eventually(t, 5*time.Second, "idle blocks released", func() bool {
 			return len(m.Blocks()) == 0 && ledgerStats(t, fx.fault).Leases == 0
 		})
 		if st := m.Stats().Counters; st.BlockReleases != st.BlockAcquires {
@@ -242,14 +232,7 @@ func TestBlocksFenceClosesSubs(t *testing.T) {
 		}
 
 		for _, s := range []*lease.Sub{first, second} {
-			select {
-			case <-s.Done():
-			case <-time.After(3 * cfg.SessionTTL):
-				t.Fatal("sub-request's Done not closed after the session fenced")
-			}
-			if !errors.Is(s.Err(), lease.ErrFenced) {
-				t.Errorf("sub Err = %v, want ErrFenced", s.Err())
-			}
+			ended(t, "sub-request after the session fenced", s, 3*cfg.SessionTTL, lease.ErrFenced)
 		}
 		before = fx.fault.acquires.Load()
 		if _, err := m.Admit(ctxT(t, 5*time.Second), request(10)); !errors.Is(err, lease.ErrFenced) {
@@ -260,10 +243,10 @@ func TestBlocksFenceClosesSubs(t *testing.T) {
 		}
 
 		fx.fault.down.Store(false)
-		eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
+		poll.Eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
 		_ = first.Release(ledger.Usage{})
 		_ = second.Release(ledger.Usage{})
-		eventually(t, 5*time.Second, "fenced block gone from the ledger", func() bool {
+		poll.Eventually(t, 5*time.Second, "fenced block gone from the ledger", func() bool {
 			return ledgerStats(t, fx.fault).Leases == 0
 		})
 		if got := len(m.Blocks()); got != 0 {
@@ -290,17 +273,8 @@ func TestBlocksReleasedOnClose(t *testing.T) {
 		if err := m.Close(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		select {
-		case <-s.Done():
-		default:
-			t.Fatal("sub-request's Done open after Close")
-		}
-		if !errors.Is(s.Err(), lease.ErrClosed) {
-			t.Errorf("sub Err = %v, want ErrClosed", s.Err())
-		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after Close = %d, want 0", got)
-		}
+		ended(t, "sub-request after Close", s, 0, lease.ErrClosed)
+		wantLedgerLeases(t, fx, "after Close", 0)
 		_ = s.Release(ledger.Usage{})
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
@@ -20,10 +21,7 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		cfg := fx.fastConfig()
 		m := newManager(t, cfg)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		oldHolder := h.Lease().Holder
 
 		fx.fault.down.Store(true)
@@ -62,12 +60,9 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 		// Stay away until the ledger has expired the session.
 		time.Sleep(time.Until(fx.fault.session().Expires) + 100*time.Millisecond)
 		fx.fault.down.Store(false)
-		eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
+		poll.Eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
 
-		h2, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire after recovery: %v", err)
-		}
+		h2 := acquire(t, m, 100) // after recovery
 		st = m.Stats()
 		if st.Counters.ExpiredSessions == 1 && h2.Lease().Holder == oldHolder {
 			t.Errorf("holder %s reused after its session expired", oldHolder)
@@ -84,7 +79,7 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 		if got := m.Stats().Held; got != 0 {
 			t.Errorf("held after releases = %d, want 0", got)
 		}
-		eventually(t, 5*time.Second, "ledger empty", func() bool { return ledgerStats(t, fx.fault).Leases == 0 })
+		poll.Eventually(t, 5*time.Second, "ledger empty", func() bool { return ledgerStats(t, fx.fault).Leases == 0 })
 	})
 }
 
@@ -125,7 +120,7 @@ func TestKeepAliveFailureLoggedOnce(t *testing.T) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
 		m := newManager(t, cfg)
 		fx.fault.down.Store(true)
-		eventually(t, 5*time.Second, "four failed keepalives", func() bool { return m.Stats().Counters.KeepAliveFails >= 4 })
+		poll.Eventually(t, 5*time.Second, "four failed keepalives", func() bool { return m.Stats().Counters.KeepAliveFails >= 4 })
 		fx.fault.down.Store(false)
 		if got := strings.Count(buf.String(), "keepalive failed"); got != 1 {
 			t.Errorf("%d keepalive-failure lines for one unchanged error over %d failures, want 1:\n%s",

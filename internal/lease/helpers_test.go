@@ -285,6 +285,61 @@ func newManager(t *testing.T, cfg lease.Config) *lease.Manager {
 	return m
 }
 
+// acquire takes a lease of kv KV tokens, failing the test if it is not
+// granted.
+func acquire(t *testing.T, m *lease.Manager, kv int64) *lease.Held {
+	t.Helper()
+	h, err := m.Acquire(ctxT(t, 5*time.Second), request(kv))
+	if err != nil {
+		t.Fatalf("Acquire(%d): %v", kv, err)
+	}
+	return h
+}
+
+// acquireAll is acquire for each of kvs, in order.
+func acquireAll(t *testing.T, m *lease.Manager, kvs ...int64) []*lease.Held {
+	t.Helper()
+	held := make([]*lease.Held, 0, len(kvs))
+	for _, kv := range kvs {
+		held = append(held, acquire(t, m, kv))
+	}
+	return held
+}
+
+// ended checks that x (a held lease or a sub-request, named what) has ended
+// with want: Done closed, at once (wait 0) or within wait, and Err want.
+func ended(t *testing.T, what string, x interface {
+	Done() <-chan struct{}
+	Err() error
+}, wait time.Duration, want error) {
+	t.Helper()
+	if wait == 0 {
+		select {
+		case <-x.Done():
+		default:
+			t.Fatalf("%s: Done not closed", what)
+		}
+	} else {
+		select {
+		case <-x.Done():
+		case <-time.After(wait):
+			t.Fatalf("%s: Done not closed within %s", what, wait)
+		}
+	}
+	if err := x.Err(); !errors.Is(err, want) {
+		t.Errorf("%s: Err = %v, want %v", what, err, want)
+	}
+}
+
+// wantLedgerLeases checks how many leases the ledger behind fx holds; when
+// says at what point of the test.
+func wantLedgerLeases(t *testing.T, fx *fixture, when string, want int64) {
+	t.Helper()
+	if got := ledgerStats(t, fx.fault).Leases; got != want {
+		t.Errorf("ledger leases %s = %d, want %d", when, got, want)
+	}
+}
+
 func ledgerStats(t *testing.T, l ledger.Ledger) ledger.PoolStats {
 	t.Helper()
 	s, err := l.Stats(ctxT(t, 5*time.Second), pool)
@@ -292,18 +347,6 @@ func ledgerStats(t *testing.T, l ledger.Ledger) ledger.PoolStats {
 		t.Fatalf("ledger Stats: %v", err)
 	}
 	return s
-}
-
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func forEachBackend(t *testing.T, f func(t *testing.T, fx *fixture)) {

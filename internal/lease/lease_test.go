@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 func TestAcquireReleaseRoundTrip(t *testing.T) {
@@ -15,16 +16,8 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 		cfg.LeaseTTL = 30 * time.Second
 		cfg.RenewInterval = time.Second
 		m := newManager(t, cfg)
-		ctx := ctxT(t, 10*time.Second)
 
-		var held []*lease.Held
-		for _, kv := range []int64{100, 200, 300} {
-			h, err := m.Acquire(ctx, request(kv))
-			if err != nil {
-				t.Fatalf("Acquire(%d): %v", kv, err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 100, 200, 300)
 		if got := held[0].Lease().Holder; got != m.Stats().Pools[0].Holder {
 			t.Errorf("lease holder = %q, want the pool's holder %q", got, m.Stats().Pools[0].Holder)
 		}
@@ -32,9 +25,7 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 		if got, want := res["gpu-0"], (lease.Reserved{KVTokens: 600, Slots: 3, Leases: 3}); got != want {
 			t.Errorf("Snapshot.Engines[gpu-0] = %+v, want %+v", got, want)
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 3 {
-			t.Errorf("ledger leases = %d, want 3", got)
-		}
+		wantLedgerLeases(t, fx, "after three grants", 3)
 
 		for _, h := range held {
 			if err := h.Release(ledger.Usage{PromptTokens: 10, CompletionTokens: 5}); err != nil {
@@ -43,14 +34,7 @@ func TestAcquireReleaseRoundTrip(t *testing.T) {
 			if err := h.Release(ledger.Usage{}); err != nil {
 				t.Fatalf("second Release: %v", err)
 			}
-			select {
-			case <-h.Done():
-			default:
-				t.Fatal("Done not closed after Release")
-			}
-			if !errors.Is(h.Err(), lease.ErrReleased) {
-				t.Errorf("Err = %v, want ErrReleased", h.Err())
-			}
+			ended(t, "after Release", h, 0, lease.ErrReleased)
 		}
 		st := m.Stats()
 		if st.Held != 0 || m.Snapshot().Len("") != 0 {
@@ -92,10 +76,7 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		m := newManager(t, fx.fastConfig())
 		fx.fault.dropAcquire.Store(1)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		ls := ledgerStats(t, fx.fault)
 		if ls.Leases != 1 || ls.Engines[0].ReservedKV != 100 {
 			t.Errorf("ledger: leases=%d reserved kv=%d, want 1 and 100", ls.Leases, ls.Engines[0].ReservedKV)
@@ -107,9 +88,7 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 		if err := h.Release(ledger.Usage{}); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after release = %d, want 0", got)
-		}
+		wantLedgerLeases(t, fx, "after release", 0)
 	})
 }
 
@@ -126,7 +105,7 @@ func TestAbandonedAcquireIsReleased(t *testing.T) {
 		if got := ledgerStats(t, fx.fault).Leases; got != 1 {
 			t.Fatalf("ledger leases after three lost replies = %d, want 1 (replayed, not tripled)", got)
 		}
-		eventually(t, 5*time.Second, "abandoned grant released", func() bool {
+		poll.Eventually(t, 5*time.Second, "abandoned grant released", func() bool {
 			return ledgerStats(t, fx.fault).Leases == 0
 		})
 		if c := m.Stats().Counters; c.Rejections[lease.RejectError] != 1 || c.AcquireRetries != 2 {

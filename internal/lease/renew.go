@@ -129,12 +129,20 @@ func (m *Manager) renewDue() {
 	m.parallel(due, func(r *row) { m.renew(m.pools[r.Pool], r) })
 }
 
-// renew renews one lease, re-asserting it if the ledger lost it.
-func (m *Manager) renew(p *poolState, r *row) {
+// extendCall starts a ledger call that gives a lease a new TTL (Renew,
+// Reassert): the jittered LeaseTTL to ask for, the call's context bounded by
+// CallTimeout, and the local time it is sent, where the new TTL starts by
+// the local clock.
+func (m *Manager) extendCall() (context.Context, context.CancelFunc, time.Duration, time.Time) {
 	ttl := m.jitter(m.cfg.LeaseTTL)
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+	return ctx, cancel, ttl, m.clock.Now()
+}
+
+// renew renews one lease, re-asserting it if the ledger lost it.
+func (m *Manager) renew(p *poolState, r *row) {
+	ctx, cancel, ttl, send := m.extendCall()
 	defer cancel()
-	send := m.clock.Now()
 	rn, err := m.l.Renew(ctx, r.Lease.Ref(), ttl)
 	switch {
 	case err == nil:
@@ -171,10 +179,8 @@ func (m *Manager) reassert(p *poolState, r *row) bool {
 	if r.held.releasing {
 		return true
 	}
-	ttl := m.jitter(m.cfg.LeaseTTL)
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.CallTimeout)
+	ctx, cancel, ttl, send := m.extendCall()
 	defer cancel()
-	send := m.clock.Now()
 	g, err := m.l.Reassert(ctx, r.held.Lease(), ttl)
 	switch {
 	case err == nil:

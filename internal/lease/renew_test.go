@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // After the ledger loses its state (memory: a fresh ledger; Redis:
@@ -17,18 +18,11 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 		cfg := fx.fastConfig()
 		cfg.LeaseTTL, cfg.RenewInterval = 30*time.Second, time.Second // no renewal in the way
 		m := newManager(t, cfg)
-		var held []*lease.Held
-		for _, kv := range []int64{100, 200, 300} {
-			h, err := m.Acquire(ctxT(t, 5*time.Second), request(kv))
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 100, 200, 300)
 		epoch := m.Stats().Pools[0].Epoch
 
 		fx.wipe(t)
-		eventually(t, 5*time.Second, "leases re-asserted", func() bool { return m.Stats().Reasserted == 3 })
+		poll.Eventually(t, 5*time.Second, "leases re-asserted", func() bool { return m.Stats().Reasserted == 3 })
 
 		st := m.Stats()
 		if st.Pools[0].Epoch == epoch {
@@ -54,9 +48,7 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 				t.Errorf("Release: %v", err)
 			}
 		}
-		if got := ledgerStats(t, fx.fault).Leases; got != 0 {
-			t.Errorf("ledger leases after release = %d, want 0", got)
-		}
+		wantLedgerLeases(t, fx, "after release", 0)
 	})
 }
 
@@ -65,15 +57,12 @@ func TestLedgerLossReassertsHeldLeases(t *testing.T) {
 func TestRenewReassertsLostLease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		m := newManager(t, fx.fastConfig())
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		// The ledger loses the lease behind the manager's back.
 		if _, err := fx.fault.Release(ctxT(t, 5*time.Second), h.Lease().Ref(), ledger.Usage{}); err != nil {
 			t.Fatalf("ledger Release: %v", err)
 		}
-		eventually(t, 5*time.Second, "lease re-asserted", func() bool { return h.Lease().Reasserted })
+		poll.Eventually(t, 5*time.Second, "lease re-asserted", func() bool { return h.Lease().Reasserted })
 		if err := h.Err(); err != nil {
 			t.Errorf("Err = %v, want usable", err)
 		}
@@ -92,10 +81,7 @@ func TestRenewKeepsLeasePastTTL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		cfg := fx.fastConfig()
 		m := newManager(t, cfg)
-		h, err := m.Acquire(ctxT(t, 5*time.Second), request(100))
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
+		h := acquire(t, m, 100)
 		first := h.Lease().Deadline
 		time.Sleep(5 * cfg.LeaseTTL / 2)
 		if err := h.Err(); err != nil {
@@ -126,14 +112,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		if err := m.WaitReady(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("WaitReady: %v", err)
 		}
-		var held []*lease.Held
-		for i := 0; i < 5; i++ {
-			h, err := m.Acquire(ctxT(t, 5*time.Second), request(50))
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			held = append(held, h)
-		}
+		held := acquireAll(t, m, 50, 50, 50, 50, 50)
 		if err := m.Close(ctxT(t, 5*time.Second)); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -151,9 +130,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 		if st := m.Stats(); st.Held != 0 || st.Counters.Releases != 5 {
 			t.Errorf("after Close: held=%d releases=%d, want 0 and 5", st.Held, st.Counters.Releases)
 		}
-		if ls := ledgerStats(t, fx.fault); ls.Leases != 0 {
-			t.Errorf("ledger leases after Close = %d, want 0", ls.Leases)
-		}
+		wantLedgerLeases(t, fx, "after Close", 0)
 		if _, err := m.Acquire(ctxT(t, time.Second), request(1)); !errors.Is(err, lease.ErrClosed) {
 			t.Errorf("Acquire after Close = %v, want ErrClosed", err)
 		}

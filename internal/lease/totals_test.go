@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // HeldByEngine, the per-engine totals kept from each commit, always ends
@@ -71,7 +72,7 @@ func TestHeldByEngineMatchesTable(t *testing.T) {
 		same("after fencing")
 		time.Sleep(time.Until(fx.fault.session().Expires) + 100*time.Millisecond)
 		fx.fault.down.Store(false)
-		eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
+		poll.Eventually(t, 5*time.Second, "session confirmed again", func() bool { return m.Confirmed(pool) })
 		same(fmt.Sprintf("after the session expired (%d expiries)", m.Stats().Counters.ExpiredSessions))
 		for _, h := range kept {
 			_ = h.Release(ledger.Usage{})

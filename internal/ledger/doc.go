@@ -3,6 +3,11 @@
 // sessions, leases, fencing tokens), the Ledger interface, its sentinel
 // errors and the argument validation all backends share.
 //
+// Backends on a store (memory, Redis, etcd) implement Store and are wrapped
+// by Checked, the one place that validates arguments, refuses calls after
+// Close, wraps errors as "<backend> <what was in progress>: <cause>" and
+// lists all pools; see checked.go.
+//
 // # Model
 //
 // Everything one atomic decision touches lives in one pool: its engines and

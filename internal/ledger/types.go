@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,19 @@ func (f Fence) Less(g Fence) bool {
 		return f.Epoch < g.Epoch
 	}
 	return f.Seq < g.Seq
+}
+
+// SortByFence sorts leases by fence, the order List returns a pool's leases in.
+func SortByFence(leases []Lease) {
+	slices.SortFunc(leases, func(a, b Lease) int {
+		switch {
+		case a.Fence.Less(b.Fence):
+			return -1
+		case b.Fence.Less(a.Fence):
+			return 1
+		}
+		return 0
+	})
 }
 
 // String formats f as "<epoch>.<seq>".

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -146,13 +144,9 @@ func (c *auditCLI) fetch(ctx context.Context, lookup func(string) (string, bool)
 	u.RawQuery = q.Encode()
 	client := &http.Client{Timeout: c.timeout}
 	if c.caFile != "" {
-		pem, err := os.ReadFile(c.caFile)
+		pool, err := loadCAs("--ca-file", c.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate found", c.caFile)
+			return nil, err
 		}
 		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	}

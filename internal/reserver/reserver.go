@@ -142,17 +142,27 @@ func serverTLS(cfg Config) (*tls.Config, error) {
 	}
 	t := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if cfg.TLSClientCAFile != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCAFile)
+		pool, err := loadCAs("--tls-client-ca-file", cfg.TLSClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-client-ca-file %s: no PEM certificate found", cfg.TLSClientCAFile)
+			return nil, err
 		}
 		t.ClientCAs, t.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return t, nil
+}
+
+// loadCAs reads the PEM certificates of path, named by flag in errors, into
+// a pool.
+func loadCAs(flag, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate found", flag, path)
+	}
+	return pool, nil
 }
 
 // GRPCAddr and HTTPAddr are the addresses actually listened on.

@@ -146,6 +146,26 @@ func decode(t *testing.T, b []byte) audit.Report {
 	return rep
 }
 
+// metricsEngine serves a vLLM engine's /metrics (the telemetry package's
+// vllm-v1 fixture) until the test ends; while up is not nil and false it
+// answers 503 instead.
+func metricsEngine(t *testing.T, up *atomic.Bool) *httptest.Server {
+	t.Helper()
+	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if up != nil && !up.Load() {
+			http.Error(w, "engine down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write(fixture)
+	}))
+	t.Cleanup(eng.Close)
+	return eng
+}
+
 func env(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
@@ -489,12 +509,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 // TestDiscoveredCapacity: an engine without kv_tokens is configured once
 // its metrics report a capacity; its telemetry is observed.
 func TestDiscoveredCapacity(t *testing.T) {
-	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(fixture) }))
-	defer eng.Close()
+	eng := metricsEngine(t, nil)
 	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
 		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
 	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", yaml), nil)
@@ -554,19 +569,8 @@ func TestRedisWipeReapplied(t *testing.T) {
 // waiting one is listed on /readyz and joins when its metrics report, and
 // tenant quotas grow with it. A pool with no known engine stays pending.
 func TestPartialPool(t *testing.T) {
-	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var up atomic.Bool
-	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if !up.Load() {
-			http.Error(w, "engine starting", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write(fixture)
-	}))
-	defer eng.Close()
+	var up atomic.Bool // the engine is starting
+	eng := metricsEngine(t, &up)
 	yaml := `
 pools:
   - name: llama
@@ -642,20 +646,9 @@ lease:
 // second cannot scrape gpu-1 yet, but the first has configured it, so the
 // second's partial configuration must keep it rather than remove it.
 func TestPartialPoolKeepsOthersEngines(t *testing.T) {
-	fixture, err := os.ReadFile("../telemetry/testdata/vllm-v1.metrics.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var up atomic.Bool
 	up.Store(true)
-	eng := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		if !up.Load() {
-			http.Error(w, "unreachable", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write(fixture)
-	}))
-	defer eng.Close()
+	eng := metricsEngine(t, &up)
 	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
 		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
 	fleetFile := writeFile(t, t.TempDir(), "fleet.yaml", yaml)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 func TestBlockLeaseFlags(t *testing.T) {
@@ -42,23 +44,13 @@ func TestBlockLeasesThroughRouter(t *testing.T) {
 		cfg: func(c *Config) { c.BlockLeaseKV, c.BlockLeaseSlots = 2048, 6 }})
 	const clients, each = 8, 15
 	var wg sync.WaitGroup
-	stopC := make(chan struct{})
-	checkDone := make(chan struct{})
-	go func() {
-		defer close(checkDone)
-		for {
-			select {
-			case <-stopC:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			for _, e := range h.stats().Engines {
-				if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
-					t.Errorf("engine %s over capacity: kv %d/%d slots %d/%d", e.Spec.ID, e.ReservedKV, e.Spec.KVTokens, e.ReservedSlots, e.Spec.Slots)
-				}
+	stopChecks := poll.Every(10*time.Millisecond, func() {
+		for _, e := range h.stats().Engines {
+			if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
+				t.Errorf("engine %s over capacity: kv %d/%d slots %d/%d", e.Spec.ID, e.ReservedKV, e.Spec.KVTokens, e.ReservedSlots, e.Spec.Slots)
 			}
 		}
-	}()
+	})
 	for range clients {
 		wg.Add(1)
 		go func() {
@@ -74,8 +66,7 @@ func TestBlockLeasesThroughRouter(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stopC)
-	<-checkDone
+	stopChecks()
 	k := h.r.adm.(*ledgerAdmitter).m.Stats().Counters
 	t.Logf("requests=%d ledger grants=%d (blocks %d) local admissions=%d ledger calls saved (gross)=%d",
 		clients*each, k.Grants, k.BlockAcquires, k.LocalAdmits, k.LedgerCallsSaved)

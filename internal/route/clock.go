@@ -13,11 +13,14 @@ import (
 // is on c: intervals, and so session fencing and renewal, are unaffected.
 // Only readings of this clock compare correctly with each other; code that
 // mixes them with time.Now() would see the offset, which is why every
-// reading of the time in the router (Router.clock: request timing, the
-// lease manager, the fleet applier and view, and estimate.ContextLens)
-// comes from one clock. Request-path waits (queue timeouts, retry hints,
-// --abort-grace) are plain durations and do not read it. A zero offset
-// returns c itself.
+// reading of the time and every timer in the router (Router.clock: request
+// timing, the request path's waits for queue timeouts, retry hints and
+// --abort-grace, the lease manager, the fleet applier and view, the local
+// baseline's scrapes, and estimate.ContextLens) comes from one clock; a
+// test drives them all with a clockwork.FakeClock. Deadlines that bound a
+// network call (context timeouts: the upstream exchange, scrapes, fleet
+// view polls, shutdown's releases) stay the context's own, on real time,
+// so a stopped fake clock cannot hang I/O. A zero offset returns c itself.
 //
 // It exists for fault injection (--clock-offset, the chaos clock_offset
 // fault): the ledger decides by its own clock, so a skewed router must

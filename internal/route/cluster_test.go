@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/ledger"
 	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
@@ -103,7 +104,7 @@ lease:
 	}
 	var routers []*proc
 	for i := range clusterRouters {
-		addr := freeAddr(t)
+		addr := freeport.AddrT(t)
 		routers = append(routers, startProc(t, fmt.Sprintf("router-%d", i), "router", addr,
 			"--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", fmt.Sprintf("r%d", i),
 			"--admission", mode, "--max-model-len", "2048", "--queue-timeout", "1500ms", "--scrape-interval", "500ms", "--log-level", "warn"))

@@ -132,8 +132,8 @@ type Config struct {
 	// ScrapeInterval is the local admission's metrics scrape interval
 	// (default 1s).
 	ScrapeInterval time.Duration
-	// ShutdownTimeout bounds draining in-flight requests on shutdown
-	// (default 30s).
+	// ShutdownTimeout bounds draining in-flight requests, and the
+	// releases cut requests leave behind, on shutdown (default 30s).
 	ShutdownTimeout time.Duration
 	// ReadyTimeout is how long after start the pools may stay
 	// unconfigured in the ledger (unreachable, no engine capacity known)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/enginesim"
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
@@ -35,7 +36,7 @@ func startSim(t *testing.T, cfg enginesim.Config) string {
 // request without max_tokens reserves the largest, an engine that has not
 // reported counting as --max-model-len.
 func TestContextLengthPerPool(t *testing.T) {
-	dead := "http://" + freeAddr(t)
+	dead := "http://" + freeport.AddrT(t)
 	pools := fmt.Sprintf(`  - name: big
     engines:
       - {id: big-0, url: %q, kv_tokens: 8192, slots: 8, stale_after: 0s}

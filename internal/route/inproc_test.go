@@ -130,6 +130,17 @@ type stream struct {
 	cancel context.CancelFunc
 }
 
+// mustStream is openStream for a stream that must open: it fails the test,
+// naming the request what, with the status and body of a refusal.
+func (h *harness) mustStream(t *testing.T, what, key string, body map[string]any, hdr ...string) *stream {
+	t.Helper()
+	s, status, b := h.openStream(t, key, body, hdr...)
+	if s == nil {
+		t.Fatalf("%s: %d %s", what, status, b)
+	}
+	return s
+}
+
 // openStream posts a streaming request (chat when body has messages) and
 // returns once the first event arrived (the lease is held and the engine
 // is generating).
@@ -294,10 +305,7 @@ func tokenIDs(n int) string {
 func TestTenantQuota429(t *testing.T) {
 	h := newHarness(t, harnessOpts{engines: 2, kv: 4096, slots: 8, speed: 1, output: 2000, extra: tenants})
 	// tiny's quota is floor(0.1 × 8192) = 819 KV tokens.
-	long, status, body := h.openStream(t, "sk-tiny", map[string]any{"model": "m", "prompt": "hold this", "max_tokens": 600, "ignore_eos": true})
-	if long == nil {
-		t.Fatalf("first request: %d %s", status, body)
-	}
+	long := h.mustStream(t, "first request", "sk-tiny", map[string]any{"model": "m", "prompt": "hold this", "max_tokens": 600, "ignore_eos": true})
 	defer long.close()
 	st, hdr, body, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-tiny", `{"model":"m","prompt":"more","max_tokens":300}`)
 	if err != nil {
@@ -381,10 +389,7 @@ func TestPriorityHeadroom(t *testing.T) {
 
 func TestFencedStreamEndsWithError(t *testing.T) {
 	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 1, output: 2000, extra: tenants})
-	s, status, body := h.openStream(t, "sk-acme", map[string]any{"model": "m", "prompt": "long", "max_tokens": 1000, "ignore_eos": true})
-	if s == nil {
-		t.Fatalf("stream: %d %s", status, body)
-	}
+	s := h.mustStream(t, "stream", "sk-acme", map[string]any{"model": "m", "prompt": "long", "max_tokens": 1000, "ignore_eos": true})
 	defer s.close()
 	h.rs.Kill() // the ledger is gone: the router must fence itself
 	start := time.Now()
@@ -495,10 +500,7 @@ func TestFleetViewWakesQueuedRequests(t *testing.T) {
 	bURL := "http://" + b.Addr()
 	waitHTTP(t, bURL+"/readyz", 10*time.Second)
 
-	s, code, body := h.openStream(t, "sk-acme", map[string]any{"model": "m", "prompt": "hold the slot", "max_tokens": 1000, "ignore_eos": true})
-	if code != http.StatusOK {
-		t.Fatalf("router A: %d %s", code, body)
-	}
+	s := h.mustStream(t, "router A", "sk-acme", map[string]any{"model": "m", "prompt": "hold the slot", "max_tokens": 1000, "ignore_eos": true})
 	defer s.close()
 	deadline := time.Now().Add(3 * time.Second)
 	for {

@@ -55,17 +55,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddr returns a loopback address nothing listens on now, never
-// handed out before in this test binary.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // proc is a binary run by a test; its output goes to a buffer shown when
 // the test fails.
 type proc struct {
@@ -187,7 +176,7 @@ type engineOpts struct {
 
 func startEngine(t testing.TB, name string, o engineOpts) *proc {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := freeport.AddrT(t)
 	p := startProc(t, name, "enginesim", addr, "--listen", addr, "--kv-tokens", strconv.Itoa(o.kv), "--slots", strconv.Itoa(o.slots),
 		"--speed", strconv.FormatFloat(o.speed, 'f', -1, 64), "--output-tokens", strconv.Itoa(o.output), "--model", "m", "--max-model-len", "2048",
 		"--media-tokens", strconv.Itoa(o.media))

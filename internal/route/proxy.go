@@ -13,7 +13,9 @@ package route
 // under its own bounded context, never the request's: before the answer
 // ends when the engine's answer was read to its end (so the client's next
 // request finds the capacity free), in the background after AbortGrace
-// when the request was cut (Shutdown waits for it).
+// when the request was cut (Shutdown waits for it, under its ctx; if that
+// ends first the release goes at once). Every wait here (queue timeout,
+// retry hint, abort grace) is a timer of the router's clock.
 
 import (
 	"bufio"
@@ -29,6 +31,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/lease"
@@ -188,7 +192,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 	var (
 		elem     *list.Element
 		since    time.Time
-		deadline *time.Timer
+		deadline clockwork.Timer
 	)
 	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
 	waited := func(outcome string) {
@@ -232,17 +236,17 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			}
 			gauge.Inc()
 			since = r.clock.Now()
-			deadline = time.NewTimer(r.cfg.QueueTimeout)
+			deadline = r.clock.NewTimer(r.cfg.QueueTimeout)
 		}
 		hint := rej.RetryAfter
 		if hint <= 0 {
 			hint = time.Second
 		}
-		retry := time.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
+		retry := r.clock.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
 		select {
 		case <-elem.Value.(chan struct{}):
-		case <-retry.C:
-		case <-deadline.C:
+		case <-retry.Chan():
+		case <-deadline.Chan():
 			retry.Stop()
 			waited("rejected")
 			return nil, err
@@ -348,8 +352,13 @@ func (d *dispatch) finish() {
 	go func() {
 		defer d.r.handlers.Done()
 		defer d.r.inflight.Add(-1)
-		if d.r.cfg.AbortGrace > 0 {
-			time.Sleep(d.r.cfg.AbortGrace)
+		if g := d.r.cfg.AbortGrace; g > 0 {
+			t := d.r.clock.NewTimer(g)
+			select {
+			case <-t.Chan():
+			case <-d.r.cutC: // Shutdown stopped waiting: release now
+			}
+			t.Stop()
 		}
 		d.release()
 	}()

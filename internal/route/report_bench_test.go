@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/benchkit"
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -366,7 +367,7 @@ type benchRouter struct {
 
 func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string, extra ...string) benchRouter {
 	b.Helper()
-	addr, debug := freeAddr(b), freeAddr(b)
+	addr, debug := freeport.AddrT(b), freeport.AddrT(b)
 	r := startProc(b, name, "router", addr, append([]string{"--ledger", ledgerURL, "--config", fleetPath, "--listen", addr, "--id", name,
 		"--max-model-len", "2048", "--log-level", "warn", "--debug-listen", debug}, extra...)...)
 	waitHTTP(b, r.url()+"/readyz", 15*time.Second)
@@ -482,7 +483,7 @@ func BenchmarkReport(b *testing.B) {
 // reportEngine measures be's engine directly and through the two routers,
 // writes the table to out and returns the summary lines of the loaded rows.
 func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Duration, out io.Writer) []string {
-	engAddr := freeAddr(b)
+	engAddr := freeport.AddrT(b)
 	eng := startProc(b, "enginesim", "enginesim", engAddr, append([]string{"--listen", engAddr, "--model", "m",
 		"--kv-tokens", fmt.Sprint(benchKV), "--slots", fmt.Sprint(benchSlots), "--max-model-len", "2048"}, be.args...)...)
 	defer eng.stop(5 * time.Second)
@@ -498,7 +499,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	blockRouter := startBenchRouter(b, "router-redis-blocks", rs.URL(), fleetPath,
 		"--block-lease-kv", "65536", "--block-lease-slots", "256")
 	defer blockRouter.stop(5 * time.Second)
-	bareAddr := freeAddr(b)
+	bareAddr := freeport.AddrT(b)
 	bare := startProc(b, "bareproxy", "bareproxy", bareAddr, "--listen", bareAddr, "--upstream", eng.url())
 	defer bare.stop(5 * time.Second)
 	waitHTTP(b, bare.url()+"/readyz", 10*time.Second)

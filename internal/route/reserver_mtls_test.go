@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
 	"github.com/leasehold/leasehold/internal/testutil/testpki"
@@ -39,7 +40,7 @@ lease:
   session_ttl: 3s
   recovery_window: 0s
 `)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr := freeport.AddrT(t), freeport.AddrT(t)
 	reserver := startProcEnv(t, "reserver", "reserver", httpAddr, env,
 		"--ledger", "memory://", "--config", fleetPath, "--grpc-listen", grpcAddr, "--http-listen", httpAddr,
 		"--tls-cert-file", srvCert, "--tls-key-file", srvKey, "--tls-client-ca-file", ca.File,
@@ -67,7 +68,7 @@ lease:
 
 	router := func(t *testing.T, id string, tlsArgs ...string) *proc {
 		t.Helper()
-		addr := freeAddr(t)
+		addr := freeport.AddrT(t)
 		return startProcEnv(t, id, "router", addr, env, append([]string{"--ledger", ledgerURL, "--config", fleetPath,
 			"--listen", addr, "--id", id, "--max-model-len", "2048", "--queue-timeout", "200ms"}, tlsArgs...)...)
 	}

@@ -72,6 +72,9 @@ type Router struct {
 	ln    net.Listener
 	errC  chan error    // Serve's result
 	stopC chan struct{} // closed at shutdown: queued waiters give up
+	// cutC is closed when Shutdown's ctx ends before the handlers do:
+	// releases waiting out --abort-grace go at once.
+	cutC chan struct{}
 
 	shutdownOnce sync.Once // Shutdown runs once; later calls return its result
 	shutdownErr  error     // set inside shutdownOnce
@@ -128,7 +131,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		met:    newMetrics(),
 		clock:  OffsetClock(opts.Clock, cfg.ClockOffset),
 		pools:  map[ledger.PoolID]*poolRT{},
-		errC:   make(chan error, 1), stopC: make(chan struct{}),
+		errC:   make(chan error, 1), stopC: make(chan struct{}), cutC: make(chan struct{}),
 	}
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
@@ -166,7 +169,8 @@ func (r *Router) Start(ctx context.Context) error {
 		r.lens.DiscoverAll(ctx)
 		r.log.Warn("--admission=local: BASELINE MODE, NOT LEASEHOLD. Admitting against scraped engine metrics with no shared ledger; " +
 			"several routers WILL over-admit the fleet. Use only to measure the gap.")
-		r.adm = localAdmitter{baseline.New(r.fleet, specs, r.cfg.ScrapeInterval, telemetry.Scraper{Client: r.client}, r.log)}
+		r.adm = localAdmitter{baseline.New(baseline.Config{Fleet: r.fleet, Specs: specs, Every: r.cfg.ScrapeInterval,
+			Scraper: telemetry.Scraper{Client: r.client}, Log: r.log, Clock: r.clock})}
 	default:
 		la := &ledgerAdmitter{}
 		scrape := fleetapply.ScrapeEngines(telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout})
@@ -326,10 +330,14 @@ func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {
 	return fleet.Tenant{Pools: []ledger.PoolID{""}}
 }
 
-// Shutdown stops in order: mark unready, stop accepting and drain
-// in-flight requests (bounded by ctx), cut what is left (their leases are
-// released as their handlers end), release remaining leases and end the
-// holder sessions. Calling it again returns the first call's result.
+// Shutdown stops in order: mark unready, stop accepting, and wait under
+// ctx for in-flight requests and the releases cut requests leave behind
+// (--abort-grace). If ctx ends first, like http.Server.Shutdown it stops
+// waiting and returns ctx.Err() wrapped, but it still cuts what is left:
+// connections are closed and pending releases go at once. Either way it
+// then releases the leases still held and ends the holder sessions, under
+// its own bounded context. Calling it again returns the first call's
+// result.
 func (r *Router) Shutdown(ctx context.Context) error {
 	r.shutdownOnce.Do(func() { r.shutdownErr = r.shutdown(ctx) })
 	return r.shutdownErr
@@ -340,20 +348,17 @@ func (r *Router) shutdown(ctx context.Context) error {
 	close(r.stopC)
 	var errs []error
 	if r.srv != nil {
-		if err := r.srv.Shutdown(ctx); err != nil {
+		err := r.srv.Shutdown(ctx)
+		if err != nil {
 			r.log.Warn("drain timed out; cutting requests still in flight", "in_flight", r.inflight.Load())
 			_ = r.srv.Close()
+		} else if !r.waitHandlers(ctx) {
+			err = ctx.Err()
 		}
-		// Handlers of cut connections release on their way out: wait for
-		// them, a bounded while even when ctx (the drain) has run out.
-		wait, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		done := make(chan struct{})
-		go func() { r.handlers.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-wait.Done():
+		if err != nil {
+			close(r.cutC)
+			errs = append(errs, fmt.Errorf("route: shutdown: %d requests still in flight or releasing: %w", r.inflight.Load(), err))
 		}
-		cancel()
 	}
 	if r.adm != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -366,6 +371,19 @@ func (r *Router) shutdown(ctx context.Context) error {
 		t.CloseIdleConnections()
 	}
 	return errors.Join(errs...)
+}
+
+// waitHandlers waits for the inference handlers and the releases they
+// left behind; false when ctx ended first.
+func (r *Router) waitHandlers(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { r.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // applyScrapeTimeout bounds one capacity or context-length scrape of an

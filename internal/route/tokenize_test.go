@@ -66,10 +66,7 @@ func (h *harness) reservedKV(pool ledger.PoolID) int64 {
 // for it, and closes it again.
 func (h *harness) heldReservation(t *testing.T, pool ledger.PoolID, body map[string]any) int64 {
 	t.Helper()
-	s, status, b := h.openStream(t, "sk-acme", body)
-	if s == nil {
-		t.Fatalf("stream: %d %s", status, b)
-	}
+	s := h.mustStream(t, "stream", "sk-acme", body)
 	kv := h.reservedKV(pool)
 	s.close()
 	deadline := time.Now().Add(3 * time.Second)

@@ -14,6 +14,24 @@
 -- re-application; engines and tenants left out of the spec are marked
 -- unconfigured and kept until their last lease ends.
 
+-- retire handles the members of set (engine ids or tenant names, fields
+-- prefix .. name) that the spec left out of keep: one still holding leases
+-- is marked unconfigured, one without is forgotten.
+local function retire(set, prefix, keep, forget)
+  for _, name in ipairs(redis.call('SMEMBERS', set)) do
+    if not keep[name] then
+      local f = prefix .. name
+      local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+      local _, _, leases = triple(x[2])
+      if leases > 0 and x[1] then
+        redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
+      else
+        forget(name)
+      end
+    end
+  end
+end
+
 local now, t = clock()
 local created = 0
 local v = redis.call('HMGET', K_STATE, 'meta', 'order')
@@ -46,18 +64,7 @@ for _ = 1, n do
   redis.call('SADD', K_ENGINES, id)
   redis.call('HSET', K_STATE, f, table.concat({'1', kv, slots, stale_ns, policy, draining}, ' '), f .. ':url', url)
 end
-for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
-  if not keep[id] then
-    local f = 'e:' .. id
-    local x = redis.call('HMGET', K_STATE, f, f .. ':r')
-    local _, _, leases = triple(x[2])
-    if leases > 0 and x[1] then
-      redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
-    else
-      forget_engine(id)
-    end
-  end
-end
+retire(K_ENGINES, 'e:', keep, forget_engine)
 
 n = tonumber(ARGV[i]); i = i + 1
 keep = {}
@@ -68,18 +75,7 @@ for _ = 1, n do
   redis.call('SADD', K_TENANTS, name)
   redis.call('HSET', K_STATE, 't:' .. name, table.concat({'1', kv_share, slot_share}, ' '))
 end
-for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
-  if not keep[name] then
-    local f = 't:' .. name
-    local x = redis.call('HMGET', K_STATE, f, f .. ':r')
-    local _, _, leases = triple(x[2])
-    if leases > 0 and x[1] then
-      redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
-    else
-      forget_tenant(name)
-    end
-  end
-end
+retire(K_TENANTS, 't:', keep, forget_tenant)
 
 for name in string.gmatch(v[2] or '', '%S+') do redis.call('HDEL', K_STATE, 'p:' .. name) end
 n = tonumber(ARGV[i]); i = i + 1

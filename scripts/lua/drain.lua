@@ -4,11 +4,8 @@
 -- ARGV: 1 sweep batch, 2 engine id, 3 draining (1 or 0).
 -- Returns: {'ok', epoch} | {'unknown_pool', ''} | {'unknown_engine', epoch, engine}.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
-local m = meta(v[1], v[2])
+local m = open_pool()
 if not m then return {'unknown_pool', ''} end
-local now = clock()
-if now >= m.sweep_at then sweep(now, SWEEP_BATCH) end
 local id = ARGV[2]
 local spec = redis.call('HGET', K_STATE, 'e:' .. id)
 if not engine(id, spec) then return {'unknown_engine', m.epoch, id} end

@@ -176,6 +176,24 @@ local function holder_state(holder, now)
   return 'live', s
 end
 
+-- end_leases drops the leases of ids, counting each under reason ('expired'
+-- or 'revoked'), and removes an id whose lease is already gone from the
+-- index that listed it (redis.call(cmd, key, id)). Returns how many it
+-- dropped.
+local function end_leases(ids, reason, now, cmd, key)
+  local n = 0
+  for _, id in ipairs(ids) do
+    local l = get_lease(id)
+    if l then
+      drop_lease(l, {reason, 1}, now)
+      n = n + 1
+    else
+      redis.call(cmd, key, id)
+    end
+  end
+  return n
+end
+
 -- sweep removes up to batch expired leases, then leases of dead sessions,
 -- then dead sessions left with no lease, and recomputes sweep_at from the
 -- earliest deadline and session expiry left. Returns expired, revoked,
@@ -187,35 +205,19 @@ end
 -- entry (sessions are removed only once their lease set is empty), so while
 -- now < sweep_at a lease's holder is live too.
 local function sweep(now, batch)
-  local expired, revoked, holders = 0, 0, 0
+  local revoked, holders = 0, 0
   local budget = batch
   local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, budget)
-  for _, id in ipairs(ids) do
-    local l = get_lease(id)
-    if l then
-      drop_lease(l, {'expired', 1}, now)
-      expired = expired + 1
-    else
-      redis.call('ZREM', K_DEADLINES, id)
-    end
-    budget = budget - 1
-  end
+  local expired = end_leases(ids, 'expired', now, 'ZREM', K_DEADLINES)
+  budget = budget - #ids
   if budget > 0 then
     local dead = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
     for _, h in ipairs(dead) do
       if budget <= 0 then break end
       local hk = P_HOLDER .. h
       local lids = redis.call('SRANDMEMBER', hk, budget)
-      for _, id in ipairs(lids) do
-        local l = get_lease(id)
-        if l then
-          drop_lease(l, {'revoked', 1}, now)
-          revoked = revoked + 1
-        else
-          redis.call('SREM', hk, id)
-        end
-        budget = budget - 1
-      end
+      revoked = revoked + end_leases(lids, 'revoked', now, 'SREM', hk)
+      budget = budget - #lids
       if #lids == 0 then budget = budget - 1 end
       if redis.call('SCARD', hk) == 0 then
         redis.call('ZREM', K_HOLDERS, h)
@@ -245,6 +247,20 @@ local function open_pool()
     _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
   end
   return m, now
+end
+
+-- held_lease returns lease id for an operation by holder on a live lease, or
+-- nil and the status to reply: 'lease_not_found' when there is none or it
+-- has ended (deadline passed, or its holder's session is no longer live,
+-- even before a sweep removes it), 'not_holder' when another holder owns it.
+local function held_lease(m, now, id, holder)
+  local l = get_lease(id)
+  if not l then return nil, 'lease_not_found' end
+  if l[L_HOLDER] ~= holder then return nil, 'not_holder' end
+  if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
+    return nil, 'lease_not_found'
+  end
+  return l
 end
 
 -- Engines -------------------------------------------------------------------

@@ -12,11 +12,8 @@
 -- clears the engine's orphan charge (see drop_lease in lib.lua) when it
 -- arrives at or after the charge's until ms, and leaves it otherwise.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
-local m = meta(v[1], v[2])
+local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
-local now = clock()
-if now >= m.sweep_at then sweep(now, SWEEP_BATCH) end
 local id = ARGV[2]
 local ef = 'e:' .. id
 local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o')

@@ -11,12 +11,8 @@
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id, holder = ARGV[2], ARGV[3]
-local l = get_lease(id)
-if not l then return {'lease_not_found', m.epoch} end
-if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
-if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
-  return {'lease_not_found', m.epoch}
-end
+local l, status = held_lease(m, now, id, holder)
+if not l then return {status, m.epoch} end
 local deadline = now + tonumber(ARGV[4])
 l[L_DEADLINE] = int(deadline)
 set_lease(l)

@@ -14,12 +14,8 @@
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local l = get_lease(id)
-if not l then return {'lease_not_found', m.epoch} end
-if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
-if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
-  return {'lease_not_found', m.epoch}
-end
+local l, status = held_lease(m, now, id, holder)
+if not l then return {status, m.epoch} end
 local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, 13)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]

@@ -18,13 +18,7 @@ import (
 // the grant guarded by the ModRevision of every key it read and of the
 // engine range: two routers can never both take the last capacity, because
 // the second commit finds a guard changed, reads again and decides again.
-func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
-	if err := ledger.ValidateAcquire(req); err != nil {
-		return ledger.Grant{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Grant{}, err
-	}
+func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
 	var out ledger.Grant
 	var rejection *ledger.Rejection
 	mu := l.poolLock(req.Pool)
@@ -36,7 +30,7 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 		defer mu.Unlock()
 		return l.tryAcquire(ctx, req, probe)
 	}
-	err := l.retry(ctx, "acquire", func() (bool, error) {
+	err := l.retry(ctx, func() (bool, error) {
 		g, rej, ended, err := attempt()
 		if errors.Is(err, errSweepFirst) {
 			probe = false
@@ -60,7 +54,7 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 	case rejection != nil:
 		return ledger.Grant{}, rejection
 	case err != nil:
-		return ledger.Grant{}, fmt.Errorf("acquire in %s for %s/%s: %w", req.Pool, req.Holder, req.RequestID, err)
+		return ledger.Grant{}, err
 	}
 	return out, nil
 }
@@ -69,7 +63,7 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 // the id of the request's ended lease to sweep, or nothing when a guard
 // failed. With probe it fails with errSweepFirst, deciding nothing, when
 // expiry entries are due.
-func (l *Ledger) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe bool) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
+func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe bool) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
 	pool := req.Pool
 	k := l.keys
 	mk, sk, hk, lk, rk, tk := k.meta(pool), k.seq(pool), k.holder(pool, req.Holder), k.live(pool, req.Holder),
@@ -170,13 +164,8 @@ func (l *Ledger) tryAcquire(ctx context.Context, req ledger.AcquireRequest, prob
 		Holder: req.Holder, RequestID: req.RequestID, CreatedMs: now.UnixMilli(), DeadlineMs: deadline.UnixMilli(),
 		Epoch: m.Epoch, Seq: seq,
 	}
-	er.ReservedKV += req.KVTokens
-	er.ReservedSlots += req.Slots
-	er.Leases++
+	reserve(&er, &trec, lr, 1)
 	count(&er.Counters, ledger.CounterGrants, 1)
-	trec.ReservedKV += req.KVTokens
-	trec.ReservedSlots += req.Slots
-	trec.Leases++
 	etcdLease, err := l.leaseUntil(ctx, base, base.Add(req.TTL))
 	if err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
@@ -195,7 +184,7 @@ func (l *Ledger) tryAcquire(ctx context.Context, req ledger.AcquireRequest, prob
 }
 
 // leaseOps writes a lease's record, deadline marker and indexes.
-func (l *Ledger) leaseOps(pool ledger.PoolID, lr leaseRec, etcdLease clientv3.LeaseID) []clientv3.Op {
+func (l *store) leaseOps(pool ledger.PoolID, lr leaseRec, etcdLease clientv3.LeaseID) []clientv3.Op {
 	id := lr.id()
 	return []clientv3.Op{
 		clientv3.OpPut(l.keys.lease(pool, id), encode(lr)),
@@ -206,7 +195,7 @@ func (l *Ledger) leaseOps(pool ledger.PoolID, lr leaseRec, etcdLease clientv3.Le
 }
 
 // checkSession requires the holder's live session in v.
-func (l *Ledger) checkSession(v *view, pool ledger.PoolID, h ledger.HolderID) error {
+func (l *store) checkSession(v *view, pool ledger.PoolID, h ledger.HolderID) error {
 	switch {
 	case !v.has(l.keys.holder(pool, h)):
 		return fmt.Errorf("%w: %s in pool %s", ledger.ErrNoSession, h, pool)
@@ -219,7 +208,7 @@ func (l *Ledger) checkSession(v *view, pool ledger.PoolID, h ledger.HolderID) er
 // replay returns the lease an earlier Acquire with the same (holder,
 // request id) granted, counting the replay. A lease whose deadline marker
 // is gone has ended: it is swept and the caller decides afresh.
-func (l *Ledger) replay(ctx context.Context, v *view, pool ledger.PoolID, id ledger.LeaseID, epoch ledger.Epoch) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
+func (l *store) replay(ctx context.Context, v *view, pool ledger.PoolID, id ledger.LeaseID, epoch ledger.Epoch) (ledger.Grant, *ledger.Rejection, ledger.LeaseID, error) {
 	lk, dk := l.keys.lease(pool, id), l.keys.deadline(pool, id)
 	if err := l.readMore(ctx, v, []string{lk, dk}); err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
@@ -250,13 +239,7 @@ func (l *Ledger) replay(ctx context.Context, v *view, pool ledger.PoolID, id led
 // Reassert re-inserts a lease its live holder still uses after the ledger
 // lost it. It is accepted above capacity and flagged; an existing lease id
 // is returned as it is (Replayed).
-func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	if err := ledger.ValidateReassert(lease, ttl); err != nil {
-		return ledger.Grant{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Grant{}, err
-	}
+func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
 	id, fence, err := canonical(lease.ID)
 	if err != nil {
 		return ledger.Grant{}, err
@@ -269,7 +252,7 @@ func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Dura
 	mk, sk, hk, lvk, lk, rk, tk, ek := k.meta(pool), k.seq(pool), k.holder(pool, lease.Holder), k.live(pool, lease.Holder),
 		k.lease(pool, id), k.request(pool, lease.Holder, lease.RequestID), k.tenant(pool, lease.Tenant), k.engine(pool, lease.Engine)
 	var out ledger.Grant
-	err = l.retryPool(ctx, pool, "reassert", func() (bool, error) {
+	err = l.retryPool(ctx, pool, func() (bool, error) {
 		v, err := l.read(ctx, []string{mk, sk, hk, lvk, lk, rk, tk, ek})
 		if err != nil {
 			return false, err
@@ -318,21 +301,12 @@ func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Dura
 			DeadlineMs: now.Add(ledger.CeilMillis(ttl)).UnixMilli(),
 			Epoch:      uint64(fence.Epoch), Seq: fence.Seq, Reasserted: true,
 		}
-		er, err := l.engineRec(v, pool, lease.Engine)
+		er, trec, err := l.chargedRecs(v, pool, lr)
 		if err != nil {
 			return false, err
 		}
-		trec, err := l.tenantRec(v, pool, lease.Tenant)
-		if err != nil {
-			return false, err
-		}
-		er.ReservedKV += lr.KVTokens
-		er.ReservedSlots += lr.Slots
-		er.Leases++
+		reserve(&er, &trec, lr, 1)
 		count(&er.Counters, ledger.CounterReasserts, 1)
-		trec.ReservedKV += lr.KVTokens
-		trec.ReservedSlots += lr.Slots
-		trec.Leases++
 		etcdLease, err := l.leaseUntil(ctx, base, base.Add(ttl))
 		if err != nil {
 			return false, err
@@ -353,7 +327,7 @@ func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Dura
 		return ok, err
 	})
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert %s in %s: %w", id, pool, err)
+		return ledger.Grant{}, err
 	}
 	return out, nil
 }

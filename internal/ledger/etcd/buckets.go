@@ -47,7 +47,7 @@ func slotOf(t time.Time) int64 { return t.UnixNano() / int64(bucketQuantum) }
 
 // leaseUntil returns an etcd lease that lives at least until deadline.
 // base is the clock reading deadline was computed from.
-func (l *Ledger) leaseUntil(ctx context.Context, base, deadline time.Time) (clientv3.LeaseID, error) {
+func (l *store) leaseUntil(ctx context.Context, base, deadline time.Time) (clientv3.LeaseID, error) {
 	b := &l.buckets
 	b.mu.Lock()
 	for s, bk := range b.bySlot {
@@ -71,7 +71,7 @@ func (l *Ledger) leaseUntil(ctx context.Context, base, deadline time.Time) (clie
 	ttl := max(ceilSeconds(d), int64((d+l.opts.LeaseSlack)/time.Second))
 	resp, err := l.cli.Grant(ctx, ttl)
 	if err != nil {
-		return 0, fmt.Errorf("etcd ledger: grant %ds lease: %w", ttl, err)
+		return 0, fmt.Errorf("grant %ds lease: %w", ttl, err)
 	}
 	l.seeHeader(resp.ResponseHeader.Revision, resp.ResponseHeader.RaftTerm)
 	exp := base.Add(time.Duration(ttl) * time.Second)

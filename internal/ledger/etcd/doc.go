@@ -1,7 +1,9 @@
 // Package etcd is the ledger backend on etcd v3 (go.etcd.io/etcd/client/v3).
 // It owns the key schema below, the guarded transactions that implement
 // every operation, and the sweeper that turns etcd lease expiries into
-// released reservations.
+// released reservations. It is a ledger.Store under ledger.Checked, which
+// validates arguments, refuses calls after Close, wraps errors and lists all
+// pools.
 //
 // # Transactions
 //

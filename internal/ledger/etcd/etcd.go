@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,8 +17,6 @@ import (
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
-
-var _ ledger.Ledger = (*Ledger)(nil)
 
 // ErrContention is returned (wrapped) when a call lost its guarded
 // transaction MaxAttempts times in a row to concurrent writers of the same
@@ -93,9 +90,18 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Ledger is the etcd backend of ledger.Ledger. See the package
-// documentation for the key schema and how time and expiry work.
+// Ledger is the etcd backend of ledger.Ledger: ledger.Checked over the
+// store. See the package documentation for the key schema and how time and
+// expiry work.
 type Ledger struct {
+	ledger.Ledger
+	s *store
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// store is the etcd backend's ledger.Store.
+type store struct {
 	cli        *clientv3.Client
 	ownsClient bool
 	opts       Options
@@ -123,7 +129,6 @@ type Ledger struct {
 	queue  sweepQueue
 	resetC chan struct{} // cap 1: the store was wiped, restart the watch
 
-	closed atomic.Bool
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	doneC  chan struct{} // closed when the background goroutines exit
@@ -138,7 +143,7 @@ func New(client *clientv3.Client, opts Options) (*Ledger, error) {
 	}
 	o := opts.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &Ledger{
+	l := &store{
 		cli:       client,
 		opts:      o,
 		keys:      keys{prefix: o.Prefix},
@@ -151,7 +156,7 @@ func New(client *clientv3.Client, opts Options) (*Ledger, error) {
 	l.buckets.init()
 	l.queue.init()
 	l.startBackground()
-	return l, nil
+	return &Ledger{Ledger: ledger.Checked("etcd", l), s: l}, nil
 }
 
 // Open connects to the endpoints of an "etcd://host:port[,host:port][/prefix]"
@@ -171,14 +176,14 @@ func Open(rawURL string, opts Options) (*Ledger, error) {
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd ledger: connect to %s: %w", strings.Join(endpoints, ","), err)
+		return nil, fmt.Errorf("connect to %s: %w", strings.Join(endpoints, ","), err)
 	}
 	l, err := New(cli, opts)
 	if err != nil {
 		_ = cli.Close()
 		return nil, err
 	}
-	l.ownsClient = true
+	l.s.ownsClient = true
 	return l, nil
 }
 
@@ -205,10 +210,7 @@ func ParseURL(rawURL string) (endpoints []string, prefix string, err error) {
 
 // Close stops the background sweeper and waits for it; it closes the etcd
 // client only if Open created it. Leases and sessions stay in etcd.
-func (l *Ledger) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
+func (l *store) Close() error {
 	l.cancel()
 	<-l.doneC
 	if l.ownsClient {
@@ -217,20 +219,13 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-func (l *Ledger) checkOpen() error {
-	if l.closed.Load() {
-		return ledger.ErrClosed
-	}
-	return nil
-}
-
 // now is the ledger clock at millisecond precision (no monotonic reading).
-func (l *Ledger) now() time.Time { return time.UnixMilli(l.opts.Clock.Now().UnixMilli()) }
+func (l *store) now() time.Time { return time.UnixMilli(l.opts.Clock.Now().UnixMilli()) }
 
 // seeHeader records a response's revision and term; either going back means
 // the cluster was wiped and restarted empty, so cached etcd leases are gone
 // and the watch must restart.
-func (l *Ledger) seeHeader(rev int64, term uint64) {
+func (l *store) seeHeader(rev int64, term uint64) {
 	l.revMu.Lock()
 	wiped := rev < l.maxRev || term < l.maxTerm
 	if wiped {
@@ -249,16 +244,16 @@ func (l *Ledger) seeHeader(rev int64, term uint64) {
 }
 
 // poolLock returns the stripe of poolLocks for pool.
-func (l *Ledger) poolLock(pool ledger.PoolID) *sync.Mutex {
+func (l *store) poolLock(pool ledger.PoolID) *sync.Mutex {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(pool))
 	return &l.poolLocks[h.Sum32()%uint32(len(l.poolLocks))]
 }
 
 // retryPool is retry with each attempt under pool's lock.
-func (l *Ledger) retryPool(ctx context.Context, pool ledger.PoolID, what string, attempt func() (bool, error)) error {
+func (l *store) retryPool(ctx context.Context, pool ledger.PoolID, attempt func() (bool, error)) error {
 	mu := l.poolLock(pool)
-	return l.retry(ctx, what, func() (bool, error) {
+	return l.retry(ctx, func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return attempt()
@@ -267,7 +262,7 @@ func (l *Ledger) retryPool(ctx context.Context, pool ledger.PoolID, what string,
 
 // retry runs attempt until it reports done or fails, at most MaxAttempts
 // times, with a short jittered pause between lost transactions.
-func (l *Ledger) retry(ctx context.Context, what string, attempt func() (done bool, err error)) error {
+func (l *store) retry(ctx context.Context, attempt func() (done bool, err error)) error {
 	for i := 0; i < l.opts.MaxAttempts; i++ {
 		done, err := attempt()
 		if err != nil {
@@ -281,11 +276,11 @@ func (l *Ledger) retry(ctx context.Context, what string, attempt func() (done bo
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: %w", what, ctx.Err())
+			return ctx.Err()
 		case <-t.C:
 		}
 	}
-	return fmt.Errorf("%s: %w after %d attempts", what, ErrContention, l.opts.MaxAttempts)
+	return fmt.Errorf("%w after %d attempts", ErrContention, l.opts.MaxAttempts)
 }
 
 // span is a range read: [from, to), or the prefix from when to is empty.
@@ -320,14 +315,14 @@ func (v *view) value(key string) []byte {
 }
 
 // read reads keys and spans in one transaction.
-func (l *Ledger) read(ctx context.Context, keys []string, spans ...span) (*view, error) {
+func (l *store) read(ctx context.Context, keys []string, spans ...span) (*view, error) {
 	v := &view{kvs: map[string]*mvccpb.KeyValue{}, ranges: map[string][]*mvccpb.KeyValue{}, counts: map[string]int64{}}
 	return v, l.readMore(ctx, v, keys, spans...)
 }
 
 // readMore adds a second consistent read to v; the guards of both reads
 // apply to the commit.
-func (l *Ledger) readMore(ctx context.Context, v *view, keys []string, spans ...span) error {
+func (l *store) readMore(ctx context.Context, v *view, keys []string, spans ...span) error {
 	var uniq []string
 	for _, k := range keys {
 		if _, dup := v.kvs[k]; dup || containsStr(uniq, k) {
@@ -336,7 +331,7 @@ func (l *Ledger) readMore(ctx context.Context, v *view, keys []string, spans ...
 		uniq = append(uniq, k)
 	}
 	if len(uniq)+len(spans) > maxReadOps {
-		return fmt.Errorf("etcd ledger: read of %d keys is too large", len(uniq)+len(spans))
+		return fmt.Errorf("read of %d keys is too large", len(uniq)+len(spans))
 	}
 	ops := make([]clientv3.Op, 0, len(uniq)+len(spans))
 	for _, k := range uniq {
@@ -362,7 +357,7 @@ func (l *Ledger) readMore(ctx context.Context, v *view, keys []string, spans ...
 	}
 	resp, err := l.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("etcd ledger: read: %w", err)
+		return fmt.Errorf("read: %w", err)
 	}
 	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
 	v.rev = resp.Header.Revision
@@ -405,21 +400,21 @@ func containsStr(ss []string, s string) bool {
 // commit applies ops if nothing v read has changed. It reports false when
 // a guard failed or an etcd lease it attaches keys to has vanished (the
 // shared-lease cache is then dropped); the caller reads again and retries.
-func (l *Ledger) commit(ctx context.Context, v *view, ops ...clientv3.Op) (bool, error) {
+func (l *store) commit(ctx context.Context, v *view, ops ...clientv3.Op) (bool, error) {
 	resp, err := l.cli.Txn(ctx).If(v.guards...).Then(ops...).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			l.buckets.reset()
 			return false, nil
 		}
-		return false, fmt.Errorf("etcd ledger: commit: %w", err)
+		return false, fmt.Errorf("commit: %w", err)
 	}
 	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
 	return resp.Succeeded, nil
 }
 
 // meta decodes a pool's meta record from v, or fails with ErrUnknownPool.
-func (l *Ledger) meta(v *view, pool ledger.PoolID) (*metaRec, error) {
+func (l *store) meta(v *view, pool ledger.PoolID) (*metaRec, error) {
 	k := l.keys.meta(pool)
 	b := v.value(k)
 	if b == nil {
@@ -433,7 +428,7 @@ func (l *Ledger) meta(v *view, pool ledger.PoolID) (*metaRec, error) {
 	return m, nil
 }
 
-func (l *Ledger) seeEpoch(pool ledger.PoolID, e ledger.Epoch) {
+func (l *store) seeEpoch(pool ledger.PoolID, e ledger.Epoch) {
 	l.epochMu.Lock()
 	defer l.epochMu.Unlock()
 	if e > l.lastEpoch[pool] {
@@ -450,7 +445,7 @@ func (l *Ledger) seeEpoch(pool ledger.PoolID, e ledger.Epoch) {
 // the marker, or markerRecheck from now once even that has passed, so
 // RetryAfter sends callers back when the window is likely over rather than
 // in a hot loop.
-func (l *Ledger) recoveringUntil(v *view, pool ledger.PoolID, now time.Time) time.Time {
+func (l *store) recoveringUntil(v *view, pool ledger.PoolID, now time.Time) time.Time {
 	k := l.keys.recovering(pool)
 	b := v.value(k)
 	if b == nil {
@@ -468,27 +463,61 @@ func (l *Ledger) recoveringUntil(v *view, pool ledger.PoolID, now time.Time) tim
 	return now.Add(markerRecheck)
 }
 
-// engineState returns an engine's record from v (zero when absent).
-func (l *Ledger) engineRec(v *view, pool ledger.PoolID, e ledger.EngineID) (engineRec, error) {
-	var r engineRec
-	k := l.keys.engine(pool, e)
-	if b := v.value(k); b != nil {
-		if err := decode(k, b, &r); err != nil {
+// record decodes the record at key in v (the zero T when absent).
+func record[T any](v *view, key string) (T, error) {
+	var r T
+	if b := v.value(key); b != nil {
+		if err := decode(key, b, &r); err != nil {
 			return r, err
 		}
 	}
 	return r, nil
 }
 
-func (l *Ledger) tenantRec(v *view, pool ledger.PoolID, t ledger.TenantID) (tenantRec, error) {
-	var r tenantRec
-	k := l.keys.tenant(pool, t)
-	if b := v.value(k); b != nil {
-		if err := decode(k, b, &r); err != nil {
-			return r, err
+// rangeRecords decodes the records of a range, by the last segment of
+// their keys.
+func rangeRecords[K ~string, T any](kvs []*mvccpb.KeyValue) (map[K]T, error) {
+	out := make(map[K]T, len(kvs))
+	for _, kv := range kvs {
+		id, ok := lastSegment(string(kv.Key))
+		if !ok {
+			continue
 		}
+		var r T
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+			return nil, err
+		}
+		out[K(id)] = r
 	}
-	return r, nil
+	return out, nil
+}
+
+// addCounters adds counters from to sums.
+func addCounters(sums, from map[string]int64) {
+	for c, n := range from {
+		sums[c] += n
+	}
+}
+
+// engineRec returns an engine's record from v (zero when absent).
+func (l *store) engineRec(v *view, pool ledger.PoolID, e ledger.EngineID) (engineRec, error) {
+	return record[engineRec](v, l.keys.engine(pool, e))
+}
+
+// tenantRec returns a tenant's record from v (zero when absent).
+func (l *store) tenantRec(v *view, pool ledger.PoolID, t ledger.TenantID) (tenantRec, error) {
+	return record[tenantRec](v, l.keys.tenant(pool, t))
+}
+
+// chargedRecs returns the records of the engine and tenant lease r
+// charges.
+func (l *store) chargedRecs(v *view, pool ledger.PoolID, r leaseRec) (engineRec, tenantRec, error) {
+	er, err := l.engineRec(v, pool, r.Engine)
+	if err != nil {
+		return er, tenantRec{}, err
+	}
+	tr, err := l.tenantRec(v, pool, r.Tenant)
+	return er, tr, err
 }
 
 // admissionState maps an engine's record to ledger.EngineState at now.
@@ -507,4 +536,4 @@ func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Ti
 }
 
 // Prefix returns the key prefix the ledger's keys live under.
-func (l *Ledger) Prefix() string { return l.opts.Prefix }
+func (l *Ledger) Prefix() string { return l.s.opts.Prefix }

@@ -28,7 +28,7 @@ type leaseView struct {
 
 // With probe spans (dueProbe) it fails with errSweepFirst when they find an
 // entry due.
-func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, withState bool, probe ...span) (*leaseView, error) {
+func (l *store) readLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, withState bool, probe ...span) (*leaseView, error) {
 	k := l.keys
 	lk := k.lease(pool, id)
 	ks := []string{k.meta(pool), k.recovering(pool), lk, k.deadline(pool, id)}
@@ -65,13 +65,10 @@ func (l *Ledger) readLease(ctx context.Context, pool ledger.PoolID, id ledger.Le
 	return lv, nil
 }
 
-// startLeaseOp is what Renew and Resize do before their transaction: refuse
-// a closed ledger, take the lease id's canonical form, and run the bounded
-// sweep if expiry entries are due.
-func (l *Ledger) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.LeaseID, error) {
-	if err := l.checkOpen(); err != nil {
-		return ledger.NoLease, err
-	}
+// startLeaseOp is what Renew and Resize do before their transaction: take
+// the lease id's canonical form, and run the bounded sweep if expiry
+// entries are due.
+func (l *store) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.LeaseID, error) {
 	id, _, err := canonical(ref.ID)
 	if err != nil {
 		return ledger.NoLease, err
@@ -84,17 +81,14 @@ func (l *Ledger) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.
 
 // Renew extends a live lease's deadline to now+ttl by moving its deadline
 // marker to an etcd lease that outlives the new deadline.
-func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
-	if err := ledger.ValidateRenew(ref, ttl); err != nil {
-		return ledger.Renewal{}, err
-	}
+func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
 		return ledger.Renewal{}, err
 	}
 	pool := ref.Pool
 	var out ledger.Renewal
-	err = l.retry(ctx, "renew", func() (bool, error) {
+	err = l.retry(ctx, func() (bool, error) {
 		lv, err := l.readLease(ctx, pool, id, ref.Holder, false)
 		if err != nil {
 			return false, err
@@ -124,7 +118,7 @@ func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Durati
 		return ok, err
 	})
 	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew %s in %s: %w", id, pool, err)
+		return ledger.Renewal{}, err
 	}
 	return out, nil
 }
@@ -144,10 +138,7 @@ func (lv *leaseView) usable(ref ledger.LeaseRef, id ledger.LeaseID) error {
 
 // Resize sets a live lease's KV tokens. Shrinking always succeeds; growth
 // is decided by ledger.AdmitGrowth under the same guards as Acquire.
-func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
-		return ledger.Renewal{}, err
-	}
+func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
 	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
 		return ledger.Renewal{}, err
@@ -155,7 +146,7 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 	pool := ref.Pool
 	var out ledger.Renewal
 	var rejection *ledger.Rejection
-	err = l.retryPool(ctx, pool, "resize", func() (bool, error) {
+	err = l.retryPool(ctx, pool, func() (bool, error) {
 		lv, err := l.readLease(ctx, pool, id, ref.Holder, true)
 		if err != nil {
 			return false, err
@@ -170,15 +161,11 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 		if delta == 0 {
 			return true, nil
 		}
-		er, err := l.engineRec(v, pool, r.Engine)
+		er, tr, err := l.chargedRecs(v, pool, r)
 		if err != nil {
 			return false, err
 		}
 		tk := l.keys.tenant(pool, r.Tenant)
-		tr, err := l.tenantRec(v, pool, r.Tenant)
-		if err != nil {
-			return false, err
-		}
 		if delta > 0 {
 			rej, err := l.admitGrowth(ctx, v, m, r, er, tr, kvTokens, delta)
 			if err != nil {
@@ -208,13 +195,13 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 	case rejection != nil:
 		return ledger.Renewal{}, rejection
 	case err != nil:
-		return ledger.Renewal{}, fmt.Errorf("resize %s in %s: %w", id, pool, err)
+		return ledger.Renewal{}, err
 	}
 	return out, nil
 }
 
 // admitGrowth builds the admission for growing r by delta and decides it.
-func (l *Ledger) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRec, er engineRec, tr tenantRec, newKV, delta int64) (*ledger.Rejection, error) {
+func (l *store) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRec, er engineRec, tr tenantRec, newKV, delta int64) (*ledger.Rejection, error) {
 	pool := m.Spec.Name
 	spec, ok := m.engine(r.Engine)
 	if !ok {
@@ -247,16 +234,7 @@ func (l *Ledger) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRe
 // Release ends a live lease and reports Released=true; releasing a lease
 // that is gone, or has ended but is not yet swept (it is swept now), reports
 // Released=false. Idempotent.
-func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
-	if err := ledger.ValidateRef(ref); err != nil {
-		return ledger.Released{}, err
-	}
-	if err := ledger.ValidateUsage(usage); err != nil {
-		return ledger.Released{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Released{}, err
-	}
+func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	id, _, err := canonical(ref.ID)
 	if err != nil {
 		return ledger.Released{}, err
@@ -271,7 +249,7 @@ func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.
 		res, err = l.endLease(ctx, ref.Pool, id, ref.Holder, usage)
 	}
 	if err != nil {
-		return ledger.Released{}, fmt.Errorf("release %s in %s: %w", id, ref.Pool, err)
+		return ledger.Released{}, err
 	}
 	return ledger.Released{Released: res.cause == ledger.CounterReleases, Epoch: res.epoch}, nil
 }
@@ -288,16 +266,16 @@ type ended struct {
 // (sweepers) it removes the lease only if it has ended: its deadline
 // marker is gone (expired) or its holder's live marker is (revoked).
 // Concurrent callers are idempotent: only one commit can match the guards.
-func (l *Ledger) endLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage) (ended, error) {
+func (l *store) endLease(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage) (ended, error) {
 	return l.endLeaseProbed(ctx, pool, id, holder, usage, false)
 }
 
 // endLeaseProbed is endLease; with probe its first read also looks for
 // expiry entries due and, finding one, it fails with errSweepFirst having
 // changed nothing.
-func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage, probe bool) (ended, error) {
+func (l *store) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, holder ledger.HolderID, usage ledger.Usage, probe bool) (ended, error) {
 	var out ended
-	err := l.retryPool(ctx, pool, "end lease", func() (bool, error) {
+	err := l.retryPool(ctx, pool, func() (bool, error) {
 		out = ended{}
 		var spans []span
 		if probe {
@@ -325,17 +303,11 @@ func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledg
 		default:
 			out.cause = ledger.CounterRevoked
 		}
-		er, err := l.engineRec(v, pool, r.Engine)
+		er, tr, err := l.chargedRecs(v, pool, r)
 		if err != nil {
 			return false, err
 		}
-		tr, err := l.tenantRec(v, pool, r.Tenant)
-		if err != nil {
-			return false, err
-		}
-		er.ReservedKV -= r.KVTokens
-		er.ReservedSlots -= r.Slots
-		er.Leases--
+		reserve(&er, &tr, r, -1)
 		if ledger.EndedByLedger(out.cause) && er.Obs != nil {
 			// The engine may still run it: charged until an observation
 			// arrives OrphanHold after now. Without a hold the next one
@@ -352,9 +324,6 @@ func (l *Ledger) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledg
 			count(&er.Counters, ledger.CounterActualPrompt, usage.PromptTokens)
 			count(&er.Counters, ledger.CounterActualComplete, usage.CompletionTokens)
 		}
-		tr.ReservedKV -= r.KVTokens
-		tr.ReservedSlots -= r.Slots
-		tr.Leases--
 		ops := []clientv3.Op{
 			clientv3.OpDelete(k.lease(pool, id)),
 			clientv3.OpDelete(k.deadline(pool, id)),

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,17 +17,11 @@ import (
 // use, or the store lost it) it mints a new epoch, clears whatever is left
 // under the pool's prefix and starts the recovery window; otherwise it
 // replaces the spec and keeps epoch, engine state and leases.
-func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
-	if err := ledger.ValidatePoolSpec(spec); err != nil {
-		return ledger.NoEpoch, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.NoEpoch, err
-	}
+func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
 	pool := spec.Name
 	mk := l.keys.meta(pool)
 	var epoch ledger.Epoch
-	err := l.retryPool(ctx, pool, "configure "+string(pool), func() (bool, error) {
+	err := l.retryPool(ctx, pool, func() (bool, error) {
 		v, err := l.read(ctx, []string{mk})
 		if err != nil {
 			return false, err
@@ -47,14 +42,14 @@ func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Ep
 		return l.createPool(ctx, v, spec, &epoch)
 	})
 	if err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure %s: %w", pool, err)
+		return ledger.NoEpoch, err
 	}
 	return epoch, nil
 }
 
 // createPool writes a new pool incarnation: meta with a fresh epoch, the
 // sequence, and the recovery marker on an etcd lease of the window's TTL.
-func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, epoch *ledger.Epoch) (bool, error) {
+func (l *store) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, epoch *ledger.Epoch) (bool, error) {
 	pool := spec.Name
 	now := l.opts.Clock.Now()
 	e := l.mintEpoch(pool, now)
@@ -65,7 +60,7 @@ func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, 
 	clear, err := l.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.keys.meta(pool)), "=", 0)).
 		Then(clientv3.OpDelete(l.keys.pool(pool), clientv3.WithPrefix())).Commit()
 	if err != nil {
-		return false, fmt.Errorf("etcd ledger: clear pool: %w", err)
+		return false, fmt.Errorf("clear pool: %w", err)
 	}
 	if !clear.Succeeded {
 		return false, nil
@@ -78,7 +73,7 @@ func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, 
 	if w := l.opts.RecoveryWindow; w > 0 {
 		resp, err := l.cli.Grant(ctx, ceilSeconds(w))
 		if err != nil {
-			return false, fmt.Errorf("etcd ledger: grant recovery window: %w", err)
+			return false, fmt.Errorf("grant recovery window: %w", err)
 		}
 		window = resp.ID
 		rec := windowRec{
@@ -100,7 +95,7 @@ func (l *Ledger) createPool(ctx context.Context, v *view, spec ledger.PoolSpec, 
 
 // mintEpoch returns max(now in µs, last epoch seen for pool + 1). The number
 // only has to be new and greater; nothing compares it with a clock.
-func (l *Ledger) mintEpoch(pool ledger.PoolID, now time.Time) ledger.Epoch {
+func (l *store) mintEpoch(pool ledger.PoolID, now time.Time) ledger.Epoch {
 	l.epochMu.Lock()
 	defer l.epochMu.Unlock()
 	e := ledger.Epoch(now.UnixMicro())
@@ -110,22 +105,16 @@ func (l *Ledger) mintEpoch(pool ledger.PoolID, now time.Time) ledger.Epoch {
 	return e
 }
 
-func (l *Ledger) revokeQuietly(id clientv3.LeaseID) {
+func (l *store) revokeQuietly(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	_, _ = l.cli.Revoke(ctx, id)
 }
 
 // SetDraining drains or undrains a configured engine.
-func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
-		return err
-	}
-	if err := l.checkOpen(); err != nil {
-		return err
-	}
+func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
 	ek := l.keys.engine(pool, engine)
-	err := l.retryPool(ctx, pool, "set draining", func() (bool, error) {
+	err := l.retryPool(ctx, pool, func() (bool, error) {
 		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
 		if err != nil {
 			return false, err
@@ -148,7 +137,7 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 		return l.commit(ctx, v, clientv3.OpPut(ek, encode(r)))
 	})
 	if err != nil {
-		return fmt.Errorf("set draining of %s/%s: %w", pool, engine, err)
+		return err
 	}
 	return nil
 }
@@ -156,20 +145,14 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 // Observe applies telemetry: it sets the correction, clears the orphan
 // charge if the observation arrives after its hold, and refreshes the
 // engine's fresh marker, attached to an etcd lease of StaleAfter.
-func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	if err := ledger.ValidateObservation(obs); err != nil {
-		return ledger.Observed{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Observed{}, err
-	}
+func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	if err := l.sweepDue(ctx, obs.Pool); err != nil {
 		return ledger.Observed{}, err
 	}
 	pool := obs.Pool
 	ek := l.keys.engine(pool, obs.Engine)
 	var out ledger.Observed
-	err := l.retryPool(ctx, pool, "observe", func() (bool, error) {
+	err := l.retryPool(ctx, pool, func() (bool, error) {
 		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
 		if err != nil {
 			return false, err
@@ -214,19 +197,16 @@ func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Ob
 		return ok, err
 	})
 	if err != nil {
-		return ledger.Observed{}, fmt.Errorf("observe %s/%s: %w", pool, obs.Engine, err)
+		return ledger.Observed{}, err
 	}
 	return out, nil
 }
 
 // Pools lists configured pools, sorted.
-func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
-	if err := l.checkOpen(); err != nil {
-		return nil, err
-	}
+func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	resp, err := l.cli.Get(ctx, l.keys.metaPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, fmt.Errorf("etcd ledger: pools: %w", err)
+		return nil, fmt.Errorf("read pools: %w", err)
 	}
 	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
 	pools := make([]ledger.PoolID, 0, len(resp.Kvs))
@@ -239,74 +219,42 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	return pools, nil
 }
 
-// List returns outstanding leases matching f, ordered by pool then fence.
-// It reads every lease of the selected pools: an audit call, not a hot path.
-func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	if err := ledger.ValidateFilter(f); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
+// List returns one pool's outstanding leases matching f, ordered by
+// fence. It reads every lease of the pool: an audit call, not a hot path.
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	resp, err := l.cli.Get(ctx, l.keys.kind(f.Pool, kindLease), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read leases: %w", err)
 	}
-	if err := l.checkOpen(); err != nil {
-		return nil, err
-	}
-	pools := []ledger.PoolID{f.Pool}
-	if f.Pool == "" {
-		var err error
-		if pools, err = l.Pools(ctx); err != nil {
+	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
+	var leases []ledger.Lease
+	for _, kv := range resp.Kvs {
+		var r leaseRec
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
 			return nil, err
 		}
-	}
-	var out []ledger.Lease
-	for _, p := range pools {
-		prefix := l.keys.kind(p, kindLease)
-		resp, err := l.cli.Get(ctx, prefix, clientv3.WithPrefix())
-		if err != nil {
-			return nil, fmt.Errorf("etcd ledger: list %s: %w", p, err)
-		}
-		l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
-		var leases []ledger.Lease
-		for _, kv := range resp.Kvs {
-			var r leaseRec
-			if err := decode(string(kv.Key), kv.Value, &r); err != nil {
-				return nil, err
-			}
-			if ls := r.lease(p); f.Match(ls) {
-				leases = append(leases, ls)
-			}
-		}
-		slices.SortFunc(leases, func(a, b ledger.Lease) int {
-			switch {
-			case a.Fence.Less(b.Fence):
-				return -1
-			case b.Fence.Less(a.Fence):
-				return 1
-			}
-			return 0
-		})
-		out = append(out, leases...)
-		if f.Limit > 0 && len(out) >= f.Limit {
-			return out[:f.Limit], nil
+		if ls := r.lease(f.Pool); f.Match(ls) {
+			leases = append(leases, ls)
 		}
 	}
-	return out, nil
+	ledger.SortByFence(leases)
+	if f.Limit > 0 && len(leases) > f.Limit {
+		leases = leases[:f.Limit]
+	}
+	return leases, nil
 }
 
 // Stats returns a pool's totals from one consistent read.
-func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	if err := ledger.ValidatePool(pool); err != nil {
-		return ledger.PoolStats{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.PoolStats{}, err
-	}
+func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	engines, tenants, fresh, live := l.keys.kind(pool, kindEngine), l.keys.kind(pool, kindTenant), l.keys.kind(pool, kindFresh), l.keys.kind(pool, kindLive)
 	v, err := l.read(ctx, []string{l.keys.meta(pool), l.keys.recovering(pool)},
 		span{from: engines}, span{from: tenants}, span{from: fresh, keysOnly: true}, span{from: live, countOnly: true})
 	if err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats %s: %w", pool, err)
+		return ledger.PoolStats{}, err
 	}
 	m, err := l.meta(v, pool)
 	if err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats: %w", err)
+		return ledger.PoolStats{}, err
 	}
 	now := l.now()
 	st := ledger.PoolStats{
@@ -321,21 +269,20 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 	for _, kv := range v.ranges[fresh] {
 		isFresh[string(kv.Key)] = true
 	}
-	recs := map[ledger.EngineID]engineRec{}
-	for _, kv := range v.ranges[engines] {
-		id, ok := lastSegment(string(kv.Key))
-		if !ok {
-			continue
-		}
-		var r engineRec
-		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
-			return ledger.PoolStats{}, err
-		}
-		recs[ledger.EngineID(id)] = r
-		for c, n := range r.Counters {
-			st.Counters[c] += n
-		}
+	recs, err := rangeRecords[ledger.EngineID, engineRec](v.ranges[engines])
+	if err != nil {
+		return ledger.PoolStats{}, err
+	}
+	trecs, err := rangeRecords[ledger.TenantID, tenantRec](v.ranges[tenants])
+	if err != nil {
+		return ledger.PoolStats{}, err
+	}
+	for _, r := range recs {
+		addCounters(st.Counters, r.Counters)
 		st.Leases += r.Leases
+	}
+	for _, r := range trecs {
+		addCounters(st.Counters, r.Counters)
 	}
 	for _, spec := range m.Spec.Engines {
 		r := recs[spec.ID]
@@ -349,23 +296,8 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
 		}
 	}
-	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmpStr(string(a.Spec.ID), string(b.Spec.ID)) })
+	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) })
 
-	trecs := map[ledger.TenantID]tenantRec{}
-	for _, kv := range v.ranges[tenants] {
-		id, ok := lastSegment(string(kv.Key))
-		if !ok {
-			continue
-		}
-		var r tenantRec
-		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
-			return ledger.PoolStats{}, err
-		}
-		trecs[ledger.TenantID(id)] = r
-		for c, n := range r.Counters {
-			st.Counters[c] += n
-		}
-	}
 	for _, spec := range m.Spec.Tenants {
 		r := trecs[spec.Name]
 		delete(trecs, spec.Name)
@@ -379,7 +311,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}
 	}
-	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmpStr(string(a.Spec.Name), string(b.Spec.Name)) })
+	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
 	return st, nil
 }
 
@@ -395,14 +327,4 @@ func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale,
 			Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}
 	}
 	return es
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

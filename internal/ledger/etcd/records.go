@@ -100,6 +100,17 @@ type tenantRec struct {
 	Counters      map[string]int64 `json:"counters,omitempty"`
 }
 
+// reserve adds n leases like r (n = -1: takes one away) to an engine's and
+// a tenant's reservations.
+func reserve(er *engineRec, tr *tenantRec, r leaseRec, n int64) {
+	er.ReservedKV += n * r.KVTokens
+	er.ReservedSlots += n * r.Slots
+	er.Leases += n
+	tr.ReservedKV += n * r.KVTokens
+	tr.ReservedSlots += n * r.Slots
+	tr.Leases += n
+}
+
 func count(m *map[string]int64, name string, n int64) {
 	if n == 0 {
 		return
@@ -201,7 +212,7 @@ func encode(v any) string {
 
 func decode(key string, b []byte, v any) error {
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("etcd ledger: corrupt record %s: %w", key, err)
+		return fmt.Errorf("corrupt record %s: %w", key, err)
 	}
 	return nil
 }
@@ -209,7 +220,7 @@ func decode(key string, b []byte, v any) error {
 func parseUint(key string, b []byte) (uint64, error) {
 	n, err := strconv.ParseUint(string(b), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("etcd ledger: corrupt counter %s: %w", key, err)
+		return 0, fmt.Errorf("corrupt counter %s: %w", key, err)
 	}
 	return n, nil
 }
@@ -217,7 +228,7 @@ func parseUint(key string, b []byte) (uint64, error) {
 func parseInt(key string, b []byte) (int64, error) {
 	n, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("etcd ledger: corrupt value %s: %w", key, err)
+		return 0, fmt.Errorf("corrupt value %s: %w", key, err)
 	}
 	return n, nil
 }

@@ -21,20 +21,14 @@ import (
 // start a new session.
 
 // KeepAlive creates or extends the holder's session to at least now+ttl.
-func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
-	if err := ledger.ValidateKeepAlive(pool, holder, ttl); err != nil {
-		return ledger.Session{}, err
-	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Session{}, err
-	}
+func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
 	if err := l.sweepDue(ctx, pool); err != nil {
 		return ledger.Session{}, err
 	}
 	hk, lk, livePrefix := l.keys.holder(pool, holder), l.keys.live(pool, holder), l.keys.kind(pool, kindLive)
 	ttlSec := ceilSeconds(ttl)
 	var out ledger.Session
-	err := l.retry(ctx, "keepalive", func() (bool, error) {
+	err := l.retry(ctx, func() (bool, error) {
 		v, err := l.read(ctx, []string{l.keys.meta(pool), l.keys.recovering(pool), hk, lk}, span{from: livePrefix, countOnly: true})
 		if err != nil {
 			return false, err
@@ -66,14 +60,14 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 					return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrSessionExpired, holder, pool)
 				}
-				return false, fmt.Errorf("etcd ledger: keepalive: %w", err)
+				return false, fmt.Errorf("keep the session lease alive: %w", err)
 			}
 			next.EtcdLease = old.EtcdLease
 		default:
 			// New session, or a new TTL: a new etcd lease carries the marker.
 			resp, err := l.cli.Grant(ctx, ttlSec)
 			if err != nil {
-				return false, fmt.Errorf("etcd ledger: grant session lease: %w", err)
+				return false, fmt.Errorf("grant session lease: %w", err)
 			}
 			granted = resp.ID
 			next.EtcdLease = int64(resp.ID)
@@ -101,7 +95,7 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 		return ok, err
 	})
 	if err != nil {
-		return ledger.Session{}, fmt.Errorf("keepalive %s in %s: %w", holder, pool, err)
+		return ledger.Session{}, err
 	}
 	return out, nil
 }

@@ -27,28 +27,18 @@ import (
 //     compacted watch, a wiped store — catching expiries nobody watched.
 
 // Sweep removes up to max ended leases and dead sessions of pool.
-func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if err := ledger.ValidateSweep(pool, max); err != nil {
-		return ledger.Swept{}, err
-	}
+func (l *store) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
 	if max == 0 {
 		max = l.opts.SweepBatch
 	}
-	if err := l.checkOpen(); err != nil {
-		return ledger.Swept{}, err
-	}
 	v, err := l.read(ctx, []string{l.keys.meta(pool)})
 	if err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep %s: %w", pool, err)
+		return ledger.Swept{}, err
 	}
 	if _, err := l.meta(v, pool); err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep: %w", err)
+		return ledger.Swept{}, err
 	}
-	sw, err := l.sweep(ctx, pool, max)
-	if err != nil {
-		return sw, fmt.Errorf("sweep %s: %w", pool, err)
-	}
-	return sw, nil
+	return l.sweep(ctx, pool, max)
 }
 
 // errSweepFirst reports that an attempt's read found expiry index entries
@@ -59,7 +49,7 @@ var errSweepFirst = errors.New("etcd ledger: expiry entries due")
 // by now. A hot-path call adds them to its first read and runs the bounded
 // sweep only when they find something (errSweepFirst), instead of spending
 // a round trip on the sweep's read every time.
-func (l *Ledger) dueProbe(pool ledger.PoolID) []span {
+func (l *store) dueProbe(pool ledger.PoolID) []span {
 	now := l.now().UnixMilli()
 	dFrom, dTo := l.keys.dueRange(pool, kindByDeadline, now)
 	hFrom, hTo := l.keys.dueRange(pool, kindHolderExp, now)
@@ -77,7 +67,7 @@ func due(v *view, probe []span) bool {
 }
 
 // sweepDue is the bounded sweep at the start of every mutating call.
-func (l *Ledger) sweepDue(ctx context.Context, pool ledger.PoolID) error {
+func (l *store) sweepDue(ctx context.Context, pool ledger.PoolID) error {
 	if _, err := l.sweep(ctx, pool, l.opts.SweepBatch); err != nil {
 		return fmt.Errorf("sweep %s: %w", pool, err)
 	}
@@ -87,7 +77,7 @@ func (l *Ledger) sweepDue(ctx context.Context, pool ledger.PoolID) error {
 // sweep ends up to max leases whose deadline marker or holder's live marker
 // is gone, found through the time-ordered indexes, and removes dead holders
 // with no leases left.
-func (l *Ledger) sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
+func (l *store) sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
 	var sw ledger.Swept
 	k := l.keys
 	now := l.now().UnixMilli()
@@ -184,24 +174,24 @@ func tally(sw *ledger.Swept, cause string) {
 }
 
 // dropIndex deletes an expiry index entry whose lease no longer exists.
-func (l *Ledger) dropIndex(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, entry string) error {
+func (l *store) dropIndex(ctx context.Context, pool ledger.PoolID, id ledger.LeaseID, entry string) error {
 	_, err := l.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.keys.lease(pool, id)), "=", 0)).
 		Then(clientv3.OpDelete(entry)).Commit()
 	if err != nil {
-		return fmt.Errorf("etcd ledger: drop deadline index: %w", err)
+		return fmt.Errorf("drop deadline index: %w", err)
 	}
 	return nil
 }
 
 // revokeHolder ends up to max leases of a holder whose session died and,
 // once none is left, deletes the holder record so the id may start afresh.
-func (l *Ledger) revokeHolder(ctx context.Context, pool ledger.PoolID, h ledger.HolderID, max int) (ledger.Swept, error) {
+func (l *store) revokeHolder(ctx context.Context, pool ledger.PoolID, h ledger.HolderID, max int) (ledger.Swept, error) {
 	var sw ledger.Swept
 	k := l.keys
 	idx := k.holderIdxPrefix(pool, h)
 	resp, err := l.cli.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(max)))
 	if err != nil {
-		return sw, fmt.Errorf("etcd ledger: read leases of %s: %w", h, err)
+		return sw, fmt.Errorf("read leases of %s: %w", h, err)
 	}
 	for _, kv := range resp.Kvs {
 		id, ok := lastSegment(string(kv.Key))
@@ -221,7 +211,7 @@ func (l *Ledger) revokeHolder(ctx context.Context, pool ledger.PoolID, h ledger.
 				clientv3.Compare(clientv3.CreateRevision(k.live(pool, h)), "=", 0)).
 				Then(clientv3.OpDelete(string(kv.Key))).Commit()
 			if err != nil {
-				return sw, fmt.Errorf("etcd ledger: drop holder index: %w", err)
+				return sw, fmt.Errorf("drop holder index: %w", err)
 			}
 		}
 	}
@@ -229,7 +219,7 @@ func (l *Ledger) revokeHolder(ctx context.Context, pool ledger.PoolID, h ledger.
 		return sw, nil
 	}
 	hk := k.holder(pool, h)
-	err = l.retry(ctx, "remove holder", func() (bool, error) {
+	err = l.retry(ctx, func() (bool, error) {
 		v, err := l.read(ctx, []string{hk, k.live(pool, h)}, span{from: idx, countOnly: true, guard: true})
 		if err != nil {
 			return false, err
@@ -247,7 +237,10 @@ func (l *Ledger) revokeHolder(ctx context.Context, pool ledger.PoolID, h ledger.
 		}
 		return ok, err
 	})
-	return sw, err
+	if err != nil {
+		return sw, fmt.Errorf("remove holder %s: %w", h, err)
+	}
+	return sw, nil
 }
 
 // sweepQueue is the worker's to-do list: leases and holders whose markers
@@ -304,7 +297,7 @@ func (q *sweepQueue) take() (items []queued, full bool) {
 }
 
 // startBackground starts the watcher and the worker; Close waits for both.
-func (l *Ledger) startBackground() {
+func (l *store) startBackground() {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -328,7 +321,7 @@ func (l *Ledger) startBackground() {
 
 // work runs queued sweeps until Close. Failures are dropped: the bounded
 // sweeps of later calls and the next full sweep find the same work again.
-func (l *Ledger) work() {
+func (l *store) work() {
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -352,7 +345,7 @@ func (l *Ledger) work() {
 }
 
 // revokeHolderAll revokes a dead holder's leases batch by batch.
-func (l *Ledger) revokeHolderAll(ctx context.Context, pool ledger.PoolID, h ledger.HolderID) (ledger.Swept, error) {
+func (l *store) revokeHolderAll(ctx context.Context, pool ledger.PoolID, h ledger.HolderID) (ledger.Swept, error) {
 	var total ledger.Swept
 	for {
 		sw, err := l.revokeHolder(ctx, pool, h, l.opts.SweepBatch)
@@ -366,7 +359,7 @@ func (l *Ledger) revokeHolderAll(ctx context.Context, pool ledger.PoolID, h ledg
 }
 
 // sweepAll sweeps every pool until nothing due is left.
-func (l *Ledger) sweepAll() {
+func (l *store) sweepAll() {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*callTimeout)
 	defer cancel()
 	pools, err := l.Pools(ctx)
@@ -386,7 +379,7 @@ func (l *Ledger) sweepAll() {
 // watch feeds the queue from a watch on every pool's keys. It restarts the
 // watch (and queues a full sweep) when it fails, is compacted, or the store
 // was wiped.
-func (l *Ledger) watch() {
+func (l *store) watch() {
 	for l.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(l.ctx)
 		wch := l.cli.Watch(ctx, l.keys.poolsRoot(), clientv3.WithPrefix(), clientv3.WithFilterPut())
@@ -403,7 +396,7 @@ func (l *Ledger) watch() {
 }
 
 // follow consumes one watch until it ends or must restart.
-func (l *Ledger) follow(wch clientv3.WatchChan) {
+func (l *store) follow(wch clientv3.WatchChan) {
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -424,7 +417,7 @@ func (l *Ledger) follow(wch clientv3.WatchChan) {
 
 // queueExpiries queues deadline and live markers deleted without their
 // lease or holder record in the same revision: those were expiries.
-func (l *Ledger) queueExpiries(events []*clientv3.Event) {
+func (l *store) queueExpiries(events []*clientv3.Event) {
 	gone := map[string]bool{} // records deleted, by revision and key
 	for _, ev := range events {
 		gone[fmt.Sprintf("%d %s", ev.Kv.ModRevision, ev.Kv.Key)] = true

@@ -1,7 +1,9 @@
 package ledgertest
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"testing"
 
@@ -107,10 +109,10 @@ func (s *suite) testListAndStats(t *testing.T) {
 	if ts, _ := tenantStats(st, tenantAll); ts.QuotaKV != 3000 || ts.QuotaSlots != 0 {
 		t.Errorf("Stats tenant t1 quota = %d/%d, want 3000/0 (no slot quota)", ts.QuotaKV, ts.QuotaSlots)
 	}
-	if !slices.IsSortedFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmpStr(a.Spec.ID, b.Spec.ID) }) {
+	if !slices.IsSortedFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) }) {
 		t.Errorf("Stats engines not sorted by id")
 	}
-	if !slices.IsSortedFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmpStr(a.Spec.Name, b.Spec.Name) }) {
+	if !slices.IsSortedFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) }) {
 		t.Errorf("Stats tenants not sorted by name")
 	}
 	if len(st.Priorities) != 1 || st.Priorities[0] != spec.Priorities[0] {
@@ -119,16 +121,6 @@ func (s *suite) testListAndStats(t *testing.T) {
 	if len(st.Engines) != 2 || st.Engines[1].Spec.KVTokens != 2000 || st.Engines[1].Spec.Slots != 8 {
 		t.Errorf("Stats engines = %+v, want e1 and e2 with their specs", st.Engines)
 	}
-}
-
-func cmpStr[T ~string](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // checkStatsMatchList checks that st's per-engine and per-tenant totals are
@@ -146,27 +138,34 @@ func checkStatsMatchList(t testing.TB, st ledger.PoolStats, listed []ledger.Leas
 	if st.Leases != int64(len(listed)) {
 		t.Errorf("Stats Leases = %d, want %d (the listed leases)", st.Leases, len(listed))
 	}
+	engStats := map[ledger.EngineID]amounts{}
 	for _, e := range st.Engines {
-		want := eng[e.Spec.ID]
-		delete(eng, e.Spec.ID)
-		if got := (amounts{e.ReservedKV, e.ReservedSlots, e.Leases}); got != want {
-			t.Errorf("Stats engine %s reserved kv=%d slots=%d leases=%d, want the List sums kv=%d slots=%d leases=%d",
-				e.Spec.ID, got.kv, got.slots, got.leases, want.kv, want.slots, want.leases)
-		}
+		engStats[e.Spec.ID] = amounts{e.ReservedKV, e.ReservedSlots, e.Leases}
 	}
-	for id, a := range eng {
-		t.Errorf("List has leases on engine %s (kv=%d) that Stats does not show", id, a.kv)
-	}
+	tenStats := map[ledger.TenantID]amounts{}
 	for _, x := range st.Tenants {
-		want := ten[x.Spec.Name]
-		delete(ten, x.Spec.Name)
-		if got := (amounts{x.ReservedKV, x.ReservedSlots, x.Leases}); got != want {
-			t.Errorf("Stats tenant %s reserved kv=%d slots=%d leases=%d, want the List sums kv=%d slots=%d leases=%d",
-				x.Spec.Name, got.kv, got.slots, got.leases, want.kv, want.slots, want.leases)
+		tenStats[x.Spec.Name] = amounts{x.ReservedKV, x.ReservedSlots, x.Leases}
+	}
+	checkSums(t, "engine", engStats, eng)
+	checkSums(t, "tenant", tenStats, ten)
+}
+
+// checkSums checks that the reservations Stats shows for each engine or
+// tenant (kind) are the sums of the listed leases', and that no listed
+// lease is on one Stats does not show.
+func checkSums[K ~string](t testing.TB, kind string, stats, listed map[K]amounts) {
+	t.Helper()
+	for _, id := range slices.Sorted(maps.Keys(stats)) {
+		got, want := stats[id], listed[id]
+		if got != want {
+			t.Errorf("Stats %s %s reserved kv=%d slots=%d leases=%d, want the List sums kv=%d slots=%d leases=%d",
+				kind, id, got.kv, got.slots, got.leases, want.kv, want.slots, want.leases)
 		}
 	}
-	for id, a := range ten {
-		t.Errorf("List has leases of tenant %s (kv=%d) that Stats does not show", id, a.kv)
+	for id, a := range listed {
+		if _, ok := stats[id]; !ok {
+			t.Errorf("List has leases of %s %s (kv=%d) that Stats does not show", kind, id, a.kv)
+		}
 	}
 }
 

@@ -98,6 +98,51 @@ func concSpec() ledger.PoolSpec {
 	return s
 }
 
+// loadFailures gathers what the goroutines of a load test find: the first
+// ten distinct failures, reported by the test at the end. The first failure
+// sets stop, which ends the load; the test sets it too once the load is done.
+type loadFailures struct {
+	stop atomic.Bool
+	mu   sync.Mutex // guards msgs
+	msgs []string
+}
+
+func (lf *loadFailures) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if len(lf.msgs) < 10 && !contains(lf.msgs, msg) {
+		lf.msgs = append(lf.msgs, msg)
+	}
+	lf.stop.Store(true)
+}
+
+// report fails t with each failure gathered; call it once the load's
+// goroutines have returned.
+func (lf *loadFailures) report(t *testing.T) {
+	t.Helper()
+	for _, m := range lf.msgs {
+		t.Error(m)
+	}
+}
+
+// pollStats is a load test's check of the ledger's own totals: it fetches
+// the pool's stats and fails for every engine reserved beyond its capacity.
+// It returns false (after failing) when Stats itself failed.
+func (s *suite) pollStats(f *fixture, lf *loadFailures) (ledger.PoolStats, bool) {
+	st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
+	if err != nil {
+		lf.fail("Stats error = %v", err)
+		return st, false
+	}
+	for _, e := range st.Engines {
+		if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
+			lf.fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d slots=%d", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, e.Spec.Slots)
+		}
+	}
+	return st, true
+}
+
 func (s *suite) testConcurrency(t *testing.T) {
 	t.Run("SafetyUnderLoad", s.testSafetyUnderLoad)
 	t.Run("ExpiryUnderLoad", s.testExpiryUnderLoad)
@@ -116,40 +161,20 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	tenants := []ledger.TenantID{"ta", "tb", "tc"}
 	prios := []ledger.PriorityName{prioStd, prioBatch}
 
-	var (
-		stop     atomic.Bool
-		grants   atomic.Int64
-		rejected atomic.Int64
-		polls    atomic.Int64
-		errMu    sync.Mutex // guards errs
-		errs     []string
-	)
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		errMu.Lock()
-		defer errMu.Unlock()
-		if len(errs) < 10 && !contains(errs, msg) {
-			errs = append(errs, msg)
-		}
-		stop.Store(true)
-	}
+	var grants, rejected, polls atomic.Int64
+	lf := &loadFailures{}
+	fail, stop := lf.fail, &lf.stop
 
 	// The Stats poller: the ledger's own totals never exceed capacity.
 	pollDone := make(chan struct{})
 	go func() {
 		defer close(pollDone)
 		for !stop.Load() {
-			st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
-			if err != nil {
-				fail("Stats error = %v", err)
+			st, ok := s.pollStats(f, lf)
+			if !ok {
 				return
 			}
 			polls.Add(1)
-			for _, e := range st.Engines {
-				if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
-					fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d slots=%d", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, e.Spec.Slots)
-				}
-			}
 			for _, x := range st.Tenants {
 				if x.ReservedKV > x.QuotaKV || (x.QuotaSlots > 0 && x.ReservedSlots > x.QuotaSlots) {
 					fail("Stats tenant %s reserved kv=%d slots=%d, quota kv=%d slots=%d", x.Spec.Name, x.ReservedKV, x.ReservedSlots, x.QuotaKV, x.QuotaSlots)
@@ -249,9 +274,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	wg.Wait()
 	stop.Store(true)
 	<-pollDone
-	for _, e := range errs {
-		t.Error(e)
-	}
+	lf.report(t)
 	if v := tr.violation(); v != "" {
 		t.Errorf("over-admission: %s", v)
 	}
@@ -296,20 +319,8 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 	spec := concSpec()
 	f := s.setup(t, spec, ledger.Options{RecoveryWindow: -1, SweepBatch: 4})
 	engines := []ledger.EngineID{e1, e2, e3}
-	var (
-		stop  atomic.Bool
-		errMu sync.Mutex // guards errs
-		errs  []string
-	)
-	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		errMu.Lock()
-		defer errMu.Unlock()
-		if len(errs) < 10 && !contains(errs, msg) {
-			errs = append(errs, msg)
-		}
-		stop.Store(true)
-	}
+	lf := &loadFailures{}
+	fail, stop := lf.fail, &lf.stop
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() { // the poller and sweeper
@@ -319,15 +330,8 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 				fail("Sweep error = %v", err)
 				return
 			}
-			st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
-			if err != nil {
-				fail("Stats error = %v", err)
+			if _, ok := s.pollStats(f, lf); !ok {
 				return
-			}
-			for _, e := range st.Engines {
-				if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
-					fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d slots=%d", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, e.Spec.Slots)
-				}
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -408,9 +412,7 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 	wg.Wait()
 	stop.Store(true)
 	bg.Wait()
-	for _, e := range errs {
-		t.Error(e)
-	}
+	lf.report(t)
 	if t.Failed() {
 		return
 	}
@@ -431,14 +433,11 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 	t.Logf("grants %d: released %d, expired %d, revoked %d", c[ledger.CounterGrants], c[ledger.CounterReleases], c[ledger.CounterExpired], c[ledger.CounterRevoked])
 }
 
-// testConcurrentReplay retries one request from many goroutines at once:
-// exactly one lease is created and every caller gets it.
-func (s *suite) testConcurrentReplay(t *testing.T) {
-	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
-	r := f.req(h1, 600, 1, e1, e2)
-	const n = 16
-	grants := make([]ledger.Grant, n)
-	errs := make([]error, n)
+// concurrently runs op from n goroutines at once, each retrying undefined
+// errors, and returns each one's result and error, and whether any of them
+// saw an unknown outcome (see retry).
+func concurrently[T any](s *suite, n int, op func() (T, error)) ([]T, []error, bool) {
+	vals, errs := make([]T, n), make([]error, n)
 	var unknown atomic.Bool
 	var wg sync.WaitGroup
 	for i := range n {
@@ -446,13 +445,23 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var u bool
-			grants[i], u, errs[i] = retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
+			vals[i], u, errs[i] = retry(&s.backendFailures, op)
 			if u {
 				unknown.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	return vals, errs, unknown.Load()
+}
+
+// testConcurrentReplay retries one request from many goroutines at once:
+// exactly one lease is created and every caller gets it.
+func (s *suite) testConcurrentReplay(t *testing.T) {
+	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4), engine(e2, 1000, 4)), noWindow)
+	r := f.req(h1, 600, 1, e1, e2)
+	const n = 16
+	grants, errs, unknown := concurrently(s, n, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
 	fresh := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -465,7 +474,7 @@ func (s *suite) testConcurrentReplay(t *testing.T) {
 			t.Errorf("concurrent retry %d got lease %s, want %s like retry 0", i, grants[i].Lease.ID, grants[0].Lease.ID)
 		}
 	}
-	if fresh != 1 && !(fresh == 0 && unknown.Load()) {
+	if fresh != 1 && !(fresh == 0 && unknown) {
 		t.Errorf("%d of %d concurrent retries were not Replayed, want exactly 1", fresh, n)
 	}
 	st := f.stats()
@@ -482,34 +491,19 @@ func (s *suite) testConcurrentRelease(t *testing.T) {
 	a := f.acquire(f.req(h1, 600, 1, e1), e1)
 	b := f.acquire(f.req(h2, 400, 1, e1), e1)
 	const n = 16
-	released := make([]bool, n)
-	errs := make([]error, n)
-	var unknown atomic.Bool
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rel, u, err := retry(&s.backendFailures, func() (ledger.Released, error) {
-				return f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
-			})
-			released[i], errs[i] = rel.Released, err
-			if u {
-				unknown.Store(true)
-			}
-		}()
-	}
-	wg.Wait()
+	released, errs, unknown := concurrently(s, n, func() (ledger.Released, error) {
+		return f.l.Release(f.ctx, a.Ref(), ledger.Usage{PromptTokens: 10})
+	})
 	count := 0
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("concurrent release %d error = %v, want nil", i, errs[i])
 		}
-		if released[i] {
+		if released[i].Released {
 			count++
 		}
 	}
-	if count != 1 && !(count == 0 && unknown.Load()) {
+	if count != 1 && !(count == 0 && unknown) {
 		t.Errorf("%d of %d concurrent releases reported Released, want exactly 1", count, n)
 	}
 	f.wantReserved(e1, b.KVTokens, b.Slots, 1)

@@ -177,9 +177,7 @@ func (s *suite) testReassertAboveCapacity(t *testing.T) {
 	b := f.reassert(f.fabricate(h2, e1, 800, 1, ledger.Fence{Epoch: f.epoch, Seq: 101}))
 	// Real load above capacity is counted, not refused.
 	f.wantReserved(e1, 1600, 2, 2)
-	if got := f.stats().Counters[ledger.CounterReasserts]; got != 2 {
-		t.Errorf("Counters[%s] = %d, want 2", ledger.CounterReasserts, got)
-	}
+	f.wantCounters("", map[string]int64{ledger.CounterReasserts: 2})
 	ls := f.list(ledger.Filter{Pool: pool})
 	if len(ls) != 2 || !ls[0].Reasserted || !ls[1].Reasserted {
 		t.Errorf("List = %d leases, want 2 flagged Reasserted", len(ls))

@@ -114,9 +114,7 @@ func (s *suite) testReleaseTwice(t *testing.T) {
 	f.reject(f.req(h1, 1, 1, e1), ledger.ReasonEngineKV, e1)
 	f.release(b)
 	f.wantReserved(e1, 0, 0, 0)
-	if got := f.stats().Counters[ledger.CounterReleases]; got != 2 {
-		t.Errorf("Counters[%s] = %d, want 2 (repeated releases not counted)", ledger.CounterReleases, got)
-	}
+	f.wantCounters("repeated releases not counted", map[string]int64{ledger.CounterReleases: 2})
 }
 
 func (s *suite) testReleaseWrongHolder(t *testing.T) {
@@ -154,20 +152,12 @@ func (s *suite) testReleaseUsage(t *testing.T) {
 			t.Fatalf("Release(%s, %+v) error = %v, want nil", rel.l.ID, rel.u, err)
 		}
 	}
-	c := f.stats().Counters
-	for _, w := range []struct {
-		name string
-		want int64
-	}{
-		{ledger.CounterReleases, 2},
-		{ledger.CounterReleasedKV, 700},
-		{ledger.CounterActualPrompt, 127},
-		{ledger.CounterActualComplete, 30},
-	} {
-		if got := c[w.name]; got != w.want {
-			t.Errorf("Counters[%s] = %d, want %d (the repeated release adds nothing)", w.name, got, w.want)
-		}
-	}
+	f.wantCounters("the repeated release adds nothing", map[string]int64{
+		ledger.CounterReleases:       2,
+		ledger.CounterReleasedKV:     700,
+		ledger.CounterActualPrompt:   127,
+		ledger.CounterActualComplete: 30,
+	})
 }
 
 func (s *suite) testCounters(t *testing.T) {
@@ -181,30 +171,21 @@ func (s *suite) testCounters(t *testing.T) {
 	f.reject(f.req(h1, 1, 1, e1), ledger.ReasonEngineKV, e1)
 	f.reject(f.req(h1, 1001, 1, e1), ledger.ReasonTooLarge, "")
 	f.release(a)
-	c := f.stats().Counters
-	for _, w := range []struct {
-		name string
-		want int64
-	}{
-		{ledger.CounterGrants, 2},
-		{ledger.CounterReplays, 1},
-		{ledger.CounterRejections, 2},
-		{ledger.CounterRejections + ":" + string(ledger.ReasonEngineKV), 1},
-		{ledger.CounterRejections + ":" + string(ledger.ReasonTooLarge), 1},
-		{ledger.CounterReleases, 1},
-		{ledger.CounterExpired, 0},
-		{ledger.CounterRevoked, 0},
-	} {
-		if got := c[w.name]; got != w.want {
-			t.Errorf("Counters[%s] = %d, want %d", w.name, got, w.want)
-		}
-	}
+	f.wantCounters("", map[string]int64{
+		ledger.CounterGrants:     2,
+		ledger.CounterReplays:    1,
+		ledger.CounterRejections: 2,
+		ledger.CounterRejections + ":" + string(ledger.ReasonEngineKV): 1,
+		ledger.CounterRejections + ":" + string(ledger.ReasonTooLarge): 1,
+		ledger.CounterReleases: 1,
+		ledger.CounterExpired:  0,
+		ledger.CounterRevoked:  0,
+	})
 }
 
 func (s *suite) testRenew(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 500, 1, e1)
-	r.TTL = f.ttl(300 * time.Millisecond)
+	r := f.shortReq(300*time.Millisecond, h1, 500, 1, e1)
 	a := f.acquire(r, e1)
 	ext := r.TTL + 2*time.Second + f.slack()
 	before := f.ledgerNow()
@@ -276,8 +257,7 @@ func (s *suite) testRenewResizeUnknown(t *testing.T) {
 
 func (s *suite) testRenewResizeExpired(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 500, 1, e1)
-	r.TTL = f.ttl(150 * time.Millisecond)
+	r := f.shortReq(150*time.Millisecond, h1, 500, 1, e1)
 	a := f.acquire(r, e1)
 	b := f.acquire(f.req(h1, 100, 1, e1), e1)
 	f.waitPast(a.Deadline)
@@ -296,8 +276,7 @@ func (s *suite) testRenewResizeExpired(t *testing.T) {
 
 func (s *suite) testExpiryOnSweep(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 1000, 4, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 1000, 4, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// Until swept an expired lease may still count; after it must not.
@@ -315,9 +294,7 @@ func (s *suite) testExpiryOnSweep(t *testing.T) {
 	if ls := f.list(ledger.Filter{Pool: pool}); len(ls) != 0 {
 		t.Errorf("List after expiry sweep = %d leases, want 0", len(ls))
 	}
-	if got := f.stats().Counters[ledger.CounterExpired]; got != 1 {
-		t.Errorf("Counters[%s] = %d, want 1", ledger.CounterExpired, got)
-	}
+	f.wantCounters("", map[string]int64{ledger.CounterExpired: 1})
 	f.acquire(f.req(h1, 1000, 4, e1), e1)
 	rel, err := f.l.Release(f.ctx, a.Ref(), ledger.Usage{})
 	if err != nil || rel.Released {
@@ -328,8 +305,7 @@ func (s *suite) testExpiryOnSweep(t *testing.T) {
 
 func (s *suite) testExpiryOnAcquire(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 4)), noWindow)
-	r := f.req(h1, 1000, 4, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 1000, 4, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	// The sweep at the start of the next mutating call frees the capacity.

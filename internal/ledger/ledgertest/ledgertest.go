@@ -14,7 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -220,6 +222,13 @@ func (f *fixture) req(h ledger.HolderID, kv, slots int64, cands ...ledger.Engine
 	}
 }
 
+// shortReq is req with a short TTL, d raised to the backend's MinTTL.
+func (f *fixture) shortReq(d time.Duration, h ledger.HolderID, kv, slots int64, cands ...ledger.EngineID) ledger.AcquireRequest {
+	r := f.req(h, kv, slots, cands...)
+	r.TTL = f.ttl(d)
+	return r
+}
+
 func describe(r ledger.AcquireRequest) string {
 	return fmt.Sprintf("%s kv=%d slots=%d on %v tenant=%s priority=%s holder=%s req=%s",
 		r.Pool, r.KVTokens, r.Slots, r.Candidates, r.Tenant, r.Priority, r.Holder, r.RequestID)
@@ -385,6 +394,22 @@ func tenantStats(st ledger.PoolStats, id ledger.TenantID) (ledger.TenantStats, b
 	return ledger.TenantStats{}, false
 }
 
+// wantCounters checks the pool's counters named in want (a name absent
+// from Counters reads 0); why, if not empty, explains the numbers in a
+// failure.
+func (f *fixture) wantCounters(why string, want map[string]int64) {
+	f.t.Helper()
+	c := f.stats().Counters
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if got := c[name]; got != want[name] {
+			f.t.Errorf("Counters[%s] = %d, want %d%s", name, got, want[name], why)
+		}
+	}
+}
+
 // wantReserved checks an engine's reserved KV tokens, slots and lease count.
 func (f *fixture) wantReserved(id ledger.EngineID, kv, slots, leases int64) {
 	f.t.Helper()
@@ -440,18 +465,6 @@ func (f *fixture) waitPast(when time.Time) {
 			d = 50 * time.Millisecond
 		}
 		time.Sleep(d)
-	}
-}
-
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	limit := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(limit) {
-			t.Fatalf("%s: did not happen within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -74,9 +74,7 @@ func (s *suite) testSessionExpiry(t *testing.T) {
 	if len(ls) != 1 || ls[0].ID != kept.ID {
 		t.Errorf("List after session expiry = %d leases, want only %s of the live holder", len(ls), kept.ID)
 	}
-	if got := f.stats().Counters[ledger.CounterRevoked]; got != 2 {
-		t.Errorf("Counters[%s] = %d, want 2", ledger.CounterRevoked, got)
-	}
+	f.wantCounters("", map[string]int64{ledger.CounterRevoked: 2})
 	// The freed capacity can be granted again.
 	f.acquire(f.req(h2, 1000, 4, e2), e2)
 	// Swept, by whichever sweeper: the holder id may start a fresh session.
@@ -110,9 +108,7 @@ func (s *suite) testKeepAliveDead(t *testing.T) {
 	}
 	f.sweepAll()
 	f.wantReserved(e1, 0, 0, 0)
-	if got := f.stats().Counters[ledger.CounterRevoked]; got != 6 {
-		t.Errorf("Counters[%s] = %d, want 6 (the dead holder's leases)", ledger.CounterRevoked, got)
-	}
+	f.wantCounters("the dead holder's leases", map[string]int64{ledger.CounterRevoked: 6})
 	// Swept: the holder id may start a fresh session.
 	f.keepAlive("hx", time.Minute)
 	f.acquire(f.req("hx", 1, 1, e1), e1)
@@ -144,8 +140,7 @@ func (s *suite) testBoundedSweep(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 1000, 20)), noWindow)
 	var last time.Time
 	for i := range 10 {
-		r := f.req(h1, 10, 1, e1)
-		r.TTL = f.ttl(500 * time.Millisecond)
+		r := f.shortReq(500*time.Millisecond, h1, 10, 1, e1)
 		r.RequestID = ledger.RequestID(fmt.Sprintf("exp-%d", i))
 		last = f.acquire(r, e1).Deadline
 	}
@@ -179,7 +174,5 @@ func (s *suite) testBoundedSweep(t *testing.T) {
 		t.Errorf("Sweep removed no lease, want every expired lease removed by Sweep")
 	}
 	f.wantReserved(e1, 0, 0, 0)
-	if got := f.stats().Counters[ledger.CounterExpired]; got != 10 {
-		t.Errorf("Counters[%s] = %d, want 10", ledger.CounterExpired, got)
-	}
+	f.wantCounters("", map[string]int64{ledger.CounterExpired: 10})
 }

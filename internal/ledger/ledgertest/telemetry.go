@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // staleAfter is the telemetry staleness of the stale-policy subtests: long
@@ -70,8 +71,7 @@ func (s *suite) testEndedLeaseCharged(t *testing.T) {
 	f.wantCorrection(e1, 0, 0)
 	f.wantOrphan(e1, 0, 0, time.Time{})
 	// A lease whose deadline passes is charged the same way.
-	r := f.req(h1, 300, 1, e1)
-	r.TTL = f.ttl(200 * time.Millisecond)
+	r := f.shortReq(200*time.Millisecond, h1, 300, 1, e1)
 	a := f.acquire(r, e1)
 	f.waitPast(a.Deadline)
 	f.sweepAll()
@@ -260,7 +260,7 @@ func (s *suite) testStalePolicies(t *testing.T) {
 			}
 			var e ledger.EngineStats
 			var now time.Time
-			eventually(t, staleAfter+waitSlack, "engine e1 reported stale", func() bool {
+			poll.Eventually(t, staleAfter+waitSlack, "engine e1 reported stale", func() bool {
 				st := f.stats()
 				e, _ = engineStats(st, e1)
 				now = st.Now

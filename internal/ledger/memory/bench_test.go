@@ -17,7 +17,7 @@ func benchLedger(b *testing.B, bypass bool) *Ledger {
 	ctx := context.Background()
 	l := New(ledger.Options{RecoveryWindow: -1}, nil)
 	b.Cleanup(func() { l.Close() })
-	l.writes.bypass = bypass
+	l.s.writes.bypass = bypass
 	spec := testSpec()
 	spec.Engines[0].KVTokens, spec.Engines[0].Slots = ledger.MaxAmount, ledger.MaxAmount
 	if _, err := l.Configure(ctx, spec); err != nil {

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -14,18 +13,15 @@ import (
 // window. Later calls replace engines, tenants and priorities and keep drain
 // flags, telemetry, leases and counters; an engine or tenant dropped from
 // the spec while it has leases stays, marked removed, until they end.
-func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
-	if err := ledger.ValidatePoolSpec(spec); err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
-	}
+func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
 	l.writes.do(func() { epoch, err = l.configureNow(ctx, spec) })
 	return epoch, err
 }
 
 // configureNow is Configure's transaction, run by l.writes.
-func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
-	if err := l.usable(ctx); err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
+	if err := ctx.Err(); err != nil {
+		return ledger.NoEpoch, err
 	}
 	txn := l.db.Txn(true)
 	defer txn.Abort()
@@ -87,7 +83,7 @@ func (l *Ledger) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger
 
 	o.insert(tablePools, p)
 	if o.err != nil {
-		return ledger.NoEpoch, fmt.Errorf("configure pool %s: %w", spec.Name, o.err)
+		return ledger.NoEpoch, o.err
 	}
 	txn.Commit()
 	return p.Epoch, nil
@@ -111,14 +107,11 @@ func (o *op) reconfigure(table string, row, cp any, fate ledger.RowFate, removed
 
 // SetDraining drains an engine (no new grants; its leases continue) or
 // undrains it. The flag survives Configure.
-func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
-		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
-	}
-	err := l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
-		e := o.engine(engine)
-		if e == nil || e.Removed {
-			return ledger.ErrUnknownEngine
+func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
+	return l.update(ctx, pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		e, err := o.configuredEngine(engine)
+		if err != nil {
+			return err
 		}
 		if e.Draining != draining {
 			c := *e
@@ -127,8 +120,4 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("set draining of %s in pool %s: %w", engine, pool, err)
-	}
-	return nil
 }

@@ -8,13 +8,15 @@
 // and tenant totals; holder sessions; and the outstanding leases, each in one
 // go-memdb table (schema.go). Time is the injected ledger.Clock, read inside
 // the write transaction and truncated to the millisecond, so the memory,
-// Redis and etcd backends agree on every deadline.
+// Redis and etcd backends agree on every deadline. Argument validation, the
+// closed check, error wrapping and the all-pools List are ledger.Checked's;
+// this package is the store underneath (ledger.Store).
 //
 // # Concurrency
 //
 // Every mutating call (Configure and the calls that go through update) is
 // one go-memdb write transaction, and all of them run one at a time through
-// the Ledger's combining serializer (serial.go): a caller that finds no
+// the store's combining serializer (serial.go): a caller that finds no
 // write running runs its own and then up to maxCombined (64) queued behind
 // it, so waiters are not parked on go-memdb's writer lock one scheduling
 // delay at a time. One write at a time makes each call atomic and

@@ -15,12 +15,8 @@ import (
 // swept is removed on the spot and treated as gone.
 
 // Acquire grants capacity on the first candidate that fits, or replays the
-// holder's outstanding lease for the same request id. Rejections are
-// returned as *ledger.Rejection, unwrapped.
-func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
-	if err := ledger.ValidateAcquire(req); err != nil {
-		return ledger.Grant{}, fmt.Errorf("acquire %s for holder %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
-	}
+// holder's outstanding lease for the same request id.
+func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
 	var g ledger.Grant
 	err := l.update(ctx, req.Pool, req.Holder, l.opts.SweepBatch, func(o *op) error {
 		if err := requireSession(o.session, req.Holder); err != nil {
@@ -43,9 +39,9 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 		rows := make([]*engineRow, len(req.Candidates))
 		states := make([]ledger.EngineState, len(req.Candidates))
 		for i, id := range req.Candidates {
-			e := o.engine(id)
-			if e == nil || e.Removed {
-				return fmt.Errorf("candidate %s: %w", id, ledger.ErrUnknownEngine)
+			e, err := o.configuredEngine(id)
+			if err != nil {
+				return err
 			}
 			rows[i], states[i] = e, e.state()
 		}
@@ -77,20 +73,14 @@ func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger
 		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}
 		return nil
 	})
-	if rej := ledger.AsRejection(err); rej != nil {
-		return ledger.Grant{}, rej
-	}
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("acquire %s for holder %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+		return ledger.Grant{}, err
 	}
 	return g, nil
 }
 
 // Renew sets a live lease's deadline to now+ttl.
-func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
-	if err := ledger.ValidateRenew(ref, ttl); err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
+func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	var r ledger.Renewal
 	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		ls, err := o.liveLease(ref)
@@ -104,7 +94,7 @@ func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Durati
 		return nil
 	})
 	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+		return ledger.Renewal{}, err
 	}
 	return r, nil
 }
@@ -112,10 +102,7 @@ func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Durati
 // Resize sets a live lease's KV tokens. Shrinking always succeeds; growth is
 // admitted by ledger.AdmitGrowth on the lease's engine, tenant and priority,
 // which must all still be configured.
-func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
-		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d KV tokens: %w", ref.ID, ref.Pool, kvTokens, err)
-	}
+func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
 	var r ledger.Renewal
 	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		ls, err := o.liveLease(ref)
@@ -124,9 +111,9 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 		}
 		delta := kvTokens - ls.KVTokens
 		if delta > 0 {
-			e := o.engine(ls.Engine)
-			if e == nil || e.Removed {
-				return fmt.Errorf("engine %s: %w", ls.Engine, ledger.ErrUnknownEngine)
+			e, err := o.configuredEngine(ls.Engine)
+			if err != nil {
+				return err
 			}
 			t, prio, err := o.tenantAndPriority(ls.Tenant, ls.Priority)
 			if err != nil {
@@ -146,11 +133,8 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
 		return nil
 	})
-	if rej := ledger.AsRejection(err); rej != nil {
-		return ledger.Renewal{}, rej
-	}
 	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d KV tokens: %w", ref.ID, ref.Pool, kvTokens, err)
+		return ledger.Renewal{}, err
 	}
 	return r, nil
 }
@@ -158,13 +142,7 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 // Release ends a lease and counts the usage reported with it. Releasing a
 // lease that is gone, or that had already ended (it is then removed and
 // counted as expired or revoked), reports Released=false.
-func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
-	if err := ledger.ValidateRef(ref); err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
-	if err := ledger.ValidateUsage(usage); err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
+func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	var r ledger.Released
 	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		r.Epoch = o.pool.Epoch
@@ -187,7 +165,7 @@ func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.
 		return nil
 	})
 	if err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+		return ledger.Released{}, err
 	}
 	return r, nil
 }
@@ -197,13 +175,10 @@ func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.
 // recovery window. The lease keeps its id; its fencing token is the one the
 // id encodes (lease.Fence is not consulted). A lease id that still exists
 // is returned as is (Replayed).
-func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	if err := ledger.ValidateReassert(lease, ttl); err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
-	}
+func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
 	fence, err := ledger.ParseLeaseID(lease.ID)
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+		return ledger.Grant{}, err
 	}
 	var g ledger.Grant
 	err = l.update(ctx, lease.Pool, lease.Holder, l.opts.SweepBatch, func(o *op) error {
@@ -222,9 +197,9 @@ func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Dura
 			}
 			o.removeLease(ls, end)
 		}
-		e := o.engine(lease.Engine)
-		if e == nil || e.Removed {
-			return fmt.Errorf("engine %s: %w", lease.Engine, ledger.ErrUnknownEngine)
+		e, err := o.configuredEngine(lease.Engine)
+		if err != nil {
+			return err
 		}
 		t, _, err := o.tenantAndPriority(lease.Tenant, lease.Priority)
 		if err != nil {
@@ -258,7 +233,7 @@ func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Dura
 		return nil
 	})
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+		return ledger.Grant{}, err
 	}
 	return g, nil
 }
@@ -278,6 +253,15 @@ func (o *op) liveLease(ref ledger.LeaseRef) (*leaseRow, error) {
 		return nil, fmt.Errorf("lease %s: %w", end, ledger.ErrLeaseNotFound)
 	}
 	return ls, nil
+}
+
+// configuredEngine returns the row of an engine in the pool's spec.
+func (o *op) configuredEngine(id ledger.EngineID) (*engineRow, error) {
+	e := o.engine(id)
+	if e == nil || e.Removed {
+		return nil, fmt.Errorf("engine %s: %w", id, ledger.ErrUnknownEngine)
+	}
+	return e, nil
 }
 
 // tenantAndPriority returns a configured tenant's row and a priority class.

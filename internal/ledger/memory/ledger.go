@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -11,22 +10,30 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// Ledger is the in-process ledger. The zero value is not usable; call New.
-// It starts no goroutines: sweeping happens inside the calls.
+// Ledger is the in-process ledger: ledger.Checked over the go-memdb store.
+// The zero value is not usable; call New. It starts no goroutines: sweeping
+// happens inside the calls.
 type Ledger struct {
-	db    *memdb.MemDB
-	opts  ledger.Options
-	clock ledger.Clock
-	// closed is set by Close; every later call fails with ErrClosed.
-	closed atomic.Bool
-	// writes runs the write transactions one at a time.
-	writes serializer
+	ledger.Ledger
+	s *store
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
+// store is the memory backend's ledger.Store.
+type store struct {
+	db    *memdb.MemDB
+	opts  ledger.Options
+	clock ledger.Clock
+	// writes runs the write transactions one at a time.
+	writes serializer
+}
+
+var _ ledger.Store = (*store)(nil)
+
 // New returns an empty ledger. A nil clock means the system clock. Options'
-// zero fields take their defaults.
+// zero fields take their defaults. Close makes every later call fail with
+// ErrClosed; the state is dropped with the Ledger.
 func New(opts ledger.Options, clock ledger.Clock) *Ledger {
 	if clock == nil {
 		clock = ledger.SystemClock{}
@@ -36,28 +43,16 @@ func New(opts ledger.Options, clock ledger.Clock) *Ledger {
 		// The schema is a constant; TestSchema keeps this unreachable.
 		panic("memory: invalid go-memdb schema: " + err.Error())
 	}
-	return &Ledger{db: db, opts: opts.WithDefaults(), clock: clock}
+	s := &store{db: db, opts: opts.WithDefaults(), clock: clock}
+	return &Ledger{Ledger: ledger.Checked("memory", s), s: s}
 }
 
-// Close makes every later call fail with ErrClosed. The state is dropped
-// with the Ledger. Close is idempotent.
-func (l *Ledger) Close() error {
-	l.closed.Store(true)
-	return nil
-}
-
-// usable reports why a call may not start: the ledger is closed or the
-// caller gave up.
-func (l *Ledger) usable(ctx context.Context) error {
-	if l.closed.Load() {
-		return ledger.ErrClosed
-	}
-	return ctx.Err()
-}
+// Close has nothing to release: the state is dropped with the store.
+func (l *store) Close() error { return nil }
 
 // now is the ledger clock, truncated to the millisecond so that every
 // backend computes the same deadlines.
-func (l *Ledger) now() time.Time { return toMillis(l.clock.Now()) }
+func (l *store) now() time.Time { return toMillis(l.clock.Now()) }
 
 // toMillis truncates t to the millisecond (in UTC, without a monotonic
 // reading).
@@ -96,14 +91,14 @@ type op struct {
 // items, then calls fn. The transaction commits unless the store failed, so
 // the sweep persists when fn refuses the call; fn therefore checks
 // everything before it changes anything. fn's error is returned as is.
-func (l *Ledger) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) (err error) {
+func (l *store) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) (err error) {
 	l.writes.do(func() { err = l.updateNow(ctx, pool, holder, sweep, fn) })
 	return err
 }
 
 // updateNow is update's transaction, run by l.writes.
-func (l *Ledger) updateNow(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
-	if err := l.usable(ctx); err != nil {
+func (l *store) updateNow(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	txn := l.db.Txn(true)
@@ -111,7 +106,7 @@ func (l *Ledger) updateNow(ctx context.Context, pool ledger.PoolID, holder ledge
 	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
 	p, err := txn.First(tablePools, indexID, pool)
 	if err != nil {
-		return fmt.Errorf("memory: read pool: %w", err)
+		return fmt.Errorf("read pool: %w", err)
 	}
 	if p == nil {
 		return ledger.ErrUnknownPool
@@ -134,8 +129,8 @@ func (l *Ledger) updateNow(ctx context.Context, pool ledger.PoolID, holder ledge
 }
 
 // view runs fn on a read-only snapshot.
-func (l *Ledger) view(ctx context.Context, fn func(txn *memdb.Txn, now time.Time) error) error {
-	if err := l.usable(ctx); err != nil {
+func (l *store) view(ctx context.Context, fn func(txn *memdb.Txn, now time.Time) error) error {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	txn := l.db.Txn(false)
@@ -149,7 +144,7 @@ func (o *op) insert(table string, row any) {
 		return
 	}
 	if err := o.txn.Insert(table, row); err != nil {
-		o.err = fmt.Errorf("memory: insert into %s: %w", table, err)
+		o.err = fmt.Errorf("insert into %s: %w", table, err)
 	}
 }
 
@@ -159,7 +154,7 @@ func (o *op) delete(table string, row any) {
 		return
 	}
 	if err := o.txn.Delete(table, row); err != nil {
-		o.err = fmt.Errorf("memory: delete from %s: %w", table, err)
+		o.err = fmt.Errorf("delete from %s: %w", table, err)
 	}
 }
 
@@ -170,7 +165,7 @@ func (o *op) first(table, index string, args ...any) any {
 	}
 	row, err := o.txn.First(table, index, args...)
 	if err != nil {
-		o.err = fmt.Errorf("memory: read %s by %s: %w", table, index, err)
+		o.err = fmt.Errorf("read %s by %s: %w", table, index, err)
 		return nil
 	}
 	return row
@@ -184,7 +179,7 @@ func (o *op) scan(max int, table, index string, args ...any) []any {
 	}
 	it, err := o.txn.Get(table, index, args...)
 	if err != nil {
-		o.err = fmt.Errorf("memory: scan %s by %s: %w", table, index, err)
+		o.err = fmt.Errorf("scan %s by %s: %w", table, index, err)
 		return nil
 	}
 	var rows []any

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -13,17 +12,14 @@ import (
 // wall clock). An applied one sets the engine's correction to what the
 // engine reports beyond what the ledger has reserved on it, and stamps its
 // arrival with the ledger clock.
-func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	if err := ledger.ValidateObservation(obs); err != nil {
-		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
-	}
+func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	obs.ObservedAt = obs.ObservedAt.Round(0) // drop the monotonic reading
 	var r ledger.Observed
 	err := l.update(ctx, obs.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		r.Epoch = o.pool.Epoch
-		e := o.engine(obs.Engine)
-		if e == nil || e.Removed {
-			return ledger.ErrUnknownEngine
+		e, err := o.configuredEngine(obs.Engine)
+		if err != nil {
+			return err
 		}
 		if !e.ObservedAt.IsZero() && !obs.ObservedAt.After(e.LastObservation.ObservedAt) {
 			return nil
@@ -41,7 +37,7 @@ func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Ob
 		return nil
 	})
 	if err != nil {
-		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+		return ledger.Observed{}, err
 	}
 	return r, nil
 }

@@ -17,81 +17,54 @@ import (
 // them.
 
 // Pools lists the configured pools, sorted.
-func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
+func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	var pools []ledger.PoolID
 	err := l.view(ctx, func(txn *memdb.Txn, _ time.Time) error {
 		it, err := txn.Get(tablePools, indexID)
 		if err != nil {
-			return fmt.Errorf("memory: scan pools: %w", err)
+			return fmt.Errorf("scan pools: %w", err)
 		}
 		for row := it.Next(); row != nil; row = it.Next() {
 			pools = append(pools, row.(*poolRow).Name)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
-	}
-	return pools, nil
+	return pools, err
 }
 
-// List returns the outstanding leases f matches (ended ones not yet swept
-// included), ordered by pool then fence, at most f.Limit of them. A
-// holder's leases come from the holder index; other filters scan each pool
-// in fence order.
-func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	if err := ledger.ValidateFilter(f); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
+// List returns the outstanding leases of one pool that f matches (ended
+// ones not yet swept included), ordered by fence, at most f.Limit of them.
+// A holder's leases come from the holder index (in request id order, sorted
+// here); any other filter scans the pool in fence order.
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
 	var out []ledger.Lease
 	err := l.view(ctx, func(txn *memdb.Txn, _ time.Time) error {
-		pools := []ledger.PoolID{f.Pool}
-		if f.Pool == "" {
-			pools = nil
-			it, err := txn.Get(tablePools, indexID)
-			if err != nil {
-				return fmt.Errorf("memory: scan pools: %w", err)
-			}
-			for row := it.Next(); row != nil; row = it.Next() {
-				pools = append(pools, row.(*poolRow).Name)
-			}
+		index, args := indexID, []any{f.Pool}
+		if f.Holder != "" {
+			index, args = indexRequest, []any{f.Pool, f.Holder}
 		}
-		for _, pool := range pools {
-			// A holder's leases come from its index (in request id order,
-			// sorted below); any other filter scans the pool in fence order.
-			index, args := indexID, []any{pool}
-			if f.Holder != "" {
-				index, args = indexRequest, []any{pool, f.Holder}
+		it, err := txn.Get(tableLeases, index, args...)
+		if err != nil {
+			return fmt.Errorf("scan leases by %s: %w", index, err)
+		}
+		for row := it.Next(); row != nil; row = it.Next() {
+			if f.Holder == "" && f.Limit > 0 && len(out) == f.Limit {
+				break
 			}
-			it, err := txn.Get(tableLeases, index, args...)
-			if err != nil {
-				return fmt.Errorf("memory: scan leases by %s: %w", index, err)
-			}
-			var got []ledger.Lease
-			for row := it.Next(); row != nil; row = it.Next() {
-				if ls := row.(*leaseRow).Lease; f.Match(ls) {
-					got = append(got, ls)
-				}
-			}
-			if f.Holder != "" {
-				slices.SortFunc(got, func(a, b ledger.Lease) int {
-					if a.Fence.Less(b.Fence) {
-						return -1
-					}
-					return 1
-				})
-			}
-			for _, ls := range got {
-				if f.Limit > 0 && len(out) == f.Limit {
-					return nil
-				}
+			if ls := row.(*leaseRow).Lease; f.Match(ls) {
 				out = append(out, ls)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
+		return nil, err
+	}
+	if f.Holder != "" {
+		ledger.SortByFence(out)
+		if f.Limit > 0 && len(out) > f.Limit {
+			out = out[:f.Limit]
+		}
 	}
 	return out, nil
 }
@@ -99,15 +72,12 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 // Stats returns a pool's configuration, totals, live holders and counters.
 // Engines and tenants dropped from the spec that still have leases are
 // included, marked Removed.
-func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	if err := ledger.ValidatePool(pool); err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
-	}
+func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	var s ledger.PoolStats
 	err := l.view(ctx, func(txn *memdb.Txn, now time.Time) error {
 		row, err := txn.First(tablePools, indexID, pool)
 		if err != nil {
-			return fmt.Errorf("memory: read pool: %w", err)
+			return fmt.Errorf("read pool: %w", err)
 		}
 		if row == nil {
 			return ledger.ErrUnknownPool
@@ -125,7 +95,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 		}
 		engines, err := txn.Get(tableEngines, indexID, pool)
 		if err != nil {
-			return fmt.Errorf("memory: scan engines: %w", err)
+			return fmt.Errorf("scan engines: %w", err)
 		}
 		for row := engines.Next(); row != nil; row = engines.Next() {
 			e := row.(*engineRow)
@@ -134,7 +104,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 		}
 		tenants, err := txn.Get(tableTenants, indexID, pool)
 		if err != nil {
-			return fmt.Errorf("memory: scan tenants: %w", err)
+			return fmt.Errorf("scan tenants: %w", err)
 		}
 		for row := tenants.Next(); row != nil; row = tenants.Next() {
 			t := row.(*tenantRow)
@@ -153,7 +123,7 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 		return err
 	})
 	if err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
+		return ledger.PoolStats{}, err
 	}
 	return s, nil
 }

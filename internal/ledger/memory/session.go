@@ -14,10 +14,7 @@ import (
 // A session found dead fails with ErrSessionExpired, even when this call's
 // own sweep then removes it: the holder learns its session died (and its
 // leases with it) at least once before the id can start a fresh session.
-func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
-	if err := ledger.ValidateKeepAlive(pool, holder, ttl); err != nil {
-		return ledger.Session{}, fmt.Errorf("keepalive of holder %s in pool %s: %w", holder, pool, err)
-	}
+func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
 	var s ledger.Session
 	err := l.update(ctx, pool, holder, l.opts.SweepBatch, func(o *op) error {
 		if o.session == sessionDead {
@@ -41,7 +38,7 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 		return nil
 	})
 	if err != nil {
-		return ledger.Session{}, fmt.Errorf("keepalive of holder %s in pool %s: %w", holder, pool, err)
+		return ledger.Session{}, err
 	}
 	return s, nil
 }
@@ -51,7 +48,7 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 func liveHolders(txn *memdb.Txn, pool ledger.PoolID, now time.Time) (int, error) {
 	it, err := txn.LowerBound(tableHolders, indexExpiry, pool, now.UnixMilli()+1)
 	if err != nil {
-		return 0, fmt.Errorf("memory: scan holders by expiry: %w", err)
+		return 0, fmt.Errorf("scan holders by expiry: %w", err)
 	}
 	n := 0
 	for row := it.Next(); row != nil && row.(*holderRow).Pool == pool; row = it.Next() {

@@ -18,10 +18,7 @@ import (
 
 // Sweep removes up to max ended leases and dead sessions in pool; max 0
 // means Options.SweepBatch.
-func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if err := ledger.ValidateSweep(pool, max); err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
-	}
+func (l *store) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
 	if max == 0 {
 		max = l.opts.SweepBatch
 	}
@@ -31,7 +28,7 @@ func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger
 		return nil
 	})
 	if err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+		return ledger.Swept{}, err
 	}
 	return s, nil
 }
@@ -47,7 +44,7 @@ func (o *op) sweep(max int) ledger.Swept {
 	if budget > 0 {
 		it, err := o.txn.LowerBound(tableLeases, indexDeadline, name)
 		if err != nil {
-			o.err = fmt.Errorf("memory: scan leases by deadline: %w", err)
+			o.err = fmt.Errorf("scan leases by deadline: %w", err)
 			return s
 		}
 		for row := it.Next(); row != nil && len(due) < budget; row = it.Next() {
@@ -70,7 +67,7 @@ func (o *op) sweep(max int) ledger.Swept {
 	if budget > 0 {
 		it, err := o.txn.LowerBound(tableHolders, indexExpiry, name)
 		if err != nil {
-			o.err = fmt.Errorf("memory: scan holders by expiry: %w", err)
+			o.err = fmt.Errorf("scan holders by expiry: %w", err)
 			return s
 		}
 		for row := it.Next(); row != nil && len(dead) < budget; row = it.Next() {

@@ -122,7 +122,7 @@ func TestScriptErrors(t *testing.T) {
 				t.Fatalf("error = %v, want errors.Is %v", err, tc.want)
 			}
 			// Errors say what was in progress.
-			if !regexp.MustCompile(`^(acquire|keepalive|set draining|renew|resize|release|reassert|observe|stats|sweep)\b`).MatchString(err.Error()) {
+			if !regexp.MustCompile(`^redis (acquire|keepalive|set draining|renew|resize|release|reassert|observe|stats|sweep)\b`).MatchString(err.Error()) {
 				t.Errorf("error %q does not start with the operation", err)
 			}
 		})

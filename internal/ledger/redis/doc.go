@@ -1,7 +1,9 @@
 // Package redis is the Redis backend of ledger.Ledger: every operation is
 // one Lua script (scripts/lua, embedded by package lua) run with EVALSHA,
 // falling back to EVAL when the server lost its script cache. The scripts
-// use the server's clock (TIME), so routers' clocks never matter.
+// use the server's clock (TIME), so routers' clocks never matter. The
+// package is a ledger.Store under ledger.Checked, which validates arguments,
+// refuses calls after Close, wraps errors and lists all pools.
 //
 // # Key schema
 //

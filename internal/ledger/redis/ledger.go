@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
+
+// errMalformed: a script's reply does not have the shape its header
+// documents.
+var errMalformed = errors.New("malformed script reply")
 
 // Options configures a redis Ledger. The zero value is the defaults.
 type Options struct {
@@ -43,32 +46,46 @@ const DefaultWaitTimeout = 100 * time.Millisecond
 // a change within WaitTimeout. The change was made on the primary.
 var ErrNotReplicated = errors.New("redis ledger: change not acknowledged by enough replicas")
 
-// Ledger is the Redis backend of ledger.Ledger: every operation is one Lua
-// script call on the pool's keys, so it is atomic on Redis and on one Redis
-// Cluster slot per pool. It keeps no state besides its options; any number
-// of Ledgers (routers, reservers) may share one Redis.
+// Ledger is the Redis backend of ledger.Ledger: ledger.Checked over a store
+// where every operation is one Lua script call on the pool's keys, so it is
+// atomic on Redis and on one Redis Cluster slot per pool. It keeps no state
+// besides its options; any number of Ledgers (routers, reservers) may share
+// one Redis.
 type Ledger struct {
+	ledger.Ledger
+	s *store
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+// store is the Redis backend's ledger.Store.
+type store struct {
 	client  goredis.UniversalClient
 	ownsC   bool // Close closes client (Open made it)
 	opts    Options
 	scripts *scripts
-	err     error       // a bad option, returned by every call
-	closed  atomic.Bool // set by Close
+	err     error // a bad option, returned by every call
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var _ ledger.Store = (*store)(nil)
 
 // New returns a Ledger on client. The caller keeps ownership of client:
 // Close does not close it. Invalid options make every call fail with an
 // error wrapping ledger.ErrInvalidArgument.
 func New(client goredis.UniversalClient, opts Options) *Ledger {
-	l := &Ledger{client: client}
-	l.opts, l.err = opts.withDefaults()
-	if l.err == nil {
-		l.scripts, l.err = loadScripts()
-	}
-	return l
+	return checked(newStore(client, opts))
 }
+
+func newStore(client goredis.UniversalClient, opts Options) *store {
+	s := &store{client: client}
+	s.opts, s.err = opts.withDefaults()
+	if s.err == nil {
+		s.scripts, s.err = loadScripts()
+	}
+	return s
+}
+
+func checked(s *store) *Ledger { return &Ledger{Ledger: ledger.Checked("redis", s), s: s} }
 
 // Open parses a --ledger URL, redis://[user:password@]host:port/db (or
 // rediss:// for TLS), and returns a Ledger on a new client that Close closes.
@@ -104,13 +121,13 @@ func Open(rawURL string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
 	}
-	l := New(goredis.NewClient(copts), opts)
-	l.ownsC = true
-	if l.err != nil {
-		_ = l.client.Close()
-		return nil, fmt.Errorf("open redis ledger: %w", l.err)
+	s := newStore(goredis.NewClient(copts), opts)
+	s.ownsC = true
+	if s.err != nil {
+		_ = s.client.Close()
+		return nil, fmt.Errorf("open redis ledger: %w", s.err)
 	}
-	return l, nil
+	return checked(s), nil
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -127,12 +144,8 @@ func (o Options) withDefaults() (Options, error) {
 	return o, checkPrefix(o.Prefix)
 }
 
-// Close makes every later call fail with ledger.ErrClosed, and closes the
-// client if Open made it. Leases are not released.
-func (l *Ledger) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
+// Close closes the client if Open made it. Leases are not released.
+func (l *store) Close() error {
 	if l.ownsC {
 		return l.client.Close()
 	}
@@ -142,16 +155,13 @@ func (l *Ledger) Close() error {
 // argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>", parsed
 // once by lib.lua into SWEEP_BATCH and ORPHAN_HOLD, so each script's own
 // arguments start at ARGV[2].
-func (l *Ledger) argv1(batch int) string {
+func (l *store) argv1(batch int) string {
 	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold))
 }
 
 // run calls the script op on pool's keys with argv1(batch) first in ARGV,
 // and decodes the reply.
-func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, batch int, args ...any) (reply, error) {
-	if l.closed.Load() {
-		return reply{}, ledger.ErrClosed
-	}
+func (l *store) run(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, batch int, args ...any) (reply, error) {
 	if l.err != nil {
 		return reply{}, l.err
 	}
@@ -164,7 +174,17 @@ func (l *Ledger) run(ctx context.Context, s func(*scripts) *goredis.Script, pool
 	return decodeReply(v)
 }
 
-func (l *Ledger) mutate(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
+// mutateLease is mutate for a script whose reply is a lease.
+func (l *store) mutateLease(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, ledger.Lease, error) {
+	r, err := l.mutate(ctx, s, pool, args...)
+	if err != nil {
+		return reply{}, ledger.Lease{}, err
+	}
+	lease, err := decodeLease(pool, r.rest)
+	return r, lease, err
+}
+
+func (l *store) mutate(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
 	if l.opts.WaitReplicas <= 0 {
 		return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
 	}
@@ -174,10 +194,7 @@ func (l *Ledger) mutate(ctx context.Context, s func(*scripts) *goredis.Script, p
 // runWait runs a changing script and WAIT in one pipeline, so both use one
 // connection and WAIT counts the replicas that have this script's writes.
 // A script Redis no longer caches is loaded and the pipeline sent again.
-func (l *Ledger) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
-	if l.closed.Load() {
-		return reply{}, ledger.ErrClosed
-	}
+func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
 	if l.err != nil {
 		return reply{}, l.err
 	}
@@ -203,7 +220,7 @@ func (l *Ledger) runWait(ctx context.Context, script *goredis.Script, pool ledge
 		}
 		n, err := wait.Int64()
 		if err != nil {
-			return reply{}, fmt.Errorf("redis ledger: WAIT: %w", err)
+			return reply{}, fmt.Errorf("WAIT: %w", err)
 		}
 		if n < int64(l.opts.WaitReplicas) {
 			return reply{}, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, l.opts.WaitReplicas, l.opts.WaitTimeout)
@@ -214,10 +231,7 @@ func (l *Ledger) runWait(ctx context.Context, script *goredis.Script, pool ledge
 
 // Configure applies spec and returns the pool's epoch: a new one, with its
 // recovery window, when the pool's state was missing.
-func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
-	if err := ledger.ValidatePoolSpec(spec); err != nil {
-		return 0, fmt.Errorf("configure pool %s: %w", spec.Name, err)
-	}
+func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
 	retry := spec.RetryAfter
 	if retry == 0 {
 		retry = ledger.DefaultRetryAfter
@@ -240,43 +254,35 @@ func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Ep
 	}
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.configure }, spec.Name, args...)
 	if err != nil {
-		return 0, fmt.Errorf("configure pool %s: %w", spec.Name, err)
+		return 0, err
 	}
 	// The pools index lives outside the pool's hash slot, so it is not part
 	// of the script; Pools filters out entries whose pool state is gone.
 	_, index := keySchema(l.opts.Prefix, spec.Name)
 	if err := l.client.SAdd(ctx, index, string(spec.Name)).Err(); err != nil {
-		return r.epoch, fmt.Errorf("configure pool %s: index pool: %w", spec.Name, err)
+		return r.epoch, fmt.Errorf("index pool: %w", err)
 	}
 	return r.epoch, nil
 }
 
 // SetDraining drains or undrains a configured engine.
-func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	if err := ledger.ValidateSetDraining(pool, engine); err != nil {
-		return fmt.Errorf("drain %s in pool %s: %w", engine, pool, err)
-	}
+func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
 	flag := "0"
 	if draining {
 		flag = "1"
 	}
-	if _, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.drain }, pool, string(engine), flag); err != nil {
-		return fmt.Errorf("set draining=%t on engine %s in pool %s: %w", draining, engine, pool, err)
-	}
-	return nil
+	_, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.drain }, pool, string(engine), flag)
+	return err
 }
 
 // KeepAlive creates or extends holder's session in pool to now+ttl.
-func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
-	if err := ledger.ValidateKeepAlive(pool, holder, ttl); err != nil {
-		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: %w", holder, pool, err)
-	}
+func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.keepalive }, pool, string(holder), ms(ttl))
 	if err != nil {
-		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: %w", holder, pool, err)
+		return ledger.Session{}, err
 	}
 	if len(r.rest) < 3 {
-		return ledger.Session{}, fmt.Errorf("keepalive %s in pool %s: malformed reply", holder, pool)
+		return ledger.Session{}, errMalformed
 	}
 	return ledger.Session{
 		Pool:            pool,
@@ -290,17 +296,10 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 
 // Acquire grants capacity on the first fitting candidate, or replays the
 // holder's outstanding lease for the same request id.
-func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
-	if err := ledger.ValidateAcquire(req); err != nil {
-		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
-	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, acquireArgv(req)...)
+func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
+	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, acquireArgv(req)...)
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
-	}
-	lease, err := decodeLease(req.Pool, r.rest)
-	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("acquire %s for %s in pool %s: %w", req.RequestID, req.Holder, req.Pool, err)
+		return ledger.Grant{}, err
 	}
 	return ledger.Grant{Lease: lease, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
 }
@@ -317,118 +316,85 @@ func acquireArgv(req ledger.AcquireRequest) []any {
 }
 
 // Renew extends a live lease's deadline to now+ttl.
-func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
-	if err := ledger.ValidateRenew(ref, ttl); err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref.Pool, string(ref.ID), string(ref.Holder), ms(ttl))
+func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref.Pool, string(ref.ID), string(ref.Holder), ms(ttl))
 	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
-	lease, err := decodeLease(ref.Pool, r.rest)
-	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("renew lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+		return ledger.Renewal{}, err
 	}
 	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
 }
 
 // Resize sets a live lease's KV tokens; growth is admitted like an
 // acquisition of the difference.
-func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	if err := ledger.ValidateResize(ref, kvTokens); err != nil {
-		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref.Pool, string(ref.ID), string(ref.Holder), itoa(kvTokens))
+func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref.Pool, string(ref.ID), string(ref.Holder), itoa(kvTokens))
 	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s to %d: %w", ref.ID, ref.Pool, kvTokens, err)
-	}
-	lease, err := decodeLease(ref.Pool, r.rest)
-	if err != nil {
-		return ledger.Renewal{}, fmt.Errorf("resize lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+		return ledger.Renewal{}, err
 	}
 	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
 }
 
 // Release ends a lease; releasing an unknown lease is not an error.
-func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
-	if err := ledger.ValidateRef(ref); err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
-	if err := ledger.ValidateUsage(usage); err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
-	}
+func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
 		itoa(usage.PromptTokens), itoa(usage.CompletionTokens))
 	if err != nil {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: %w", ref.ID, ref.Pool, err)
+		return ledger.Released{}, err
 	}
 	if len(r.rest) < 1 {
-		return ledger.Released{}, fmt.Errorf("release lease %s in pool %s: malformed reply", ref.ID, ref.Pool)
+		return ledger.Released{}, errMalformed
 	}
 	return ledger.Released{Released: integer(r.rest[0]) == 1, Epoch: r.epoch}, nil
 }
 
 // Reassert re-inserts a lease its live holder still uses, above capacity if
 // need be, with deadline now+ttl.
-func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	if err := ledger.ValidateReassert(lease, ttl); err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
-	}
+func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
 	// The id is the lease's identity; its fence is the one it was made from.
 	fence, err := ledger.ParseLeaseID(lease.ID)
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+		return ledger.Grant{}, err
 	}
 	created := int64(0)
 	if !lease.Created.IsZero() {
 		created = lease.Created.UnixMilli()
 	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.reassert }, lease.Pool,
+	r, got, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.reassert }, lease.Pool,
 		string(lease.ID), string(lease.Holder), string(lease.Engine), string(lease.Tenant), string(lease.Priority),
 		itoa(lease.KVTokens), itoa(lease.Slots), string(lease.RequestID), itoa(created),
 		strconvU(uint64(fence.Epoch)), strconvU(fence.Seq), ms(ttl))
 	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
-	}
-	got, err := decodeLease(lease.Pool, r.rest)
-	if err != nil {
-		return ledger.Grant{}, fmt.Errorf("reassert lease %s in pool %s: %w", lease.ID, lease.Pool, err)
+		return ledger.Grant{}, err
 	}
 	return ledger.Grant{Lease: got, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
 }
 
 // Observe records engine telemetry; older or equal observations are ignored.
-func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	if err := ledger.ValidateObservation(obs); err != nil {
-		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
-	}
+func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.observe }, obs.Pool,
 		string(obs.Engine), itoa(obs.KVTokensUsed), itoa(obs.KVTokensTotal), itoa(obs.Running), itoa(obs.Waiting),
 		itoa(obs.ObservedAt.Unix()), itoa(int64(obs.ObservedAt.Nanosecond())))
 	if err != nil {
-		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: %w", obs.Engine, obs.Pool, err)
+		return ledger.Observed{}, err
 	}
 	if len(r.rest) < 1 {
-		return ledger.Observed{}, fmt.Errorf("observe engine %s in pool %s: malformed reply", obs.Engine, obs.Pool)
+		return ledger.Observed{}, errMalformed
 	}
 	return ledger.Observed{Applied: integer(r.rest[0]) == 1, Epoch: r.epoch}, nil
 }
 
 // Sweep removes up to max expired leases and dead sessions' leases; max <= 0
 // means the configured sweep batch.
-func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	if err := ledger.ValidateSweep(pool, max); err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
-	}
+func (l *store) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
 	if max == 0 {
 		max = l.opts.SweepBatch
 	}
 	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.sweep }, pool, max)
 	if err != nil {
-		return ledger.Swept{}, fmt.Errorf("sweep pool %s: %w", pool, err)
+		return ledger.Swept{}, err
 	}
 	if len(r.rest) < 3 {
-		return ledger.Swept{}, fmt.Errorf("sweep pool %s: malformed reply", pool)
+		return ledger.Swept{}, errMalformed
 	}
 	return ledger.Swept{
 		Expired: int(integer(r.rest[0])),
@@ -438,17 +404,14 @@ func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger
 }
 
 // Pools lists the pools whose state exists, sorted.
-func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
-	if l.closed.Load() {
-		return nil, ledger.ErrClosed
-	}
+func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
 	_, index := keySchema(l.opts.Prefix, "")
 	names, err := l.client.SMembers(ctx, index).Result()
 	if err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
+		return nil, fmt.Errorf("read pools index: %w", err)
 	}
 	// The index is written after Configure's script and never pruned by
 	// scripts: keep only pools whose state still exists.
@@ -461,7 +424,7 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list pools: %w", err)
+		return nil, fmt.Errorf("check pools' state: %w", err)
 	}
 	out := make([]ledger.PoolID, 0, len(names))
 	for i, n := range names {
@@ -469,77 +432,45 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 			out = append(out, ledger.PoolID(n))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out, nil
 }
 
-// List returns outstanding leases matching f, expired ones not yet swept
-// included, ordered by pool then fence. A pool that does not exist has no
-// leases.
-func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	if err := ledger.ValidateFilter(f); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
+// List returns one pool's outstanding leases matching f, expired ones
+// not yet swept included, ordered by fence. A pool that does not exist has
+// no leases.
+func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
+	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.list }, f.Pool, 0,
+		string(f.Engine), string(f.Holder), string(f.Tenant))
+	if errors.Is(err, ledger.ErrUnknownPool) {
+		return nil, nil
 	}
-	pools := []ledger.PoolID{f.Pool}
-	if f.Pool == "" {
-		var err error
-		if pools, err = l.Pools(ctx); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
-	var out []ledger.Lease
-	for _, pool := range pools {
-		leases, err := l.listPool(ctx, pool, f)
+	out := make([]ledger.Lease, 0, len(r.rest))
+	for _, v := range r.rest {
+		fields, _ := v.([]any)
+		lease, err := decodeLease(f.Pool, fields)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, leases...)
-		if f.Limit > 0 && len(out) >= f.Limit {
-			break
-		}
+		out = append(out, lease)
 	}
+	ledger.SortByFence(out)
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
 	return out, nil
 }
 
-func (l *Ledger) listPool(ctx context.Context, pool ledger.PoolID, f ledger.Filter) ([]ledger.Lease, error) {
-	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.list }, pool, 0,
-		string(f.Engine), string(f.Holder), string(f.Tenant))
-	if errors.Is(err, ledger.ErrUnknownPool) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list leases in pool %s: %w", pool, err)
-	}
-	out := make([]ledger.Lease, 0, len(r.rest))
-	for _, v := range r.rest {
-		fields, _ := v.([]any)
-		lease, err := decodeLease(pool, fields)
-		if err != nil {
-			return nil, fmt.Errorf("list leases in pool %s: %w", pool, err)
-		}
-		out = append(out, lease)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Fence.Less(out[j].Fence) })
-	return out, nil
-}
-
 // Stats returns a pool's totals.
-func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	if err := ledger.ValidatePool(pool); err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
-	}
+func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.stats }, pool, 0)
 	if err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
+		return ledger.PoolStats{}, err
 	}
-	st, err := decodeStats(pool, r)
-	if err != nil {
-		return ledger.PoolStats{}, fmt.Errorf("stats of pool %s: %w", pool, err)
-	}
-	return st, nil
+	return decodeStats(pool, r)
 }
 
 func millisOrZero(n int64) time.Time {

@@ -63,15 +63,15 @@ func (e *benchEnv) addPool(pool ledger.PoolID, callers int) {
 // keys and arguments are built before the timed loop; only the request id
 // changes per call.
 func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
-	keys, _ := keySchema(e.led.opts.Prefix, e.pool)
+	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	k := keys.scriptKeys()
-	sha := e.led.scripts.acquire.Hash()
-	if err := e.led.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
+	sha := e.led.s.scripts.acquire.Hash()
+	if err := e.led.s.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
 		e.b.Fatalf("script load: %v", err)
 	}
 	argv := make([][]any, callers)
 	for c := range argv {
-		argv[c] = append([]any{e.led.argv1(e.led.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, c, 0, tag))...)
+		argv[c] = append([]any{e.led.s.argv1(e.led.s.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, c, 0, tag))...)
 	}
 	const reqArg = 6 // index of the request id in argv (argv1 first)
 	return func(ctx context.Context, c, seq int) error {
@@ -116,17 +116,17 @@ func (e *benchEnv) acquireRelease(tag string) benchkit.Op {
 // script calls, spread over holders h0..h15.
 func (e *benchEnv) preload(n int) {
 	e.b.Helper()
-	keys, _ := keySchema(e.led.opts.Prefix, e.pool)
+	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	k := keys.scriptKeys()
-	sha := e.led.scripts.acquire.Hash()
-	if err := e.led.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
+	sha := e.led.s.scripts.acquire.Hash()
+	if err := e.led.s.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
 		e.b.Fatalf("script load: %v", err)
 	}
 	const batch = 2000
 	for done := 0; done < n; {
 		p := e.client.Pipeline()
 		for i := 0; i < batch && done < n; i, done = i+1, done+1 {
-			argv := append([]any{e.led.argv1(e.led.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, done%16, done, "pre"))...)
+			argv := append([]any{e.led.s.argv1(e.led.s.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, done%16, done, "pre"))...)
 			p.EvalSha(e.ctx, sha, k, argv...)
 		}
 		if _, err := p.Exec(e.ctx); err != nil {
@@ -323,7 +323,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 	// Calibration: an empty script with the same KEYS, the floor every
 	// script call pays on this machine.
 	empty := goredis.NewScript("return 1")
-	keys, _ := keySchema(e.led.opts.Prefix, e.pool)
+	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	measure("(empty script: calibration)", func(i int) error {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
 	})

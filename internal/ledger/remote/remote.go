@@ -231,20 +231,22 @@ func (l *Ledger) Close() error {
 	return l.conn.Close()
 }
 
-// live returns ErrClosed after Close.
-func (l *Ledger) live(op string) error {
+// call is one RPC: refused after Close, its error mapped back to the
+// ledger's errors. Errors read "remote <op>: <cause>", the shape of the
+// checked stores' ("<backend> <what was in progress>: <cause>").
+func call[Resp any](ctx context.Context, l *Ledger, op string, rpc func() (Resp, error)) (Resp, error) {
+	var zero Resp
 	if l.closed.Load() {
-		return fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
+		return zero, fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
 	}
-	return nil
-}
-
-// fail maps a call's error back to the ledger's errors.
-func (l *Ledger) fail(ctx context.Context, op string, err error) error {
+	resp, err := rpc()
+	if err == nil {
+		return resp, nil
+	}
 	if l.closed.Load() && status.Code(err) == codes.Canceled && ctx.Err() == nil {
-		return fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
+		return zero, fmt.Errorf("remote %s: %w", op, ledger.ErrClosed)
 	}
-	return fmt.Errorf("remote %s: %w", op, wire.Error(ctx, err))
+	return zero, fmt.Errorf("remote %s: %w", op, wire.Error(ctx, err))
 }
 
 // malformed reports a response this client cannot decode: the outcome is
@@ -255,39 +257,31 @@ func malformed(op string, err error) error {
 
 // Configure implements ledger.Ledger.
 func (l *Ledger) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
-	const op = "configure"
-	if err := l.live(op); err != nil {
-		return ledger.NoEpoch, err
-	}
-	resp, err := l.c.Configure(ctx, &pb.ConfigureRequest{Spec: wire.PoolSpecToPB(spec)})
+	resp, err := call(ctx, l, "configure", func() (*pb.ConfigureResponse, error) {
+		return l.c.Configure(ctx, &pb.ConfigureRequest{Spec: wire.PoolSpecToPB(spec)})
+	})
 	if err != nil {
-		return ledger.NoEpoch, l.fail(ctx, op, err)
+		return ledger.NoEpoch, err
 	}
 	return ledger.Epoch(resp.GetEpoch()), nil
 }
 
 // SetDraining implements ledger.Ledger.
 func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
-	const op = "set draining"
-	if err := l.live(op); err != nil {
-		return err
-	}
-	_, err := l.c.SetDraining(ctx, &pb.SetDrainingRequest{Pool: string(pool), Engine: string(engine), Draining: draining})
-	if err != nil {
-		return l.fail(ctx, op, err)
-	}
-	return nil
+	_, err := call(ctx, l, "set draining", func() (*pb.SetDrainingResponse, error) {
+		return l.c.SetDraining(ctx, &pb.SetDrainingRequest{Pool: string(pool), Engine: string(engine), Draining: draining})
+	})
+	return err
 }
 
 // KeepAlive implements ledger.Ledger.
 func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
 	const op = "keepalive"
-	if err := l.live(op); err != nil {
-		return ledger.Session{}, err
-	}
-	resp, err := l.c.KeepAlive(ctx, &pb.KeepAliveRequest{Pool: string(pool), Holder: string(holder), Ttl: wire.Duration(ttl)})
+	resp, err := call(ctx, l, op, func() (*pb.KeepAliveResponse, error) {
+		return l.c.KeepAlive(ctx, &pb.KeepAliveRequest{Pool: string(pool), Holder: string(holder), Ttl: wire.Duration(ttl)})
+	})
 	if err != nil {
-		return ledger.Session{}, l.fail(ctx, op, err)
+		return ledger.Session{}, err
 	}
 	s, err := wire.SessionFromPB(resp.GetSession())
 	if err != nil {
@@ -297,48 +291,54 @@ func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledge
 }
 
 // Acquire implements ledger.Ledger. A refusal is the reserver's
-// *ledger.Rejection, unchanged.
+// *ledger.Rejection, wrapped like every other error.
 func (l *Ledger) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
 	const op = "acquire"
-	if err := l.live(op); err != nil {
-		return ledger.Grant{}, err
-	}
-	resp, err := l.c.Acquire(ctx, wire.AcquireToPB(req))
+	resp, err := call(ctx, l, op, func() (*pb.AcquireResponse, error) { return l.c.Acquire(ctx, wire.AcquireToPB(req)) })
 	if err != nil {
-		return ledger.Grant{}, l.fail(ctx, op, err)
+		return ledger.Grant{}, err
 	}
 	return grantOrRejection(op, resp.GetGrant(), resp.GetRejection())
 }
 
 func grantOrRejection(op string, g *pb.Grant, r *pb.Rejection) (ledger.Grant, error) {
-	switch {
-	case g != nil:
+	if g != nil {
 		out, err := wire.GrantFromPB(g)
 		if err != nil {
 			return ledger.Grant{}, malformed(op, err)
 		}
 		return out, nil
-	case r != nil:
-		rej, err := wire.RejectionFromPB(r)
-		if err != nil {
-			return ledger.Grant{}, malformed(op, err)
-		}
-		return ledger.Grant{}, rej
 	}
-	return ledger.Grant{}, malformed(op, errors.New("neither grant nor rejection"))
+	return ledger.Grant{}, rejection(op, r, "grant")
+}
+
+// rejection decodes the rejection of a response that carries neither the
+// result (named what) nor one.
+func rejection(op string, r *pb.Rejection, what string) error {
+	if r == nil {
+		return malformed(op, fmt.Errorf("neither %s nor rejection", what))
+	}
+	rej, err := wire.RejectionFromPB(r)
+	if err != nil {
+		return malformed(op, err)
+	}
+	return fmt.Errorf("remote %s: %w", op, rej)
 }
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	const op = "renew"
-	if err := l.live(op); err != nil {
+	resp, err := call(ctx, l, op, func() (*pb.RenewResponse, error) {
+		return l.c.Renew(ctx, &pb.RenewRequest{Ref: wire.RefToPB(ref), Ttl: wire.Duration(ttl)})
+	})
+	if err != nil {
 		return ledger.Renewal{}, err
 	}
-	resp, err := l.c.Renew(ctx, &pb.RenewRequest{Ref: wire.RefToPB(ref), Ttl: wire.Duration(ttl)})
-	if err != nil {
-		return ledger.Renewal{}, l.fail(ctx, op, err)
-	}
-	rn, err := wire.RenewalFromPB(resp.GetRenewal())
+	return renewal(op, resp.GetRenewal())
+}
+
+func renewal(op string, r *pb.Renewal) (ledger.Renewal, error) {
+	rn, err := wire.RenewalFromPB(r)
 	if err != nil {
 		return ledger.Renewal{}, malformed(op, err)
 	}
@@ -346,95 +346,72 @@ func (l *Ledger) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Durati
 }
 
 // Resize implements ledger.Ledger. A refused growth is the reserver's
-// *ledger.Rejection, unchanged.
+// *ledger.Rejection, wrapped like every other error.
 func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
 	const op = "resize"
-	if err := l.live(op); err != nil {
+	resp, err := call(ctx, l, op, func() (*pb.ResizeResponse, error) {
+		return l.c.Resize(ctx, &pb.ResizeRequest{Ref: wire.RefToPB(ref), KvTokens: kvTokens})
+	})
+	if err != nil {
 		return ledger.Renewal{}, err
 	}
-	resp, err := l.c.Resize(ctx, &pb.ResizeRequest{Ref: wire.RefToPB(ref), KvTokens: kvTokens})
-	if err != nil {
-		return ledger.Renewal{}, l.fail(ctx, op, err)
+	if resp.GetRenewal() != nil {
+		return renewal(op, resp.GetRenewal())
 	}
-	switch {
-	case resp.GetRenewal() != nil:
-		rn, err := wire.RenewalFromPB(resp.GetRenewal())
-		if err != nil {
-			return ledger.Renewal{}, malformed(op, err)
-		}
-		return rn, nil
-	case resp.GetRejection() != nil:
-		rej, err := wire.RejectionFromPB(resp.GetRejection())
-		if err != nil {
-			return ledger.Renewal{}, malformed(op, err)
-		}
-		return ledger.Renewal{}, rej
-	}
-	return ledger.Renewal{}, malformed(op, errors.New("neither renewal nor rejection"))
+	return ledger.Renewal{}, rejection(op, resp.GetRejection(), "renewal")
 }
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
-	const op = "release"
-	if err := l.live(op); err != nil {
-		return ledger.Released{}, err
-	}
-	resp, err := l.c.Release(ctx, &pb.ReleaseRequest{Ref: wire.RefToPB(ref), Usage: wire.UsageToPB(usage)})
+	resp, err := call(ctx, l, "release", func() (*pb.ReleaseResponse, error) {
+		return l.c.Release(ctx, &pb.ReleaseRequest{Ref: wire.RefToPB(ref), Usage: wire.UsageToPB(usage)})
+	})
 	if err != nil {
-		return ledger.Released{}, l.fail(ctx, op, err)
+		return ledger.Released{}, err
 	}
 	return ledger.Released{Released: resp.GetReleased(), Epoch: ledger.Epoch(resp.GetEpoch())}, nil
 }
 
 // Reassert implements ledger.Ledger. A refusal is the reserver's
-// *ledger.Rejection, unchanged.
+// *ledger.Rejection, wrapped like every other error.
 func (l *Ledger) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
 	const op = "reassert"
-	if err := l.live(op); err != nil {
-		return ledger.Grant{}, err
-	}
-	resp, err := l.c.Reassert(ctx, &pb.ReassertRequest{Lease: wire.LeaseToPB(lease), Ttl: wire.Duration(ttl)})
+	resp, err := call(ctx, l, op, func() (*pb.ReassertResponse, error) {
+		return l.c.Reassert(ctx, &pb.ReassertRequest{Lease: wire.LeaseToPB(lease), Ttl: wire.Duration(ttl)})
+	})
 	if err != nil {
-		return ledger.Grant{}, l.fail(ctx, op, err)
+		return ledger.Grant{}, err
 	}
 	return grantOrRejection(op, resp.GetGrant(), resp.GetRejection())
 }
 
 // Observe implements ledger.Ledger.
 func (l *Ledger) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	const op = "observe"
-	if err := l.live(op); err != nil {
-		return ledger.Observed{}, err
-	}
-	resp, err := l.c.Observe(ctx, &pb.ObserveRequest{Observation: wire.ObservationToPB(obs)})
+	resp, err := call(ctx, l, "observe", func() (*pb.ObserveResponse, error) {
+		return l.c.Observe(ctx, &pb.ObserveRequest{Observation: wire.ObservationToPB(obs)})
+	})
 	if err != nil {
-		return ledger.Observed{}, l.fail(ctx, op, err)
+		return ledger.Observed{}, err
 	}
 	return ledger.Observed{Applied: resp.GetApplied(), Epoch: ledger.Epoch(resp.GetEpoch())}, nil
 }
 
 // Sweep implements ledger.Ledger.
 func (l *Ledger) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.Swept, error) {
-	const op = "sweep"
-	if err := l.live(op); err != nil {
-		return ledger.Swept{}, err
-	}
-	resp, err := l.c.Sweep(ctx, &pb.SweepRequest{Pool: string(pool), Max: int64(max)})
+	resp, err := call(ctx, l, "sweep", func() (*pb.SweepResponse, error) {
+		return l.c.Sweep(ctx, &pb.SweepRequest{Pool: string(pool), Max: int64(max)})
+	})
 	if err != nil {
-		return ledger.Swept{}, l.fail(ctx, op, err)
+		return ledger.Swept{}, err
 	}
 	return ledger.Swept{Expired: int(resp.GetExpired()), Revoked: int(resp.GetRevoked()), Holders: int(resp.GetHolders())}, nil
 }
 
 // Pools implements ledger.Ledger.
 func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
-	const op = "pools"
-	if err := l.live(op); err != nil {
-		return nil, err
-	}
-	resp, err := l.c.Pools(ctx, &pb.PoolsRequest{})
+	resp, err := call(ctx, l, "list pools", func() (*pb.PoolsResponse, error) { return l.c.Pools(ctx, &pb.PoolsRequest{}) })
 	if err != nil {
-		return nil, l.fail(ctx, op, err)
+		return nil, err
 	}
 	out := make([]ledger.PoolID, len(resp.GetPools()))
 	for i, p := range resp.GetPools() {
@@ -445,13 +422,10 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 
 // List implements ledger.Ledger.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	const op = "list"
-	if err := l.live(op); err != nil {
-		return nil, err
-	}
-	resp, err := l.c.List(ctx, wire.FilterToPB(f))
+	const op = "list leases"
+	resp, err := call(ctx, l, op, func() (*pb.ListResponse, error) { return l.c.List(ctx, wire.FilterToPB(f)) })
 	if err != nil {
-		return nil, l.fail(ctx, op, err)
+		return nil, err
 	}
 	ls, err := wire.LeasesFromPB(resp.GetLeases())
 	if err != nil {
@@ -463,12 +437,9 @@ func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, err
 // Stats implements ledger.Ledger.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	const op = "stats"
-	if err := l.live(op); err != nil {
-		return ledger.PoolStats{}, err
-	}
-	resp, err := l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)})
+	resp, err := call(ctx, l, op, func() (*pb.StatsResponse, error) { return l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)}) })
 	if err != nil {
-		return ledger.PoolStats{}, l.fail(ctx, op, err)
+		return ledger.PoolStats{}, err
 	}
 	st, err := wire.PoolStatsFromPB(resp.GetStats())
 	if err != nil {

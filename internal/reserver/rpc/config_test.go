@@ -101,40 +101,52 @@ func TestAuthenticate(t *testing.T) {
 	mapped := &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 1}}
 	v6loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv6loopback, Port: 1}}
 	unix := &peer.Peer{Addr: &net.UnixAddr{Name: "/run/reserver.sock", Net: "unix"}}
-	ctx := func(p *peer.Peer, auth ...string) context.Context {
-		c := context.Background()
-		if p != nil {
-			c = peer.NewContext(c, p)
-		}
-		if len(auth) > 0 {
-			c = metadata.NewIncomingContext(c, metadata.Pairs("authorization", auth[0]))
-		}
-		return c
-	}
 	none := newAuthenticator(Config{})
 	with := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, AuditTokens: []string{"au"}})
-	for _, tc := range []struct {
-		name string
-		a    *authenticator
-		ctx  context.Context
-		code codes.Code
-		want principal
-	}{
-		{"no token, loopback v4", none, ctx(loop), codes.OK, principal{role: roleAdmin}},
-		{"no token, loopback v6", none, ctx(v6loop), codes.OK, principal{role: roleAdmin}},
-		{"no token, unix socket", none, ctx(unix), codes.OK, principal{role: roleAdmin}},
-		{"no token, remote peer", none, ctx(remote), codes.PermissionDenied, principal{}},
-		{"no token, v4-mapped remote", none, ctx(mapped), codes.PermissionDenied, principal{}},
-		{"no token, no peer", none, ctx(nil), codes.PermissionDenied, principal{}},
-		{"token, loopback but none sent", with, ctx(loop), codes.Unauthenticated, principal{}},
-		{"shared", with, ctx(remote, "Bearer s"), codes.OK, principal{role: roleAdmin}},
-		{"lower-case scheme", with, ctx(remote, "bearer s"), codes.OK, principal{role: roleAdmin}},
-		{"router", with, ctx(remote, "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
-		{"audit", with, ctx(remote, "Bearer au"), codes.OK, principal{role: roleAudit}},
-		{"basic scheme", with, ctx(remote, "Basic s"), codes.Unauthenticated, principal{}},
-		{"bare token", with, ctx(remote, "s"), codes.Unauthenticated, principal{}},
-		{"unknown", with, ctx(remote, "Bearer nope"), codes.Unauthenticated, principal{}},
-	} {
+	runAuthCases(t, []authCase{
+		{"no token, loopback v4", none, incoming(loop), codes.OK, principal{role: roleAdmin}},
+		{"no token, loopback v6", none, incoming(v6loop), codes.OK, principal{role: roleAdmin}},
+		{"no token, unix socket", none, incoming(unix), codes.OK, principal{role: roleAdmin}},
+		{"no token, remote peer", none, incoming(remote), codes.PermissionDenied, principal{}},
+		{"no token, v4-mapped remote", none, incoming(mapped), codes.PermissionDenied, principal{}},
+		{"no token, no peer", none, incoming(nil), codes.PermissionDenied, principal{}},
+		{"token, loopback but none sent", with, incoming(loop), codes.Unauthenticated, principal{}},
+		{"shared", with, incoming(remote, "Bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"lower-case scheme", with, incoming(remote, "bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"router", with, incoming(remote, "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
+		{"audit", with, incoming(remote, "Bearer au"), codes.OK, principal{role: roleAudit}},
+		{"basic scheme", with, incoming(remote, "Basic s"), codes.Unauthenticated, principal{}},
+		{"bare token", with, incoming(remote, "s"), codes.Unauthenticated, principal{}},
+		{"unknown", with, incoming(remote, "Bearer nope"), codes.Unauthenticated, principal{}},
+	})
+}
+
+// incoming is the context of a call from p (nil: no peer) with auth, if
+// given, as its authorization metadata.
+func incoming(p *peer.Peer, auth ...string) context.Context {
+	c := context.Background()
+	if p != nil {
+		c = peer.NewContext(c, p)
+	}
+	if len(auth) > 0 {
+		c = metadata.NewIncomingContext(c, metadata.Pairs("authorization", auth[0]))
+	}
+	return c
+}
+
+// authCase is a call an authenticator authenticates: the status code and
+// principal it must give.
+type authCase struct {
+	name string
+	a    *authenticator
+	ctx  context.Context
+	code codes.Code
+	want principal
+}
+
+func runAuthCases(t *testing.T, cases []authCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p, st := tc.a.authenticate(tc.ctx)
 			if st.Code() != tc.code || p != tc.want {
@@ -158,49 +170,29 @@ func TestAuthenticateClientCert(t *testing.T) {
 	cert := func(cn string, dns ...string) *x509.Certificate {
 		return &x509.Certificate{Subject: pkix.Name{CommonName: cn}, DNSNames: dns}
 	}
-	ctx := func(p *peer.Peer, auth ...string) context.Context {
-		c := peer.NewContext(context.Background(), p)
-		if len(auth) > 0 {
-			c = metadata.NewIncomingContext(c, metadata.Pairs("authorization", auth[0]))
-		}
-		return c
-	}
 	loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}
 	certs := newAuthenticator(Config{ClientCerts: true, AdminIdentities: []string{"ops"}, AuditIdentities: []string{"aud"}})
 	both := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, ClientCerts: true})
 	tokensOnly := newAuthenticator(Config{Token: "s"})
 	none := newAuthenticator(Config{})
-	for _, tc := range []struct {
-		name string
-		a    *authenticator
-		ctx  context.Context
-		code codes.Code
-		want principal
-	}{
-		{"SAN is the router", certs, ctx(tlsPeer(cert("cn", "router-a", "router-b"), true)), codes.OK, principal{role: roleRouter, router: "router-a"}},
-		{"CommonName without SAN", certs, ctx(tlsPeer(cert("router-c"), true)), codes.OK, principal{role: roleRouter, router: "router-c"}},
-		{"admin identity", certs, ctx(tlsPeer(cert("ops"), true)), codes.OK, principal{role: roleAdmin}},
-		{"audit identity", certs, ctx(tlsPeer(cert("x", "aud"), true)), codes.OK, principal{role: roleAudit}},
-		{"unverified certificate", certs, ctx(tlsPeer(cert("ops", "ops"), false)), codes.Unauthenticated, principal{}},
-		{"no certificate, loopback", certs, ctx(loop), codes.Unauthenticated, principal{}},
-		{"no identity in certificate", certs, ctx(tlsPeer(cert(""), true)), codes.Unauthenticated, principal{}},
-		{"identity unusable as router", certs, ctx(tlsPeer(cert("a/b"), true)), codes.PermissionDenied, principal{}},
-		{"no tokens configured, token sent", certs, ctx(tlsPeer(cert("ops"), true), "Bearer s"), codes.Unauthenticated, principal{}},
-		{"token wins", both, ctx(tlsPeer(cert("r2"), true), "Bearer s"), codes.OK, principal{role: roleAdmin}},
-		{"router token wins", both, ctx(tlsPeer(cert("r2"), true), "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
-		{"unknown token, good certificate", both, ctx(tlsPeer(cert("r2"), true), "Bearer nope"), codes.Unauthenticated, principal{}},
-		{"malformed authorization, good certificate", both, ctx(tlsPeer(cert("r2"), true), "Basic s"), codes.Unauthenticated, principal{}},
-		{"certificate alone, tokens configured too", both, ctx(tlsPeer(cert("r2"), true)), codes.OK, principal{role: roleRouter, router: "r2"}},
-		{"certificates not configured: ignored", tokensOnly, ctx(tlsPeer(cert("r2"), true)), codes.Unauthenticated, principal{}},
-		{"nothing configured: remote certificate still refused", none, ctx(tlsPeer(cert("ops"), true)), codes.PermissionDenied, principal{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, st := tc.a.authenticate(tc.ctx)
-			if st.Code() != tc.code || p != tc.want {
-				t.Fatalf("authenticate = %+v, %v; want %+v, %s", p, st.Err(), tc.want, tc.code)
-			}
-		})
-	}
+	runAuthCases(t, []authCase{
+		{"SAN is the router", certs, incoming(tlsPeer(cert("cn", "router-a", "router-b"), true)), codes.OK, principal{role: roleRouter, router: "router-a"}},
+		{"CommonName without SAN", certs, incoming(tlsPeer(cert("router-c"), true)), codes.OK, principal{role: roleRouter, router: "router-c"}},
+		{"admin identity", certs, incoming(tlsPeer(cert("ops"), true)), codes.OK, principal{role: roleAdmin}},
+		{"audit identity", certs, incoming(tlsPeer(cert("x", "aud"), true)), codes.OK, principal{role: roleAudit}},
+		{"unverified certificate", certs, incoming(tlsPeer(cert("ops", "ops"), false)), codes.Unauthenticated, principal{}},
+		{"no certificate, loopback", certs, incoming(loop), codes.Unauthenticated, principal{}},
+		{"no identity in certificate", certs, incoming(tlsPeer(cert(""), true)), codes.Unauthenticated, principal{}},
+		{"identity unusable as router", certs, incoming(tlsPeer(cert("a/b"), true)), codes.PermissionDenied, principal{}},
+		{"no tokens configured, token sent", certs, incoming(tlsPeer(cert("ops"), true), "Bearer s"), codes.Unauthenticated, principal{}},
+		{"token wins", both, incoming(tlsPeer(cert("r2"), true), "Bearer s"), codes.OK, principal{role: roleAdmin}},
+		{"router token wins", both, incoming(tlsPeer(cert("r2"), true), "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
+		{"unknown token, good certificate", both, incoming(tlsPeer(cert("r2"), true), "Bearer nope"), codes.Unauthenticated, principal{}},
+		{"malformed authorization, good certificate", both, incoming(tlsPeer(cert("r2"), true), "Basic s"), codes.Unauthenticated, principal{}},
+		{"certificate alone, tokens configured too", both, incoming(tlsPeer(cert("r2"), true)), codes.OK, principal{role: roleRouter, router: "r2"}},
+		{"certificates not configured: ignored", tokensOnly, incoming(tlsPeer(cert("r2"), true)), codes.Unauthenticated, principal{}},
+		{"nothing configured: remote certificate still refused", none, incoming(tlsPeer(cert("ops"), true)), codes.PermissionDenied, principal{}},
+	})
 	if !none.loopbackOnly() || certs.loopbackOnly() || tokensOnly.loopbackOnly() {
 		t.Errorf("loopbackOnly: none=%v certs=%v tokens=%v, want true false false", none.loopbackOnly(), certs.loopbackOnly(), tokensOnly.loopbackOnly())
 	}
