@@ -126,6 +126,14 @@ func (c *checked) Resize(ctx context.Context, ref LeaseRef, kvTokens int64) (Ren
 	return r, nil
 }
 
+func (c *checked) Grow(ctx context.Context, ref LeaseRef, kvTokens int64) (Renewal, error) {
+	r, err := call(c, ValidateGrow(ref, kvTokens), func() (Renewal, error) { return c.s.Grow(ctx, ref, kvTokens) })
+	if err != nil {
+		return Renewal{}, c.fail(err, "grow lease %s in pool %s to %d KV tokens", ref.ID, ref.Pool, kvTokens)
+	}
+	return r, nil
+}
+
 func (c *checked) Release(ctx context.Context, ref LeaseRef, usage Usage) (Released, error) {
 	valid := ValidateRef(ref)
 	if valid == nil {

@@ -47,6 +47,9 @@ func (r *recorder) Renew(context.Context, LeaseRef, time.Duration) (Renewal, err
 func (r *recorder) Resize(context.Context, LeaseRef, int64) (Renewal, error) {
 	return Renewal{}, r.record("Resize", nil)
 }
+func (r *recorder) Grow(context.Context, LeaseRef, int64) (Renewal, error) {
+	return Renewal{}, r.record("Grow", nil)
+}
 func (r *recorder) Release(context.Context, LeaseRef, Usage) (Released, error) {
 	return Released{}, r.record("Release", nil)
 }
@@ -107,6 +110,7 @@ func checkedCalls(bad bool) []checkedCall {
 		{"Acquire", "x acquire r for holder h in pool p: ", func(ctx context.Context, l Ledger) error { _, err := l.Acquire(ctx, req); return err }},
 		{"Renew", "x renew lease " + string(ref.ID) + " in pool p: ", func(ctx context.Context, l Ledger) error { _, err := l.Renew(ctx, ref, ttl); return err }},
 		{"Resize", "x resize lease " + string(ref.ID) + " in pool p to " + fmt.Sprint(kv) + " KV tokens: ", func(ctx context.Context, l Ledger) error { _, err := l.Resize(ctx, ref, kv); return err }},
+		{"Grow", "x grow lease " + string(ref.ID) + " in pool p to " + fmt.Sprint(kv) + " KV tokens: ", func(ctx context.Context, l Ledger) error { _, err := l.Grow(ctx, ref, kv); return err }},
 		{"Release", "x release lease 1-2 in pool p: ", func(ctx context.Context, l Ledger) error { _, err := l.Release(ctx, lease.Ref(), usage); return err }},
 		{"Reassert", "x reassert lease 1-2 in pool p: ", func(ctx context.Context, l Ledger) error { _, err := l.Reassert(ctx, lease, time.Second); return err }},
 		{"Observe", "x observe engine e in pool p: ", func(ctx context.Context, l Ledger) error { _, err := l.Observe(ctx, obs); return err }},
