@@ -27,14 +27,13 @@ package estimate
 //
 // output is max_tokens (max_completion_tokens for chat); without one the
 // engine may generate up to its context, so the whole MaxModelLen is
-// reserved. With --overcommit it is instead a learned high quantile of
-// completion lengths per sequence (last 512 completions per pool; at least
-// 16 tokens; max_tokens until 32 were seen), capped by max_tokens: more
-// admitted, at the price that the ledger no longer bounds the worst case.
+// reserved. That is a worst_case pool's reservation, and a cold elastic
+// pool's. A warm elastic pool reserves instead the learned completion
+// length (learned.go) capped by it, and the router grows the lease as the
+// request generates more (internal/route, grow.go).
 
 import (
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/leasehold/leasehold/internal/fleet"
@@ -48,9 +47,6 @@ const (
 	ratioMin          = 0.25
 	ratioMax          = 8
 	ratioAlpha        = 0.1
-	completionWindow  = 512
-	completionMinSeen = 32
-	completionFloor   = 16
 )
 
 // Prompt is what a request tells the estimator: its prompt, as counted or
@@ -72,25 +68,20 @@ type Prompt struct {
 
 // Estimator is one pool's calibration. Safe for concurrent use.
 type Estimator struct {
-	margin   float64
-	quantile float64
-	media    *Media
+	margin float64
+	media  *Media
 
 	// mu guards everything below.
-	mu     sync.Mutex
-	mean   float64 // EWMA of actual/raw prompt tokens
-	dev    float64 // EWMA of |actual/raw - mean|
-	seen   int64   // calibrations applied
-	ring   []int64 // last completion lengths per sequence
-	next   int
-	qCache int64 // quantile of ring, recomputed every 16 additions
-	qAdds  int
+	mu   sync.Mutex
+	mean float64 // EWMA of actual/raw prompt tokens
+	dev  float64 // EWMA of |actual/raw - mean|
+	seen int64   // calibrations applied
 }
 
-// NewEstimator returns a pool's estimator: margin is --prompt-margin,
-// quantile --overcommit-quantile, m the pool's media_tokens.
-func NewEstimator(margin, quantile float64, m fleet.MediaTokens) *Estimator {
-	return &Estimator{margin: margin, quantile: quantile, media: NewMedia(m), mean: ratioInitial}
+// NewEstimator returns a pool's estimator: margin is --prompt-margin, m
+// the pool's media_tokens.
+func NewEstimator(margin float64, m fleet.MediaTokens) *Estimator {
+	return &Estimator{margin: margin, media: NewMedia(m), mean: ratioInitial}
 }
 
 // Media is the pool's reservation per media item.
@@ -194,51 +185,24 @@ func (e *Estimator) calibrate(p Prompt, actual int64) {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// ObserveCompletion records completion tokens per sequence, for
-// --overcommit.
-func (e *Estimator) ObserveCompletion(perSeq int64) {
-	if perSeq < 0 {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.ring) < completionWindow {
-		e.ring = append(e.ring, perSeq)
-	} else {
-		e.ring[e.next] = perSeq
-		e.next = (e.next + 1) % completionWindow
-	}
-	if e.qAdds++; e.qAdds >= 16 || e.qCache == 0 {
-		e.qAdds = 0
-		s := slices.Clone(e.ring)
-		slices.Sort(s)
-		e.qCache = s[min(len(s)-1, int(math.Ceil(e.quantile*float64(len(s))))-1)]
-	}
-}
-
 // OutputTokens is the output reservation per sequence: maxTokens (0 means
-// the rest of the context), or with overcommit the learned quantile capped
-// by it.
-func (e *Estimator) OutputTokens(p Prompt, maxModelLen, prompt int64, overcommit bool) int64 {
+// the rest of the context), or, when expected > 0 (a warm elastic pool's
+// learned length), expected capped by it.
+func OutputTokens(p Prompt, maxModelLen, prompt, expected int64) int64 {
 	out := p.MaxTokens
 	if out == 0 {
 		out = max(maxModelLen-prompt, 1)
 	}
-	if !overcommit {
-		return out
+	if expected > 0 {
+		out = min(out, expected)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.ring) < completionMinSeen {
-		return out
-	}
-	return min(out, max(e.qCache, completionFloor))
+	return out
 }
 
 // Demand returns the KV tokens and slots to lease for p.
-func (e *Estimator) Demand(p Prompt, maxModelLen int64, overcommit bool) (kv, slots, prompt int64) {
+func (e *Estimator) Demand(p Prompt, maxModelLen, expected int64) (kv, slots, prompt int64) {
 	prompt = e.PromptTokens(p)
-	out := e.OutputTokens(p, maxModelLen, prompt, overcommit)
+	out := OutputTokens(p, maxModelLen, prompt, expected)
 	perSeq := min(prompt+out, maxModelLen)
 	return perSeq * p.N, p.N, prompt
 }

@@ -52,6 +52,10 @@ type Config struct {
 	OnFreed func(ledger.PoolID)
 	// Counted, when set, counts each poll's result: ok, freed or error.
 	Counted func(pool ledger.PoolID, result string)
+	// OnStats, when set, is given every successful poll, from the poll
+	// loop, before OnFreed (the router learns completion lengths from the
+	// pool's counters).
+	OnStats func(ledger.PoolID, ledger.PoolStats)
 }
 
 // View polls the ledger's reserved totals per pool. Start runs it; Stop
@@ -64,6 +68,7 @@ type View struct {
 	log     *slog.Logger
 	onFreed func(ledger.PoolID) // called from the poll loop
 	counted func(pool ledger.PoolID, result string)
+	onStats func(ledger.PoolID, ledger.PoolStats)
 
 	mu   sync.Mutex
 	last map[ledger.PoolID]poolTotals
@@ -75,7 +80,7 @@ type View struct {
 
 // New returns a View of cfg; it polls once started.
 func New(cfg Config) *View {
-	return &View{l: cfg.Ledger, pools: cfg.Pools, every: cfg.Every, clock: cfg.Clock, log: cfg.Log, onFreed: cfg.OnFreed, counted: cfg.Counted,
+	return &View{l: cfg.Ledger, pools: cfg.Pools, every: cfg.Every, clock: cfg.Clock, log: cfg.Log, onFreed: cfg.OnFreed, counted: cfg.Counted, onStats: cfg.OnStats,
 		last: map[ledger.PoolID]poolTotals{}, stopC: make(chan struct{}), doneC: make(chan struct{})}
 }
 
@@ -113,6 +118,9 @@ func (v *View) poll(pool ledger.PoolID) {
 		v.log.Debug("fleet view: stats", "pool", pool, "err", err)
 		v.count(pool, "error")
 		return
+	}
+	if v.onStats != nil {
+		v.onStats(pool, st)
 	}
 	now := totals(st, v.clock.Now())
 	v.mu.Lock()

@@ -52,9 +52,19 @@ type Ticket interface {
 	Release(ledger.Usage) error
 }
 
+// Grower is a Ticket whose reservation can grow with what its request
+// generates: a *Held lease in an elastic pool. A *Sub is not one: a block
+// sub-request reserves every token it could produce.
+type Grower interface {
+	Ticket
+	// Grow raises the reservation to kvTokens.
+	Grow(ctx context.Context, kvTokens int64) error
+}
+
 var (
 	_ Ticket = (*Held)(nil)
 	_ Ticket = (*Sub)(nil)
+	_ Grower = (*Held)(nil)
 )
 
 // blockKey is what one block serves: quota and max_fill are the ledger's

@@ -130,6 +130,23 @@ func (h *Held) Resize(ctx context.Context, kvTokens int64) error {
 	return nil
 }
 
+// Grow raises the lease's KV tokens to kvTokens, what its engine now holds
+// for the request (an elastic pool's lease; docs/design.md, "Elastic
+// reservations"). The ledger records growth whatever the engine's load, so
+// only a lost lease, a worst_case pool or bad arguments make it fail.
+func (h *Held) Grow(ctx context.Context, kvTokens int64) error {
+	if err := h.Err(); err != nil {
+		return fmt.Errorf("grow: %w", err)
+	}
+	lease := h.Lease()
+	r, err := h.m.l.Grow(ctx, lease.Ref(), kvTokens)
+	if err != nil {
+		return fmt.Errorf("grow lease %s to %d kv tokens: %w", lease.ID, kvTokens, err)
+	}
+	h.m.update(h, func(rw *row) { rw.Lease.KVTokens, rw.Lease.Overgrown = r.Lease.KVTokens, r.Lease.Overgrown })
+	return nil
+}
+
 // remove deletes h's row and returns the lease's local deadline (zero if
 // it was not in the table).
 func (m *Manager) remove(h *Held) time.Time {

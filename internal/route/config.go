@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/flagenv"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -79,12 +80,15 @@ type Config struct {
 	// AdmissionLocal).
 	Admission string
 
-	// Overcommit reserves a learned high quantile of completion lengths
-	// (capped by max_tokens) instead of max_tokens. Off by default: with it
-	// the ledger no longer bounds the engines' worst case.
+	// Overcommit is the retired --overcommit flag: set, Validate refuses
+	// it and names what replaced it (pools[].reserve: elastic).
 	Overcommit bool
-	// OvercommitQuantile is that quantile, in (0, 1) (default 0.95).
-	OvercommitQuantile float64
+	// ReserveQuantile is the completion-length quantile a lease in a warm
+	// elastic pool reserves before it grows, in (0, 1) (default 0.5).
+	ReserveQuantile float64
+	// LearnWindow is how far back the learned completion lengths reach
+	// (default 10m; internal/estimate, learned.go).
+	LearnWindow time.Duration
 	// PromptMargin is how many mean absolute deviations above the
 	// calibrated prompt-token ratio the estimate is taken (default 2).
 	PromptMargin float64
@@ -173,27 +177,28 @@ type Config struct {
 // Defaults returns a Config with every default set.
 func Defaults() Config {
 	return Config{
-		Listen:             "127.0.0.1:8080",
-		Admission:          AdmissionLedger,
-		OvercommitQuantile: 0.95,
-		PromptMargin:       2,
-		PromptTokens:       PromptEstimate,
-		TokenizeTimeout:    2 * time.Second,
-		MaxBodyBytes:       4 << 20,
-		MaxModelLen:        8192,
-		MaxN:               128,
-		AffinityBytes:      256,
-		AffinityBonus:      0.15,
-		QueueDepth:         64,
-		QueueTimeout:       5 * time.Second,
-		AbortGrace:         250 * time.Millisecond,
-		UpstreamTimeout:    10 * time.Minute,
-		ScrapeInterval:     time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		ReadyTimeout:       30 * time.Second,
-		ViewInterval:       250 * time.Millisecond,
-		BlockLeaseIdle:     lease.DefaultBlockIdle,
-		LogLevel:           "info",
+		Listen:          "127.0.0.1:8080",
+		Admission:       AdmissionLedger,
+		ReserveQuantile: 0.5,
+		LearnWindow:     estimate.DefaultLearnedWindow,
+		PromptMargin:    2,
+		PromptTokens:    PromptEstimate,
+		TokenizeTimeout: 2 * time.Second,
+		MaxBodyBytes:    4 << 20,
+		MaxModelLen:     8192,
+		MaxN:            128,
+		AffinityBytes:   256,
+		AffinityBonus:   0.15,
+		QueueDepth:      64,
+		QueueTimeout:    5 * time.Second,
+		AbortGrace:      250 * time.Millisecond,
+		UpstreamTimeout: 10 * time.Minute,
+		ScrapeInterval:  time.Second,
+		ShutdownTimeout: 30 * time.Second,
+		ReadyTimeout:    30 * time.Second,
+		ViewInterval:    250 * time.Millisecond,
+		BlockLeaseIdle:  lease.DefaultBlockIdle,
+		LogLevel:        "info",
 	}
 }
 
@@ -209,8 +214,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<random>); required")
 	fs.StringVar(&c.Admission, "admission", c.Admission, "ledger, or local: the over-admitting BASELINE of today's routers, for comparison only")
-	fs.BoolVar(&c.Overcommit, "overcommit", c.Overcommit, "reserve a learned completion-length quantile instead of max_tokens")
-	fs.Float64Var(&c.OvercommitQuantile, "overcommit-quantile", c.OvercommitQuantile, "completion-length quantile reserved with --overcommit, in (0, 1)")
+	fs.BoolVar(&c.Overcommit, "overcommit", c.Overcommit, "retired: elastic pools (the fleet file's pools[].reserve, the default) reserve the learned completion length and grow")
+	fs.Float64Var(&c.ReserveQuantile, "reserve-quantile", c.ReserveQuantile, "elastic pools: the completion-length quantile a lease reserves before it grows, in (0, 1)")
+	fs.DurationVar(&c.LearnWindow, "learn-window", c.LearnWindow, "elastic pools: how far back the fleet-wide completion lengths are read")
 	fs.Float64Var(&c.PromptMargin, "prompt-margin", c.PromptMargin, "prompt estimate: mean absolute deviations added to the calibrated ratio")
 	fs.StringVar(&c.PromptTokens, "prompt-tokens", c.PromptTokens, "how text prompts are counted before leasing: estimate (bytes/4 × a calibrated ratio), or tokenize (exact, from an engine's POST /tokenize; the estimate if that fails)")
 	fs.DurationVar(&c.TokenizeTimeout, "tokenize-timeout", c.TokenizeTimeout, "--prompt-tokens=tokenize: bound on one /tokenize call, after which the estimate is used")
@@ -287,8 +293,14 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		bad("--listen: must not be empty")
 	}
-	if !(c.OvercommitQuantile > 0 && c.OvercommitQuantile < 1) {
-		bad("--overcommit-quantile = %v: want (0, 1)", c.OvercommitQuantile)
+	if c.Overcommit {
+		bad("--overcommit: retired; pools reserve elastic by default (the fleet file's pools[].reserve): a lease reserves the learned completion length and grows with the output, so the ledger still sees what engines hold")
+	}
+	if !(c.ReserveQuantile > 0 && c.ReserveQuantile < 1) {
+		bad("--reserve-quantile = %v: want (0, 1)", c.ReserveQuantile)
+	}
+	if c.LearnWindow < time.Second {
+		bad("--learn-window = %s: want at least 1s", c.LearnWindow)
 	}
 	if !(c.PromptMargin >= 0 && c.PromptMargin <= 10) {
 		bad("--prompt-margin = %v: want 0..10", c.PromptMargin)

@@ -27,6 +27,8 @@ type metrics struct {
 	tokenize   *prometheus.CounterVec   // pool, reason
 	viewPolls  *prometheus.CounterVec   // pool, result
 	admit      *prometheus.HistogramVec // pool, result
+	grows      *prometheus.CounterVec   // pool, result
+	outErr     *prometheus.HistogramVec // pool
 }
 
 func newMetrics() *metrics {
@@ -61,10 +63,29 @@ func newMetrics() *metrics {
 		viewPolls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fleet_view_polls_total",
 			Help: "Fleet view reads of the ledger's per-engine totals (--view-interval), by result: ok, freed (totals went down: a queued request was woken), error."},
 			[]string{"pool", "result"}),
+		grows: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_grows_total",
+			Help: "Ledger Grow calls of elastic leases as their streamed output passed the reservation, by result: ok, overgrown (the growth took its engine above capacity or its tenant above quota), error (ledger unreachable or lease gone), invalid (refused as malformed, e.g. the pool turned worst_case); after error or invalid the lease grows no more and reconciliation charges the rest."},
+			[]string{"pool", "result"}),
+		outErr: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "completion_estimate_error_ratio",
+			Help:    "Elastic pools: actual completion tokens over the output a lease first reserved, per released request whose engine reported usage (above 1: the lease grew or was unseen until reconciled).",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}}, []string{"pool"}),
 	}
+	m.reg.MustRegister(m.grows, m.outErr)
 	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize, m.viewPolls, m.admit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// registerLearned adds a pool's learned completion length and the releases
+// it is drawn from, read at scrape time.
+func (m *metrics) registerLearned(pool ledger.PoolID, l *estimate.Learned) {
+	labels := prometheus.Labels{"pool": string(pool)}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasehold", Subsystem: "router", Name: "completion_estimate_tokens",
+		Help:        "Elastic pools: the learned completion length a new lease reserves per sequence (the --reserve-quantile of the fleet-wide lengths); 0 while the pool is cold and leases reserve their worst case.",
+		ConstLabels: labels}, func() float64 { t, _ := l.Pool(); return float64(t) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "leasehold", Subsystem: "router", Name: "completion_estimate_samples",
+		Help:        "Elastic pools: the released leases the learned completion length is drawn from.",
+		ConstLabels: labels}, func() float64 { _, n := l.Pool(); return float64(n) }))
 }
 
 // registerMedia adds each pool's reservation per media item, read at

@@ -108,7 +108,13 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if err := checkContext(req, lens.Reserve); err != nil {
 		return out, err
 	}
-	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, r.cfg.Overcommit)
+	// A warm elastic pool reserves the learned completion length and grows;
+	// a cold one, and a worst_case pool, the worst case.
+	var expected int64
+	if p.elastic {
+		expected, _ = p.learned.Expected(tenant)
+	}
+	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, expected)
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}
@@ -134,7 +140,12 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		return out, err
 	}
 	r.met.grants.WithLabelValues(string(req.model)).Inc()
-	status, code := r.dispatch(w, hr, p, req, t)
+	var g *grower
+	if expected > 0 {
+		perSeq := min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)
+		g = newGrower(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, min(perSeq*req.n, ledger.MaxAmount))
+	}
+	status, code := r.dispatch(w, hr, p, req, t, g)
 	out.status, out.code = status, code
 	return out, nil
 }
@@ -300,6 +311,7 @@ type dispatch struct {
 	ctx    context.Context // ends with the client, the upstream timeout, or the lease
 
 	granted  time.Time
+	grow     *grower // elastic leases only
 	usage    ledger.Usage
 	details  *estimate.PromptDetails // the engine's prompt_tokens_details
 	known    bool                    // usage reported by the engine
@@ -310,8 +322,8 @@ type dispatch struct {
 
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
-func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket) (status int, code string) {
-	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now()}
+func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *grower) (status int, code string) {
+	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now(), grow: g}
 	defer d.finish()
 	ctx, cancelTimeout := context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
 	defer cancelTimeout()
@@ -371,7 +383,10 @@ func (d *dispatch) release() {
 	d.p.q.Notify()
 	if d.known {
 		d.p.est.ObserveUsage(d.req.prompt(), d.usage.PromptTokens, d.details)
-		d.p.est.ObserveCompletion(d.usage.CompletionTokens / d.req.n)
+		if g := d.grow; g != nil {
+			first := max(g.first-g.prompt, 1)
+			d.r.met.outErr.WithLabelValues(string(d.req.model)).Observe(float64(d.usage.CompletionTokens) / float64(first))
+		}
 	}
 }
 
@@ -495,6 +510,15 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			}
 			if hasChoices {
 				d.chunks++
+			}
+			if d.grow != nil {
+				out := d.chunks
+				if d.known {
+					out = max(out, d.usage.CompletionTokens)
+				}
+				if res := d.grow.saw(d.ctx, out); res != "" {
+					d.r.met.grows.WithLabelValues(string(d.req.model), res).Inc()
+				}
 			}
 			if keep {
 				if _, werr := w.Write(event.Bytes()); werr != nil {

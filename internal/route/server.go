@@ -93,8 +93,13 @@ type poolRT struct {
 	pool fleet.Pool
 	urls map[ledger.EngineID]string
 	est  *estimate.Estimator
-	q    *waitq.Queue
-	tok  *estimate.PoolTokenizer // --prompt-tokens=tokenize
+	// learned is the fleet-wide completion length, read from the ledger's
+	// counters each fleet-view poll; elastic says leases reserve it and
+	// grow (an elastic pool, ledger admission, no block leases).
+	learned *estimate.Learned
+	elastic bool
+	q       *waitq.Queue
+	tok     *estimate.PoolTokenizer // --prompt-tokens=tokenize
 }
 
 // New checks cfg and builds a Router; Start runs it.
@@ -137,13 +142,18 @@ func New(cfg Config, opts Options) (*Router, error) {
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
 	for _, p := range opts.Fleet.Pools {
-		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, cfg.OvercommitQuantile, p.MediaTokens),
-			q: &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
+		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, p.MediaTokens),
+			learned: estimate.NewLearned(cfg.ReserveQuantile, cfg.LearnWindow, estimate.DefaultMinSamples),
+			elastic: p.Reserve != ledger.ReserveWorstCase && cfg.Admission == AdmissionLedger && cfg.BlockLeaseKV == 0,
+			q:       &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
 		}
 		r.pools[p.Name] = rt
 		r.met.registerMedia(p.Name, rt.est.Media())
+		if rt.elastic {
+			r.met.registerLearned(p.Name, rt.learned)
+		}
 	}
 	return r, nil
 }
@@ -214,6 +224,11 @@ func (r *Router) Start(ctx context.Context) error {
 				},
 				Counted: func(pool ledger.PoolID, result string) {
 					r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
+				},
+				OnStats: func(pool ledger.PoolID, st ledger.PoolStats) {
+					if p := r.pools[pool]; p != nil && p.elastic {
+						p.learned.Update(r.clock.Now(), st.Counters)
+					}
 				}})
 			la.fv.Start()
 		}
