@@ -18,19 +18,21 @@ type Kind string
 
 // Anomaly kinds; see the package documentation.
 const (
-	KindExpiredHolder   Kind = "lease_of_expired_holder"
-	KindDeadlinePassed  Kind = "deadline_passed"
-	KindLeakSuspected   Kind = "leak_suspected"
-	KindUnaccountedLoad Kind = "unaccounted_load"
-	KindStaleTelemetry  Kind = "stale_telemetry"
+	KindExpiredHolder    Kind = "lease_of_expired_holder"
+	KindDeadlinePassed   Kind = "deadline_passed"
+	KindLeakSuspected    Kind = "leak_suspected"
+	KindUnaccountedLoad  Kind = "unaccounted_load"
+	KindStaleTelemetry   Kind = "stale_telemetry"
+	KindCapacityMismatch Kind = "capacity_mismatch"
 )
 
 // Kinds lists every Kind.
-var Kinds = []Kind{KindExpiredHolder, KindDeadlinePassed, KindLeakSuspected, KindUnaccountedLoad, KindStaleTelemetry}
+var Kinds = []Kind{KindExpiredHolder, KindDeadlinePassed, KindLeakSuspected, KindUnaccountedLoad, KindStaleTelemetry, KindCapacityMismatch}
 
 // Lease flags shown in a LeaseRow.
 const (
 	FlagReasserted     = "reasserted"
+	FlagOvergrown      = "overgrown"
 	FlagDeadlinePassed = "deadline_passed"
 	FlagHolderExpired  = "holder_expired"
 )
@@ -333,6 +335,9 @@ func Build(in Input, f ledger.Filter, o Options) Report {
 			if l.Reasserted {
 				row.Flags = append(row.Flags, FlagReasserted)
 			}
+			if l.Overgrown {
+				row.Flags = append(row.Flags, FlagOvergrown)
+			}
 			if now.After(l.Deadline) {
 				row.Flags = append(row.Flags, FlagDeadlinePassed)
 				r.Anomalies = append(r.Anomalies, Anomaly{
@@ -396,6 +401,10 @@ func engineRow(st ledger.PoolStats, e ledger.EngineStats, agedKV int64, scrapes 
 			At: e.ObservedAt, AgeSeconds: seconds(now.Sub(e.ObservedAt)),
 		}
 		row.Drift = &Amount{obs.KVTokensUsed - e.ReservedKV, obs.Running - e.ReservedSlots}
+		if total := obs.KVTokensTotal; total > 0 && total < e.Spec.KVTokens {
+			add(KindCapacityMismatch, "the fleet file configures %d KV tokens; the engine reports a capacity of %d: the ledger admits against %d",
+				e.Spec.KVTokens, total, total)
+		}
 	}
 	if e.Stale {
 		sc, ok := scrapes[telemetry.EngineKey{Pool: st.Pool, Engine: e.Spec.ID}]

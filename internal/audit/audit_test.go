@@ -44,6 +44,7 @@ func engine(id ledger.EngineID, kv, slots int64) ledger.EngineSpec {
 func plantedInput() audit.Input {
 	leaked := lease("p", 1, "e-leak", "router-a", 40000, 4, 5*time.Minute, 20*time.Second)
 	fresh := lease("p", 2, "e-load", "router-a", 1000, 1, 10*time.Second, 25*time.Second)
+	fresh.Overgrown = true
 	late := lease("p", 3, "e-load", "router-a", 500, 1, 40*time.Second, -1500*time.Millisecond)
 	orphan := lease("p", 4, "e-stale", "router-b", 2000, 2, 15*time.Second, 15*time.Second)
 	orphan.Tenant = "beta"
@@ -58,7 +59,7 @@ func plantedInput() audit.Input {
 		Pool: "p", Epoch: 1000, Now: t0, CapacityKV: 310000, CapacitySlots: 160, LiveHolders: 1, Leases: 5,
 		Engines: []ledger.EngineStats{
 			{Spec: engine("e-leak", 100000, 64), ReservedKV: 40000, ReservedSlots: 4, Leases: 1,
-				LastObservation: ledger.Observation{KVTokensUsed: 2000, Running: 4}, ObservedAt: t0.Add(-time.Second)},
+				LastObservation: ledger.Observation{KVTokensUsed: 2000, KVTokensTotal: 80000, Running: 4}, ObservedAt: t0.Add(-time.Second)},
 			{Spec: engine("e-load", 50000, 32), ReservedKV: 1500, ReservedSlots: 2, Leases: 2, CorrectionKV: 18500, CorrectionSlots: 7,
 				OrphanKV: 6000, OrphanSlots: 1, OrphanUntil: t0.Add(3 * time.Second),
 				LastObservation: ledger.Observation{KVTokensUsed: 20000, Running: 9, Waiting: 3}, ObservedAt: t0.Add(-2 * time.Second)},
@@ -141,11 +142,12 @@ func TestBuildPlantsEveryKind(t *testing.T) {
 		got[a.Kind] = append(got[a.Kind], string(a.Engine)+"/"+string(a.Lease))
 	}
 	want := map[audit.Kind][]string{
-		audit.KindExpiredHolder:   {"e-stale/3e8-4"},
-		audit.KindDeadlinePassed:  {"e-load/3e8-3"},
-		audit.KindLeakSuspected:   {"e-leak/"},
-		audit.KindUnaccountedLoad: {"e-load/"},
-		audit.KindStaleTelemetry:  {"e-never/", "e-stale/"},
+		audit.KindExpiredHolder:    {"e-stale/3e8-4"},
+		audit.KindDeadlinePassed:   {"e-load/3e8-3"},
+		audit.KindLeakSuspected:    {"e-leak/"},
+		audit.KindUnaccountedLoad:  {"e-load/"},
+		audit.KindStaleTelemetry:   {"e-never/", "e-stale/"},
+		audit.KindCapacityMismatch: {"e-leak/"},
 	}
 	for _, k := range audit.Kinds {
 		if !slices.Equal(got[k], want[k]) {

@@ -28,6 +28,9 @@
 //	                         capacity): load admitted around the ledger.
 //	stale_telemetry          the ledger counts the engine's telemetry as
 //	                         stale (or the reconciler's last scrapes failed).
+//	capacity_mismatch        the engine's last observation reports less KV
+//	                         capacity than the fleet file configures: the
+//	                         ledger admits against the engine's figure.
 //
 // Every age and time-to-deadline is computed against the pool's ledger
 // clock (PoolStats.Now), never the caller's.

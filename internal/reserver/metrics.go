@@ -36,6 +36,7 @@ type metrics struct {
 	applies      *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
 	swept        *prometheus.CounterVec
+	capMismatch  *prometheus.GaugeVec
 }
 
 func newMetrics(r ledger.Ledger, log *slog.Logger) *metrics {
@@ -54,6 +55,10 @@ func newMetrics(r ledger.Ledger, log *slog.Logger) *metrics {
 			Namespace: namespace, Subsystem: "reserver", Name: "fleet_applies_total",
 			Help: "Configure calls applying the fleet file to a pool, by result (ok, error, pending: capacity not yet known).",
 		}, []string{"pool", "result"}),
+		capMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "reconcile", Name: "capacity_mismatch_kv_tokens",
+			Help: "KV tokens the fleet file claims for an engine beyond the capacity the engine's own metrics report (0: none). The ledger admits against the smaller figure; the audit flags capacity_mismatch.",
+		}, []string{"pool", "engine"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "reserver", Name: "fleet_reloads_total",
 			Help: "Fleet file reloads (SIGHUP), by result.",
@@ -63,7 +68,7 @@ func newMetrics(r ledger.Ledger, log *slog.Logger) *metrics {
 			Help: "Leases removed by this reserver's periodic sweeps, by kind (expired, revoked).",
 		}, []string{"pool", "kind"}),
 	}
-	m.reg.MustRegister(m.rpcDuration, m.scrapeErrors, m.applies, m.reloads, m.swept,
+	m.reg.MustRegister(m.rpcDuration, m.scrapeErrors, m.applies, m.reloads, m.swept, m.capMismatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newLedgerCollector(r, log))
 	for _, res := range []string{"ok", "error"} {

@@ -41,10 +41,11 @@ type fleetState struct {
 	mu          sync.Mutex
 	rec         *telemetry.Reconciler // nil when no engine is scraped
 	lastAttempt map[telemetry.EngineKey]time.Time
+	mismatch    map[telemetry.EngineKey]int64 // last capacity gap logged
 }
 
 func newFleetState(r *Reserver, fl *fleet.Fleet) (*fleetState, error) {
-	fs := &fleetState{r: r, lastAttempt: map[telemetry.EngineKey]time.Time{}}
+	fs := &fleetState{r: r, lastAttempt: map[telemetry.EngineKey]time.Time{}, mismatch: map[telemetry.EngineKey]int64{}}
 	fs.ap = fleetapply.New(fleetapply.Config{
 		Fleet: fl, Ledger: r.ledger, Log: r.log,
 		Counted: func(pool ledger.PoolID, result string) {
@@ -85,6 +86,9 @@ func (o observer) Observe(ctx context.Context, obs ledger.Observation) (ledger.O
 	res, err := o.fs.r.ledger.Observe(ctx, obs)
 	unknownPool, unknownEngine := errors.Is(err, ledger.ErrUnknownPool), errors.Is(err, ledger.ErrUnknownEngine)
 	if !unknownPool && !unknownEngine {
+		if err == nil && res.Applied {
+			o.fs.checkCapacity(obs)
+		}
 		return res, err
 	}
 	spec, applied := o.fs.ap.Applied(obs.Pool)
@@ -96,6 +100,33 @@ func (o observer) Observe(ctx context.Context, obs ledger.Observation) (ledger.O
 	}
 	o.fs.ap.Kick()
 	return res, err
+}
+
+// checkCapacity compares an engine's reported KV capacity with what its
+// pool's applied spec configures: a fleet file that claims more is logged
+// when the gap appears or changes, and exported as a gauge (docs/design.md,
+// "Capacity truth"). The ledger already admits against the smaller figure.
+func (fs *fleetState) checkCapacity(obs ledger.Observation) {
+	spec, ok := fs.ap.Applied(obs.Pool)
+	if !ok || obs.KVTokensTotal <= 0 {
+		return
+	}
+	i := slices.IndexFunc(spec.Engines, func(e ledger.EngineSpec) bool { return e.ID == obs.Engine })
+	if i < 0 {
+		return
+	}
+	gauge := fs.r.metrics.capMismatch.WithLabelValues(string(obs.Pool), string(obs.Engine))
+	gap := max(spec.Engines[i].KVTokens-obs.KVTokensTotal, 0)
+	key := telemetry.EngineKey{Pool: obs.Pool, Engine: obs.Engine}
+	fs.mu.Lock()
+	prev := fs.mismatch[key]
+	fs.mismatch[key] = gap
+	fs.mu.Unlock()
+	gauge.Set(float64(gap))
+	if gap > 0 && gap != prev {
+		fs.r.log.Warn("engine reports less KV capacity than the fleet file configures; admitting against the engine's figure",
+			"pool", obs.Pool, "engine", obs.Engine, "configured_kv_tokens", spec.Engines[i].KVTokens, "reported_kv_tokens", obs.KVTokensTotal)
+	}
 }
 
 // startup applies the fleet; when a pool or engine waits for discovered
