@@ -53,7 +53,7 @@ func TestMediaPartsCounted(t *testing.T) {
 	if r.promptBytes != text.promptBytes {
 		t.Errorf("prompt bytes %d with media, %d without: media payloads must not count as text", r.promptBytes, text.promptBytes)
 	}
-	e := estimate.NewEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
+	e := estimate.NewEstimator(2, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
 	if got, want := e.PromptTokens(r.prompt())-e.PromptTokens(text.prompt()), int64(2*1000+300+5000); got != want {
 		t.Errorf("media add %d tokens to the estimate, want %d", got, want)
 	}
@@ -95,7 +95,7 @@ func ptr(v int64) *int64 { return &v }
 // prompt_tokens_details, else from what the text did not take. Requests
 // with media never move the text ratio, except by their reported text.
 func TestMediaLearnsFromUsage(t *testing.T) {
-	e := estimate.NewEstimator(2, 0.95, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
+	e := estimate.NewEstimator(2, fleet.MediaTokens{Image: 1000, Audio: 300, Video: 5000})
 	text := parseChat(t, chatWith())
 	for range 20 {
 		e.ObserveUsage(text.prompt(), 12, nil)

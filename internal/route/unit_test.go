@@ -149,7 +149,7 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("%d %s items in a %v request: %q", c, estimate.KindNames[k], map[bool]string{true: "chat", false: "completions"}[chat], body)
 			}
 		}
-		kv, slots, _ := estimate.NewEstimator(2, 0.95, fleet.DefaultMediaTokens).Demand(r.prompt(), 2048, false)
+		kv, slots, _ := estimate.NewEstimator(2, fleet.DefaultMediaTokens).Demand(r.prompt(), 2048, 0)
 		if kv < 1 || kv > 2048*16 || slots != r.n {
 			t.Fatalf("demand kv %d slots %d for %+v", kv, slots, r)
 		}
