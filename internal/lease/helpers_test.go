@@ -147,6 +147,13 @@ func (f *faultLedger) Resize(ctx context.Context, r ledger.LeaseRef, kv int64) (
 	return f.l().Resize(ctx, r, kv)
 }
 
+func (f *faultLedger) Grow(ctx context.Context, r ledger.LeaseRef, kv int64) (ledger.Renewal, error) {
+	if err := f.gate(ctx); err != nil {
+		return ledger.Renewal{}, err
+	}
+	return f.l().Grow(ctx, r, kv)
+}
+
 func (f *faultLedger) Release(ctx context.Context, r ledger.LeaseRef, u ledger.Usage) (ledger.Released, error) {
 	f.releases.Add(1)
 	if err := f.gate(ctx); err != nil {
