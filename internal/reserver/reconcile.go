@@ -104,8 +104,9 @@ func (o observer) Observe(ctx context.Context, obs ledger.Observation) (ledger.O
 
 // checkCapacity compares an engine's reported KV capacity with what its
 // pool's applied spec configures: a fleet file that claims more is logged
-// when the gap appears or changes, and exported as a gauge (docs/design.md,
-// "Capacity truth"). The ledger already admits against the smaller figure.
+// when the gap appears or changes, and exported as a gauge
+// (docs/design.md, "Capacity truth"). The ledger already admits against the
+// smaller figure.
 func (fs *fleetState) checkCapacity(obs ledger.Observation) {
 	spec, ok := fs.ap.Applied(obs.Pool)
 	if !ok || obs.KVTokensTotal <= 0 {
