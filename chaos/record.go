@@ -158,39 +158,33 @@ func (r *recorder) write(v any) {
 	_, _ = r.w.Write(append(b, '\n'))
 }
 
-// record appends e to one of r's event lists and writes it to the log, under
-// r.mu so the list and the log keep the same order.
-func record[T any](r *recorder, list *[]T, e T) {
+// event is a logged event type; stamp sets its "type".
+type event interface{ stamp() }
+
+func (e *RequestEvent) stamp() { e.Type = "request" }
+func (e *FaultEvent) stamp()   { e.Type = "fault" }
+func (e *EngineSample) stamp() { e.Type = "engine" }
+func (e *AuditSample) stamp()  { e.Type = "audit" }
+func (e *ReclaimEvent) stamp() { e.Type = "reclaim" }
+
+// record stamps e, appends it to one of r's event lists and writes it to
+// the log, under r.mu so the list and the log keep the same order.
+func record[T any, P interface {
+	*T
+	event
+}](r *recorder, list *[]T, e T) {
+	P(&e).stamp()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	*list = append(*list, e)
 	r.write(e)
 }
 
-func (r *recorder) request(e RequestEvent) {
-	e.Type = "request"
-	record(r, &r.requests, e)
-}
-
-func (r *recorder) fault(e FaultEvent) {
-	e.Type = "fault"
-	record(r, &r.faults, e)
-}
-
-func (r *recorder) engine(e EngineSample) {
-	e.Type = "engine"
-	record(r, &r.engines, e)
-}
-
-func (r *recorder) audit(e AuditSample) {
-	e.Type = "audit"
-	record(r, &r.audits, e)
-}
-
-func (r *recorder) reclaim(e ReclaimEvent) {
-	e.Type = "reclaim"
-	record(r, &r.reclaims, e)
-}
+func (r *recorder) request(e RequestEvent) { record(r, &r.requests, e) }
+func (r *recorder) fault(e FaultEvent)     { record(r, &r.faults, e) }
+func (r *recorder) engine(e EngineSample)  { record(r, &r.engines, e) }
+func (r *recorder) audit(e AuditSample)    { record(r, &r.audits, e) }
+func (r *recorder) reclaim(e ReclaimEvent) { record(r, &r.reclaims, e) }
 
 func (r *recorder) close() error {
 	r.mu.Lock()
@@ -210,20 +204,10 @@ func (c *cluster) sampleEngines(ctx context.Context, rec *recorder) []EngineSamp
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var st struct {
-				AdmittedDemand   int64 `json:"admitted_demand_tokens"`
-				AcceptedSeqs     int   `json:"accepted_sequences"`
-				KVCapacity       int64 `json:"kv_capacity_tokens"`
-				Slots            int   `json:"slots"`
-				PeakDemand       int64 `json:"peak_admitted_demand_tokens"`
-				PeakAcceptedSeqs int   `json:"peak_accepted_sequences"`
-			}
+			// /admin/stats names its fields as EngineSample does.
 			s := EngineSample{Engine: e.id}
-			if err := getJSON(ctx, "http://"+e.addr+"/admin/stats", "", &st); err != nil {
-				s.Err = err.Error()
-			} else {
-				s.AdmittedDemand, s.AcceptedSeqs, s.KVCapacity, s.Slots = st.AdmittedDemand, st.AcceptedSeqs, st.KVCapacity, st.Slots
-				s.PeakDemand, s.PeakAcceptedSeqs = st.PeakDemand, st.PeakAcceptedSeqs
+			if err := getJSON(ctx, "http://"+e.addr+"/admin/stats", "", &s); err != nil {
+				s = EngineSample{Engine: e.id, Err: err.Error()}
 			}
 			s.T = rec.now()
 			out[i] = s
@@ -320,6 +304,13 @@ func ReadEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines 
 		return
 	}
 	defer f.Close()
+	decode := map[string]func(line []byte) error{
+		"request": func(line []byte) error { return appendJSON(line, &reqs) },
+		"fault":   func(line []byte) error { return appendJSON(line, &faults) },
+		"engine":  func(line []byte) error { return appendJSON(line, &engines) },
+		"audit":   func(line []byte) error { return appendJSON(line, &audits) },
+		"reclaim": func(line []byte) error { return appendJSON(line, &reclaims) },
+	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -330,32 +321,20 @@ func ReadEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines 
 		if err = json.Unmarshal(line, &head); err != nil {
 			return
 		}
-		switch head.Type {
-		case "request":
-			var e RequestEvent
-			err = json.Unmarshal(line, &e)
-			reqs = append(reqs, e)
-		case "fault":
-			var e FaultEvent
-			err = json.Unmarshal(line, &e)
-			faults = append(faults, e)
-		case "engine":
-			var e EngineSample
-			err = json.Unmarshal(line, &e)
-			engines = append(engines, e)
-		case "audit":
-			var e AuditSample
-			err = json.Unmarshal(line, &e)
-			audits = append(audits, e)
-		case "reclaim":
-			var e ReclaimEvent
-			err = json.Unmarshal(line, &e)
-			reclaims = append(reclaims, e)
-		}
-		if err != nil {
-			return
+		if d, ok := decode[head.Type]; ok {
+			if err = d(line); err != nil {
+				return
+			}
 		}
 	}
 	err = sc.Err()
 	return
+}
+
+// appendJSON decodes line as one T onto list.
+func appendJSON[T any](line []byte, list *[]T) error {
+	var e T
+	err := json.Unmarshal(line, &e)
+	*list = append(*list, e)
+	return err
 }

@@ -12,15 +12,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/reserver"
 )
 
@@ -40,16 +38,10 @@ func main() {
 
 func serve() int {
 	cfg, err := reserver.ParseServeFlags(os.Args[1:], os.LookupEnv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "reserver:", err)
-		return 2
+		return cli.ParseFailed(os.Stderr, "reserver", err)
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.Logger(os.Stderr, cfg.LogLevel)
 
 	// Subscribe before starting so no signal is missed.
 	sigC := make(chan os.Signal, 4)
@@ -84,12 +76,5 @@ wait:
 			break wait
 		}
 	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
-	defer cancel()
-	if err := r.Shutdown(sctx); err != nil {
-		log.Error("shutdown", "err", err)
-		code = 1
-	}
-	log.Info("stopped")
-	return code
+	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
 }

@@ -57,7 +57,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,6 +66,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/cli"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
@@ -77,16 +77,10 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	cfg, err := route.ParseFlags(os.Args[1:], os.LookupEnv, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
-		return 2
+		return cli.ParseFailed(os.Stderr, "router", err)
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("router", cfg.ID)
+	log := cli.Logger(os.Stderr, cfg.LogLevel).With("router", cfg.ID)
 
 	f, err := fleet.Load(cfg.FleetFile)
 	if err != nil {
@@ -136,14 +130,7 @@ func run() int {
 		log.Error("server failed; shutting down", "err", err)
 		code = 1
 	}
-	sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
-	defer cancel()
-	if err := r.Shutdown(sctx); err != nil {
-		log.Error("shutdown", "err", err)
-		code = 1
-	}
-	log.Info("stopped")
-	return code
+	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
 }
 
 // debugServer is the --debug-listen profiler; run owns it and stops it

@@ -7,8 +7,9 @@ import (
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
-func Example() {
-	f, err := fleet.Parse([]byte(`
+// exampleFleet is one pool of two engines, gpu-1 without a configured
+// capacity, and one tenant.
+const exampleFleet = `
 pools:
   - name: llama-3-70b
     engines:
@@ -19,7 +20,10 @@ tenants:
 priorities:
   - {name: interactive, max_fill: 0.95}
   - {name: batch, max_fill: 0.70}
-`))
+`
+
+func Example() {
+	f, err := fleet.Parse([]byte(exampleFleet))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -45,15 +49,7 @@ priorities:
 }
 
 func ExampleFleet_PartialPoolSpec() {
-	f, err := fleet.Parse([]byte(`
-pools:
-  - name: llama-3-70b
-    engines:
-      - {id: gpu-0, url: "http://127.0.0.1:9001", kv_tokens: 400000, slots: 256}
-      - {id: gpu-1, url: "http://127.0.0.1:9002", slots: 256}   # capacity from metrics
-tenants:
-  - {name: acme, api_keys: ["sk-acme-1"], kv_share: 0.5}
-`))
+	f, err := fleet.Parse([]byte(exampleFleet))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,15 +14,16 @@ import (
 
 	"github.com/leasehold/leasehold/internal/enginesim"
 	"github.com/leasehold/leasehold/internal/fleet"
-	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
-	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
 // The applier tests run an in-process Router on a real Redis ledger in
 // front of two in-process simulated engines on loopback. gpu-1's /metrics
 // can be held back (503) to play an engine whose capacity is not known yet.
+
+// applySim is each engine of the applier tests.
+var applySim = enginesim.Config{Model: "m", KVTokens: 4096, Slots: 16, Speed: 50, OutputTokens: 4, MaxModelLen: 2048}
 
 const applyFleetTail = `tenants:
   - {name: acme, api_keys: ["sk-acme"], kv_share: 1}
@@ -50,27 +50,17 @@ func newApplyEnv(t *testing.T, gpu1KV int, onlyGPU1 bool) *applyEnv {
 	t.Helper()
 	e := &applyEnv{t: t, client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}}
 	t.Cleanup(e.client.CloseIdleConnections)
-	var urls []string
-	for i := range 2 {
-		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: 4096, Slots: 16, Speed: 50, OutputTokens: 4, MaxModelLen: 2048})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := eng.Handler()
-		if i == 1 {
-			h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/metrics" && !e.metrics.Load() {
-					http.Error(w, "metrics not up yet", http.StatusServiceUnavailable)
-					return
-				}
-				eng.Handler().ServeHTTP(w, r)
-			})
-		}
-		srv := httptest.NewServer(h)
-		t.Cleanup(func() { eng.Close(); srv.Close() })
-		urls = append(urls, srv.URL)
-	}
-	e.eng1 = urls[1]
+	_, url0 := serveSim(t, applySim, nil)
+	_, e.eng1 = serveSim(t, applySim, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/metrics" && !e.metrics.Load() {
+				http.Error(w, "metrics not up yet", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	urls := []string{url0, e.eng1}
 	gpu1 := fmt.Sprintf("{id: gpu-1, url: %q, slots: 16}", urls[1])
 	if gpu1KV > 0 {
 		gpu1 = fmt.Sprintf("{id: gpu-1, url: %q, kv_tokens: %d, slots: 16, stale_after: 0s}", urls[1], gpu1KV)
@@ -84,18 +74,10 @@ func newApplyEnv(t *testing.T, gpu1KV int, onlyGPU1 bool) *applyEnv {
 	if err != nil {
 		t.Fatalf("fleet: %v\n%s", err, yaml)
 	}
-	e.rs = redisserver.Start(t)
-	l, err := lhredis.Open(e.rs.URL(), lhredis.Options{Options: f.Lease.LedgerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	e.l = l
+	e.rs, e.l = redisLedger(t, f)
 	cfg := Defaults()
 	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger, cfg.MaxModelLen = "127.0.0.1:0", "apply", "fleet.yaml", e.rs.URL(), 2048
-	e.r, err = New(cfg, Options{Fleet: f, Ledger: l, LeaseConfig: func(c *lease.Config) {
-		c.CallTimeout, c.ReleaseTimeout = 300*time.Millisecond, 300*time.Millisecond
-	}})
+	e.r, err = New(cfg, Options{Fleet: f, Ledger: e.l, LeaseConfig: callTimeouts(300 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package route
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -21,13 +20,8 @@ func startSim(t *testing.T, cfg enginesim.Config) string {
 		cfg.Model = "m"
 	}
 	cfg.Speed, cfg.OutputTokens = 1, 2000
-	eng, err := enginesim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(eng.Handler())
-	t.Cleanup(func() { eng.Close(); srv.Close() })
-	return srv.URL
+	_, url := serveSim(t, cfg, nil)
+	return url
 }
 
 // Each pool's context length comes from the fleet file or its engines

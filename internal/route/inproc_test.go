@@ -59,14 +59,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n%s    engines:\n", o.retryAfter, o.pool)
 	for i := range o.engines {
-		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(eng.Handler())
-		t.Cleanup(func() { eng.Close(); srv.Close() })
+		eng, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media}, nil)
 		h.engines = append(h.engines, eng)
-		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}\n", i, srv.URL, o.kv, o.slots)
+		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}\n", i, url, o.kv, o.slots)
 	}
 	b.WriteString(o.extra)
 	f, err := fleet.Parse([]byte(b.String()))
@@ -74,13 +69,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		t.Fatalf("fleet: %v\n%s", err, b.String())
 	}
 	h.fleet = f
-	h.rs = redisserver.Start(t)
-	l, err := lhredis.Open(h.rs.URL(), lhredis.Options{Options: f.Lease.LedgerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	h.l = l
+	h.rs, h.l = redisLedger(t, f)
 	cfg := Defaults()
 	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger = "127.0.0.1:0", "test", "fleet.yaml", h.rs.URL()
 	cfg.MaxModelLen = 2048
@@ -88,12 +77,47 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		o.cfg(&cfg)
 	}
 	t.Cleanup(h.client.CloseIdleConnections)
-	r := startRouter(t, cfg, Options{Fleet: f, Ledger: l, LeaseConfig: func(c *lease.Config) {
-		c.CallTimeout, c.ReleaseTimeout = 300*time.Millisecond, 300*time.Millisecond
-	}})
+	r := startRouter(t, cfg, Options{Fleet: f, Ledger: h.l, LeaseConfig: callTimeouts(300 * time.Millisecond)})
 	h.r, h.url = r, "http://"+r.Addr()
 	waitHTTP(t, h.url+"/readyz", 10*time.Second)
 	return h
+}
+
+// serveSim runs an in-process simulated engine behind a loopback HTTP
+// server until the test ends; wrap, when set, stands in front of the
+// engine's handler. It returns the engine and the server's URL.
+func serveSim(t testing.TB, cfg enginesim.Config, wrap func(http.Handler) http.Handler) (*enginesim.Engine, string) {
+	t.Helper()
+	eng, err := enginesim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := eng.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { eng.Close(); srv.Close() })
+	return eng, srv.URL
+}
+
+// redisLedger starts a Redis and opens a ledger on it with f's lease
+// options; both end with the test.
+func redisLedger(t testing.TB, f *fleet.Fleet) (*redisserver.Server, ledger.Ledger) {
+	t.Helper()
+	rs := redisserver.Start(t)
+	l, err := lhredis.Open(rs.URL(), lhredis.Options{Options: f.Lease.LedgerOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return rs, l
+}
+
+// callTimeouts is an Options.LeaseConfig that bounds each ledger call and
+// each release at d.
+func callTimeouts(d time.Duration) func(*lease.Config) {
+	return func(c *lease.Config) { c.CallTimeout, c.ReleaseTimeout = d, d }
 }
 
 func (h *harness) stats() ledger.PoolStats {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -20,14 +19,9 @@ import (
 // sessions share the fake clock) waits out a one-hour --queue-timeout as
 // soon as the fake clock is advanced by an hour, and not before.
 func TestQueueTimeoutFollowsRouterClock(t *testing.T) {
-	eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: 4096, Slots: 1, Speed: 1, OutputTokens: 2000, MaxModelLen: 2048})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(eng.Handler())
-	t.Cleanup(func() { eng.Close(); srv.Close() })
+	_, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: 4096, Slots: 1, Speed: 1, OutputTokens: 2000, MaxModelLen: 2048}, nil)
 	f, err := fleet.Parse(fmt.Appendf(nil, "pools:\n  - name: m\n    retry_after: 200ms\n    engines:\n"+
-		"      - {id: gpu-0, url: %q, kv_tokens: 4096, slots: 1, stale_after: 0s}\n%s", srv.URL, tenants))
+		"      - {id: gpu-0, url: %q, kv_tokens: 4096, slots: 1, stale_after: 0s}\n%s", url, tenants))
 	if err != nil {
 		t.Fatal(err)
 	}

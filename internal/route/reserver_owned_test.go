@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/enginesim"
 	"github.com/leasehold/leasehold/internal/fleet"
-	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
@@ -27,13 +24,8 @@ import (
 func TestApplyReserverOwnsConfiguration(t *testing.T) {
 	var urls []string
 	for range 2 {
-		eng, err := enginesim.New(enginesim.Config{Model: "m", KVTokens: 4096, Slots: 16, Speed: 50, OutputTokens: 4, MaxModelLen: 2048})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(eng.Handler())
-		t.Cleanup(func() { eng.Close(); srv.Close() })
-		urls = append(urls, srv.URL)
+		_, url := serveSim(t, applySim, nil)
+		urls = append(urls, url)
 	}
 	yaml := fmt.Sprintf("pools:\n  - name: m\n    retry_after: 200ms\n    engines:\n"+
 		"      - {id: gpu-0, url: %q, kv_tokens: 4096, slots: 16, stale_after: 0s}\n"+
@@ -74,9 +66,7 @@ func TestApplyReserverOwnsConfiguration(t *testing.T) {
 	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger, cfg.MaxModelLen = "127.0.0.1:0", "r1", "fleet.yaml", target, 2048
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	r := startRouter(t, cfg, Options{Fleet: f, Ledger: rl, LeaseConfig: func(c *lease.Config) {
-		c.CallTimeout, c.ReleaseTimeout = 2*time.Second, 2*time.Second
-	}})
+	r := startRouter(t, cfg, Options{Fleet: f, Ledger: rl, LeaseConfig: callTimeouts(2 * time.Second)})
 	url := "http://" + r.Addr()
 
 	// Before the pool is configured: not ready, and it stays so.
