@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // checks maps each check name to its function. A name not listed is judged
@@ -37,14 +39,20 @@ func (ev *evidence) check(name string) Verdict {
 	return v
 }
 
-// checkNoOverCapacity: no engine admitted more KV tokens or sequences than
-// its capacity (its own peak, from /admin/stats).
+// checkNoOverCapacity: no engine admitted more sequences than its slots,
+// nor, in a worst_case pool, more KV tokens (prompt + max_tokens) than its
+// capacity; in an elastic pool no engine's requests really held more KV
+// than its capacity (actual demand) and none was preempted. The figures
+// are the engines' own (/admin/stats).
 func (ev *evidence) checkNoOverCapacity() Verdict {
 	v := Verdict{}
 	peaks := enginePeaks(ev.engines)
 	if len(peaks) == 0 {
 		v.Figure, v.Detail = "no sample", "no engine sample answered"
 		return v
+	}
+	if ev.sc.Topology.Reserve != string(ledger.ReserveWorstCase) {
+		return ev.checkElasticCapacity(peaks)
 	}
 	worst := peaks[0]
 	v.Pass = true
@@ -58,6 +66,26 @@ func (ev *evidence) checkNoOverCapacity() Verdict {
 		}
 	}
 	v.Figure = fmt.Sprintf("peak %.2f KV, %.2f slots (%s)", worst.KVRatio, worst.SlotRatio, worst.Engine)
+	return v
+}
+
+// checkElasticCapacity is checkNoOverCapacity for an elastic pool.
+func (ev *evidence) checkElasticCapacity(peaks []EnginePeak) Verdict {
+	v := Verdict{Pass: true}
+	worst := peaks[0]
+	var preempted int64
+	for _, p := range peaks {
+		if max(p.ActualRatio, p.SlotRatio) > max(worst.ActualRatio, worst.SlotRatio) {
+			worst = p
+		}
+		preempted += p.Preemptions
+		if p.PeakActual > p.KVCapacity || p.PeakSeqs > p.Slots || p.Preemptions > 0 {
+			v.Pass = false
+			v.Detail += fmt.Sprintf("%s: requests held %d/%d KV tokens, %d/%d sequences, %d preemptions; ",
+				p.Engine, p.PeakActual, p.KVCapacity, p.PeakSeqs, p.Slots, p.Preemptions)
+		}
+	}
+	v.Figure = fmt.Sprintf("peak %.2f actual KV, %.2f slots (%s), %d preemptions", worst.ActualRatio, worst.SlotRatio, worst.Engine, preempted)
 	return v
 }
 

@@ -21,7 +21,10 @@ import (
 // session_ttl by Parse).
 func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	t := c.sc.Topology
-	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens}
+	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens, Reserve: ledger.ReserveMode(t.Reserve)}
+	if pool.Reserve == ledger.ReserveElastic {
+		pool.GrowthHeadroom = fleet.DefaultGrowthHeadroom
+	}
 	groupOf := func(i int) EngineGroup {
 		for _, g := range t.Engines {
 			if i < g.Count {

@@ -65,7 +65,13 @@ type EngineSample struct {
 	Slots            int     `json:"slots"`
 	PeakDemand       int64   `json:"peak_admitted_demand_tokens"`
 	PeakAcceptedSeqs int     `json:"peak_accepted_sequences"`
-	Err              string  `json:"err,omitempty"`
+	// Actual demand: Σ prompt + tokens generated so far over accepted,
+	// unfinished sequences, what an elastic reservation protects.
+	ActualDemand int64  `json:"actual_demand_tokens"`
+	PeakActual   int64  `json:"peak_actual_demand_tokens"`
+	Preemptions  int64  `json:"preemptions"`
+	Generated    int64  `json:"generation_tokens"`
+	Err          string `json:"err,omitempty"`
 }
 
 // AuditSample is the reserver audit at T.

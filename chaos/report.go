@@ -13,6 +13,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 func passWord(ok bool) string {
@@ -65,6 +67,9 @@ func writeCompare(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n%s  %s  (ledger %s, seed %d, %.1fs)  run dir %s\n", passWord(res.Pass), res.Scenario, res.Ledger, res.Seed, res.Seconds, res.RunDir)
 	fmt.Fprintln(w, "peak admitted / capacity on the worst engine, as the engines counted it (KV tokens, sequences);")
 	fmt.Fprintln(w, "LOCAL: --admission=local, each router admits from its own snapshot; LEDGER: every request reserved first")
+	if res.Reserve != string(ledger.ReserveWorstCase) {
+		fmt.Fprintln(w, "elastic pool: LEDGER KV is the KV its requests really held (actual demand; OVER also on any preemption); TOK/S: engines' output tokens per second")
+	}
 	byN := map[int]map[string]CompareRow{}
 	var ns []int
 	var adms []string
@@ -83,7 +88,7 @@ func writeCompare(w io.Writer, res *Result) {
 	head := "ROUTERS\t"
 	for _, a := range adms {
 		name := strings.ToUpper(a)
-		head += fmt.Sprintf("%s KV\t%s SLOTS\t%s OK/REJ\t", name, name, name)
+		head += fmt.Sprintf("%s KV\t%s SLOTS\t%s OK/REJ\t%s TOK/S\t", name, name, name, name)
 	}
 	fmt.Fprintln(tw, head)
 	for _, n := range ns {
@@ -92,15 +97,15 @@ func writeCompare(w io.Writer, res *Result) {
 			r, ok := byN[n][a]
 			switch {
 			case !ok:
-				line += "-\t-\t-\t"
+				line += "-\t-\t-\t-\t"
 			case r.Error != "":
-				line += "error\terror\t-\t"
+				line += "error\terror\t-\t-\t"
 			default:
 				mark := ""
 				if r.Over {
 					mark = " OVER"
 				}
-				line += fmt.Sprintf("%.2f%s\t%.2f\t%d/%d\t", r.KVRatio, mark, r.SlotRatio, r.Completed, r.Rejected)
+				line += fmt.Sprintf("%.2f%s\t%.2f\t%d/%d\t%.0f\t", r.KVRatio, mark, r.SlotRatio, r.Completed, r.Rejected, r.Goodput)
 			}
 		}
 		fmt.Fprintln(tw, line)

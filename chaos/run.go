@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Options are a run's settings that are not part of the scenario.
@@ -54,6 +56,7 @@ type Result struct {
 	Ledger   string    `json:"ledger"`
 	Routers  int       `json:"routers"`
 	Admin    string    `json:"admission"`
+	Reserve  string    `json:"reserve"`
 	Seed     uint64    `json:"seed"`
 	Short    bool      `json:"short"`
 	RunDir   string    `json:"run_dir"`
@@ -78,8 +81,14 @@ type CompareRow struct {
 	Completed int     `json:"completed"`
 	Rejected  int     `json:"rejected"`
 	Over      bool    `json:"over_capacity"`
-	RunDir    string  `json:"run_dir"`
-	Error     string  `json:"error,omitempty"`
+	// Actual marks a row judged on actual demand (ledger admission in an
+	// elastic pool): KVRatio is then the KV requests really held.
+	Actual      bool  `json:"actual_demand"`
+	Preemptions int64 `json:"preemptions"`
+	// Goodput is the engines' generated tokens per second.
+	Goodput float64 `json:"output_tokens_per_second"`
+	RunDir  string  `json:"run_dir"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // Prepare applies opts' overrides to sc and validates the result.
@@ -186,7 +195,7 @@ func Replay(ctx context.Context, runDir string, opts Options) (*Result, error) {
 
 // runCompare runs every (admission, routers) variant with the same load.
 func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Result, error) {
-	res := &Result{Scenario: s.Name, Ledger: s.Topology.Ledger, Seed: s.Workload.Seed, RunDir: dir, Started: time.Now()}
+	res := &Result{Scenario: s.Name, Ledger: s.Topology.Ledger, Reserve: s.Topology.Reserve, Seed: s.Workload.Seed, RunDir: dir, Started: time.Now()}
 	maxLocal, maxLedger := -1.0, -1.0
 	var errs []string
 	for _, adm := range s.Compare.Admission {
@@ -212,12 +221,25 @@ func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Re
 				row.Error = err.Error()
 				errs = append(errs, v.Name+": "+err.Error())
 			} else {
+				row.Actual = adm == AdmissionLedger && v.Topology.Reserve != string(ledger.ReserveWorstCase)
+				var generated int64
+				var secs float64
 				for _, p := range r.Engines {
-					row.KVRatio = max(row.KVRatio, p.KVRatio)
+					ratio := p.KVRatio
+					if row.Actual {
+						ratio = p.ActualRatio
+					}
+					row.KVRatio = max(row.KVRatio, ratio)
 					row.SlotRatio = max(row.SlotRatio, p.SlotRatio)
+					row.Preemptions += p.Preemptions
+					generated += p.Generated
+					secs = max(secs, p.Seconds)
+				}
+				if secs > 0 {
+					row.Goodput = float64(generated) / secs
 				}
 				row.Completed, row.Rejected = r.Requests.Completed, r.Requests.Rejected
-				row.Over = row.KVRatio > 1 || row.SlotRatio > 1
+				row.Over = row.KVRatio > 1 || row.SlotRatio > 1 || (row.Actual && row.Preemptions > 0)
 				worst := max(row.KVRatio, row.SlotRatio)
 				if adm == AdmissionLocal {
 					maxLocal = max(maxLocal, worst)
@@ -237,8 +259,17 @@ func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Re
 		res.Checks = append(res.Checks, v)
 	}
 	if slices.Contains(s.Compare.Admission, AdmissionLedger) {
-		v := Verdict{Check: CheckLedgerWithin, Pass: maxLedger >= 0 && maxLedger <= 1, Figure: fmt.Sprintf("max %.2f ≤ 1.00", maxLedger)}
-		if maxLedger > 1 {
+		var preempted int64
+		for _, r := range res.Compare {
+			if r.Actual {
+				preempted += r.Preemptions
+			}
+		}
+		v := Verdict{Check: CheckLedgerWithin, Pass: maxLedger >= 0 && maxLedger <= 1 && preempted == 0, Figure: fmt.Sprintf("max %.2f ≤ 1.00", maxLedger)}
+		if s.Topology.Reserve != string(ledger.ReserveWorstCase) {
+			v.Figure += fmt.Sprintf(", %d preemptions", preempted)
+		}
+		if maxLedger > 1 || preempted > 0 {
 			v.Detail = "the ledger let an engine over capacity"
 		}
 		res.Checks = append(res.Checks, v)
@@ -255,7 +286,7 @@ func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Re
 // samples, drains, checks and stops everything.
 func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Result, err error) {
 	res = &Result{
-		Scenario: s.Name, Ledger: s.Topology.Ledger, Routers: s.Topology.Routers, Admin: s.Topology.Admission,
+		Scenario: s.Name, Ledger: s.Topology.Ledger, Routers: s.Topology.Routers, Admin: s.Topology.Admission, Reserve: s.Topology.Reserve,
 		Seed: s.Workload.Seed, RunDir: dir, Started: time.Now(),
 	}
 	interval := opts.SampleInterval

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Scenarios are the built-in scenarios, by name (file name less .yaml).
@@ -139,6 +141,11 @@ type Topology struct {
 	Routers int `yaml:"routers,omitempty"`
 	// Admission is every router's --admission: ledger (default) or local.
 	Admission string `yaml:"admission,omitempty"`
+	// Reserve is the pool's reserve: elastic (default) or worst_case. It
+	// decides what no_over_capacity judges: an elastic pool the KV its
+	// requests really hold (actual demand) and preemptions, a worst_case
+	// pool the demand admitted (prompt + max_tokens).
+	Reserve string `yaml:"reserve,omitempty"`
 	// Model is the pool name and the model requests name (default "sim").
 	Model   string        `yaml:"model,omitempty"`
 	Engines []EngineGroup `yaml:"engines"`
@@ -351,6 +358,9 @@ func (s *Scenario) defaults() {
 	}
 	if t.Admission == "" {
 		t.Admission = AdmissionLedger
+	}
+	if t.Reserve == "" {
+		t.Reserve = string(ledger.ReserveElastic)
 	}
 	if t.Model == "" {
 		t.Model = "sim"

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Validate reports every problem, naming the field.
@@ -38,6 +40,9 @@ func (s *Scenario) Validate() error {
 	}
 	if t.Admission != AdmissionLedger && t.Admission != AdmissionLocal {
 		bad("topology.admission", "%q: want ledger or local", t.Admission)
+	}
+	if t.Reserve != string(ledger.ReserveElastic) && t.Reserve != string(ledger.ReserveWorstCase) {
+		bad("topology.reserve", "%q: want elastic or worst_case", t.Reserve)
 	}
 	if len(t.Engines) == 0 {
 		bad("topology.engines", "at least one engine group is required")

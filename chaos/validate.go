@@ -29,6 +29,14 @@ type EnginePeak struct {
 	PeakSeqs   int     `json:"peak_accepted_sequences"`
 	KVRatio    float64 `json:"kv_ratio"`
 	SlotRatio  float64 `json:"slot_ratio"`
+	// PeakActual is the peak actual demand, ActualRatio it over capacity,
+	// Preemptions and Generated what the engine counted over the run.
+	PeakActual  int64   `json:"peak_actual_demand_tokens"`
+	ActualRatio float64 `json:"actual_kv_ratio"`
+	Preemptions int64   `json:"preemptions"`
+	Generated   int64   `json:"generation_tokens"`
+	// Seconds spans the engine's first and last samples.
+	Seconds float64 `json:"seconds"`
 }
 
 // Requests sums the client side.
@@ -68,6 +76,7 @@ type evidence struct {
 
 func enginePeaks(samples []EngineSample) []EnginePeak {
 	by := map[string]*EnginePeak{}
+	first := map[string]EngineSample{}
 	for _, s := range samples {
 		if s.Err != "" {
 			continue
@@ -76,15 +85,24 @@ func enginePeaks(samples []EngineSample) []EnginePeak {
 		if p == nil {
 			p = &EnginePeak{Engine: s.Engine}
 			by[s.Engine] = p
+			first[s.Engine] = s
 		}
 		p.KVCapacity, p.Slots = s.KVCapacity, s.Slots
 		p.PeakDemand = max(p.PeakDemand, s.PeakDemand, s.AdmittedDemand)
 		p.PeakSeqs = max(p.PeakSeqs, s.PeakAcceptedSeqs, s.AcceptedSeqs)
+		p.PeakActual = max(p.PeakActual, s.PeakActual, s.ActualDemand)
+		// Counters since the engine's start (or a restart: then the
+		// later figure is the count since it).
+		f := first[s.Engine]
+		p.Preemptions = max(p.Preemptions, s.Preemptions-f.Preemptions, 0)
+		p.Generated = max(p.Generated, s.Generated-f.Generated, 0)
+		p.Seconds = max(p.Seconds, s.T-f.T)
 	}
 	var out []EnginePeak
 	for _, p := range by {
 		if p.KVCapacity > 0 {
 			p.KVRatio = float64(p.PeakDemand) / float64(p.KVCapacity)
+			p.ActualRatio = float64(p.PeakActual) / float64(p.KVCapacity)
 		}
 		if p.Slots > 0 {
 			p.SlotRatio = float64(p.PeakSeqs) / float64(p.Slots)
