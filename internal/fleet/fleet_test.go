@@ -60,10 +60,10 @@ func TestParseDesignSampleDefaults(t *testing.T) {
 	want := &Fleet{
 		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, MediaTokens: DefaultMediaTokens,
 			Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom, Engines: []Engine{{
-			ID: "gpu-0", URL: "http://127.0.0.1:9001", MetricsURL: "http://127.0.0.1:9001/metrics",
-			Format: telemetry.FormatVLLM, KVTokens: 400000, Slots: 256,
-			StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold,
-		}}}},
+				ID: "gpu-0", URL: "http://127.0.0.1:9001", MetricsURL: "http://127.0.0.1:9001/metrics",
+				Format: telemetry.FormatVLLM, KVTokens: 400000, Slots: 256,
+				StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold,
+			}}}},
 		Tenants:         []Tenant{{Name: "acme", APIKeys: []KeyHash{HashAPIKey("sk-acme-1")}, KVShare: 0.5}},
 		Priorities:      []ledger.PrioritySpec{{Name: "interactive", MaxFill: 0.95}, {Name: "batch", MaxFill: 0.70}},
 		DefaultPriority: "interactive",
