@@ -40,13 +40,13 @@ import (
 )
 
 const (
-	bytesPerToken     = 4
-	msgOverhead       = 4
-	replyOverhead     = 3
-	ratioInitial      = 1.5
-	ratioMin          = 0.25
-	ratioMax          = 8
-	ratioAlpha        = 0.1
+	bytesPerToken = 4
+	msgOverhead   = 4
+	replyOverhead = 3
+	ratioInitial  = 1.5
+	ratioMin      = 0.25
+	ratioMax      = 8
+	ratioAlpha    = 0.1
 )
 
 // Prompt is what a request tells the estimator: its prompt, as counted or
