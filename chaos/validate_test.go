@@ -16,6 +16,8 @@ func testScenario(t *testing.T) *Scenario {
 
 func TestChecks(t *testing.T) {
 	sc := testScenario(t) // session_ttl 2s: reclaim bound 3s
+	worst := testScenario(t)
+	worst.Topology.Reserve = "worst_case"
 	for _, tc := range []struct {
 		name  string
 		check string
@@ -23,14 +25,30 @@ func TestChecks(t *testing.T) {
 		pass  bool
 		fig   string
 	}{
-		{"within capacity", CheckNoOverCapacity, evidence{engines: []EngineSample{
+		{"within capacity", CheckNoOverCapacity, evidence{sc: worst, engines: []EngineSample{
 			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, PeakDemand: 1000, PeakAcceptedSeqs: 4},
 		}}, true, "peak 1.00 KV, 1.00 slots"},
-		{"over KV", CheckNoOverCapacity, evidence{engines: []EngineSample{
+		{"over KV", CheckNoOverCapacity, evidence{sc: worst, engines: []EngineSample{
 			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, PeakDemand: 900},
 			{Engine: "engine-1", KVCapacity: 1000, Slots: 4, PeakDemand: 1001},
 		}}, false, "engine-1"},
-		{"over slots", CheckNoOverCapacity, evidence{engines: []EngineSample{
+		{"over slots", CheckNoOverCapacity, evidence{sc: worst, engines: []EngineSample{
+			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, AcceptedSeqs: 5},
+		}}, false, "1.25 slots"},
+		// Elastic pools (the default) are judged on what requests really
+		// held and on preemptions, not on admitted demand.
+		{"elastic: admitted above capacity, held within", CheckNoOverCapacity, evidence{engines: []EngineSample{
+			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, PeakDemand: 3000, PeakActual: 1000, PeakAcceptedSeqs: 4},
+		}}, true, "peak 1.00 actual KV, 1.00 slots (engine-0), 0 preemptions"},
+		{"elastic: held above capacity", CheckNoOverCapacity, evidence{engines: []EngineSample{
+			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, PeakActual: 900},
+			{Engine: "engine-1", KVCapacity: 1000, Slots: 4, ActualDemand: 1001},
+		}}, false, "engine-1: requests held 1001/1000"},
+		{"elastic: preempted", CheckNoOverCapacity, evidence{engines: []EngineSample{
+			{Engine: "engine-0", T: 1, KVCapacity: 1000, Slots: 4, PeakActual: 500, Preemptions: 2},
+			{Engine: "engine-0", T: 2, KVCapacity: 1000, Slots: 4, PeakActual: 600, Preemptions: 5},
+		}}, false, "3 preemptions"},
+		{"elastic: over slots", CheckNoOverCapacity, evidence{engines: []EngineSample{
 			{Engine: "engine-0", KVCapacity: 1000, Slots: 4, AcceptedSeqs: 5},
 		}}, false, "1.25 slots"},
 		{"reclaimed in time", CheckReclaim, evidence{reclaims: []ReclaimEvent{{Router: "router-0", Leases: 3, Seconds: 2.4}}}, true, "2.4s"},
@@ -74,7 +92,9 @@ func TestChecks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := tc.ev
-			ev.sc = sc
+			if ev.sc == nil {
+				ev.sc = sc
+			}
 			v := ev.check(tc.check)
 			if v.Pass != tc.pass || !strings.Contains(v.Figure+" "+v.Detail, tc.fig) {
 				t.Errorf("%s = pass %v, %q (%s); want pass %v, containing %q", tc.check, v.Pass, v.Figure, v.Detail, tc.pass, tc.fig)
