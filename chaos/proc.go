@@ -90,26 +90,28 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
+// take hands the running process (cmd nil if none) to a caller that ends
+// it, marking p not running.
+func (p *proc) take() (cmd *exec.Cmd, waitC chan struct{}, stopped bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd, waitC, stopped = p.cmd, p.waitC, p.stopped
+	p.cmd, p.waitC, p.stopped = nil, nil, false
+	return cmd, waitC, stopped
+}
+
 // kill SIGKILLs the process and waits for it.
 func (p *proc) kill() {
-	p.mu.Lock()
-	cmd, waitC := p.cmd, p.waitC
-	p.cmd, p.waitC, p.stopped = nil, nil, false
-	p.mu.Unlock()
-	if cmd == nil {
-		return
+	if cmd, waitC, _ := p.take(); cmd != nil {
+		_ = cmd.Process.Kill()
+		<-waitC
 	}
-	_ = cmd.Process.Kill()
-	<-waitC
 }
 
 // terminate sends SIGTERM (SIGCONT first if stopped) and SIGKILLs after
 // grace.
 func (p *proc) terminate(grace time.Duration) {
-	p.mu.Lock()
-	cmd, waitC, stopped := p.cmd, p.waitC, p.stopped
-	p.cmd, p.waitC, p.stopped = nil, nil, false
-	p.mu.Unlock()
+	cmd, waitC, stopped := p.take()
 	if cmd == nil {
 		return
 	}

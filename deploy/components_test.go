@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,48 +23,22 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/leasehold/leasehold/internal/freeport"
+	"github.com/leasehold/leasehold/internal/testutil/gobuild"
 	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
-// binaries are built once per test process.
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
+// bins are built once per test process.
+var bins gobuild.Once
 
 // buildBinaries builds reserver, router and enginesim (without the race
 // detector: they are the programs the images ship) into a temporary
 // directory shared by the tests of this process.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "leasehold-deploy-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator),
-			"./cmd/reserver", "./cmd/router", "./cmd/enginesim", "./deploy/probe")
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+	return bins.Dir(t, func(dir string) error {
+		const mod = "github.com/leasehold/leasehold/"
+		return gobuild.Go(dir, []string{"CGO_ENABLED=0"}, mod+"cmd/reserver", mod+"cmd/router", mod+"cmd/enginesim", mod+"deploy/probe")
 	})
-	if buildErr != nil {
-		t.Fatalf("build binaries: %v", buildErr)
-	}
-	return binDir
-}
-
-// repoRoot is the module root: this package's parent directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(wd)
 }
 
 // proc is a started component; its stderr is kept for failure messages.
@@ -328,8 +301,6 @@ func startStack(t *testing.T) *stack {
 // TestMain removes the binaries buildBinaries made.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	bins.Remove()
 	os.Exit(code)
 }

@@ -3,7 +3,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,35 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/testutil/gobuild"
 )
 
-var binary string
+// binDir holds the reserver binary TestMain built.
+var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "reserver-bin")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "reserver")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build reserver: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".") }
+
+func binary() string { return filepath.Join(binDir, "reserver") }
 
 const fleetYAML = `
 pools:
@@ -61,7 +43,7 @@ func TestBadFleetExitsNamingTheField(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(fleetYAML, "slots: 8", "slots: 0", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "--config", path, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+	cmd := exec.Command(binary(), "--config", path, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -71,7 +53,7 @@ func TestBadFleetExitsNamingTheField(t *testing.T) {
 	if !strings.Contains(stderr.String(), "pools[0].engines[0].slots") {
 		t.Errorf("stderr %q does not name pools[0].engines[0].slots", stderr.String())
 	}
-	cmd = exec.Command(binary, "--grpc-listen", "127.0.0.1:0")
+	cmd = exec.Command(binary(), "--grpc-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "LEASEHOLD_CONFIG=")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--config") {
@@ -87,7 +69,7 @@ func TestSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	grpcAddr, httpAddr := freeport.AddrT(t), freeport.AddrT(t)
-	cmd := exec.Command(binary, "--config", path, "--http-listen", httpAddr)
+	cmd := exec.Command(binary(), "--config", path, "--http-listen", httpAddr)
 	cmd.Env = append(os.Environ(), "LEASEHOLD_GRPC_LISTEN="+grpcAddr, "LEASEHOLD_TOKEN=tok-1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -33,6 +33,14 @@ const (
 	auditToken  = "audit-secret-1"
 )
 
+// fleetPolicy is the priorities and lease settings of the test fleets.
+const fleetPolicy = `priorities:
+  - {name: standard, max_fill: 1}
+lease:
+  session_ttl: 2s
+  recovery_window: 0s
+`
+
 const fleetYAML = `
 pools:
   - name: llama
@@ -41,12 +49,7 @@ pools:
       - {id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}
 tenants:
   - {name: acme, api_keys: [sk-acme], kv_share: 1}
-priorities:
-  - {name: standard, max_fill: 1}
-lease:
-  session_ttl: 2s
-  recovery_window: 0s
-`
+` + fleetPolicy
 
 func writeFile(t *testing.T, dir, name, body string) string {
 	t.Helper()
@@ -582,12 +585,7 @@ pools:
       - {id: only, url: "` + eng.URL + `", slots: 8, stale_after: 10s}
 tenants:
   - {name: acme, api_keys: [sk-acme], kv_share: 0.5}
-priorities:
-  - {name: standard, max_fill: 1}
-lease:
-  session_ttl: 2s
-  recovery_window: 0s
-`
+` + fleetPolicy
 	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", yaml), nil)
 	ctx := context.Background()
 	l := r.Ledger()

@@ -121,9 +121,7 @@ lease:
 	stopAt := time.Now().Add(clusterDuration)
 	var wg sync.WaitGroup
 	for c := range clusterClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			base := routers[c%clusterRouters].url()
 			for i := 0; time.Now().Before(stopAt); i++ {
@@ -171,7 +169,7 @@ lease:
 					t.Errorf("request: status %d err %v body %s", status, err, tail(string(data), 300))
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	load := time.Since(stopAt.Add(-clusterDuration))

@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasehold/leasehold/internal/freeport"
+	"github.com/leasehold/leasehold/internal/testutil/gobuild"
 	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
@@ -27,32 +26,8 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		dir, err := os.MkdirTemp("", "route-test-bin")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		binDir = dir
-		for _, cmd := range []string{"router", "enginesim", "reserver"} {
-			b := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "github.com/leasehold/leasehold/cmd/"+cmd)
-			b.Stdout, b.Stderr = os.Stderr, os.Stderr
-			if err := b.Run(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n", cmd, err)
-				return 1
-			}
-		}
-		code := m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintln(os.Stderr, "goleak:", err)
-				return 1
-			}
-		}
-		return code
-	}()
-	os.Exit(code)
+	const cmd = "github.com/leasehold/leasehold/cmd/"
+	gobuild.Main(m, &binDir, cmd+"router", cmd+"enginesim", cmd+"reserver")
 }
 
 // proc is a binary run by a test; its output goes to a buffer shown when

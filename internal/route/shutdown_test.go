@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
 
 // Shutdown waits under the caller's context, like http.Server.Shutdown:
@@ -35,7 +37,7 @@ func TestShutdownWaitsUnderCallersContext(t *testing.T) {
 			cutAt := time.Now()
 			if tc.cut {
 				s.close()
-				waitFor(t, 5*time.Second, "the engine to see the request aborted", func() bool { return h.engines[0].Stats().RequestsAborted > 0 })
+				poll.Eventually(t, 5*time.Second, "the engine to see the request aborted", func() bool { return h.engines[0].Stats().RequestsAborted > 0 })
 			}
 
 			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
@@ -61,23 +63,11 @@ func TestShutdownWaitsUnderCallersContext(t *testing.T) {
 					t.Errorf("Shutdown took %s with a %s context", took, tc.timeout)
 				}
 				// Cut, not abandoned: the request and its release end soon.
-				waitFor(t, 5*time.Second, "the cut request to end", func() bool { return h.r.inflight.Load() == 0 })
+				poll.Eventually(t, 5*time.Second, "the cut request to end", func() bool { return h.r.inflight.Load() == 0 })
 			}
 			if st := h.stats(); st.Leases != 0 {
 				t.Errorf("after Shutdown the ledger holds %d leases, want 0", st.Leases)
 			}
 		})
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
