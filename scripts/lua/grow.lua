@@ -18,8 +18,9 @@
 -- already holds it. The lease is flagged overgrown (sticky) when the
 -- engine's used KV plus the difference passes its capacity or the
 -- tenant's reservations plus the difference pass its KV quota. Counters:
--- growths, grown_kv_tokens and, when the lease is flagged, overgrowths.
--- The deadline does not change.
+-- growths, grown_kv_tokens and, when this growth itself passed capacity or
+-- quota (not merely grew a lease flagged before), overgrowths. The
+-- deadline does not change.
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -49,9 +50,9 @@ if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
 local t = tenant(l[L_TENANT], v[6], v[7], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
-if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then l[L_OVERGROWN] = '1' end
 local cnt = {'growths', 1, 'grown_kv_tokens', delta}
-if l[L_OVERGROWN] == '1' then
+if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
+  l[L_OVERGROWN] = '1'
   cnt[#cnt + 1] = 'overgrowths'
   cnt[#cnt + 1] = 1
 end

@@ -21,9 +21,9 @@
 -- names and numbers never contain one), so a hot script reads a pool in one
 -- HMGET of a few fields and writes it back in one HSET:
 --   meta        "epoch recovering_until cap_kv cap_slots retry_after reserve
---               growth_headroom" (reserve '-' when the spec leaves it
---               empty: elastic; a meta of the five fields before them
---               reads as elastic with no headroom)
+--               growth_headroom" (reserve: elastic or worst_case; a meta
+--               of the five fields before them, written before reservation
+--               modes, reads as elastic with no headroom)
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
 --               lease deadline and session expiry (see sweep)

@@ -6,14 +6,13 @@
 --   cap_kv, cap_slots, live holders, outstanding leases,
 --   {{engine id, {field, value, ...}}...}, {{tenant name, {field, value, ...}}...},
 --   priority order, {name, max_fill, ...}, {counter, count, ...},
---   reserve ('' = elastic), growth headroom}.
+--   reserve ('' when configured before reservation modes: elastic),
+--   growth headroom}.
 
 local v = redis.call('HMGET', K_STATE, 'meta', 'order')
 local m = meta(v[1])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
-local reserve = m.reserve
-if reserve == '-' then reserve = '' end
 -- Engines and tenants are listed as (name, value) pairs with the field names
 -- of the schema in internal/ledger/redis/doc.go before state was packed.
 local engines = {}
@@ -73,4 +72,4 @@ end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
   redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
   redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
-  reserve, string.format('%.17g', m.headroom)}
+  m.reserve, string.format('%.17g', m.headroom)}

@@ -143,6 +143,9 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 	spec := randomPool(rng)
 	epoch := mustConfigure(t, l, spec)
 	mustKeepAlive(t, l, "p", "h", time.Hour)
+	if st := readSnapshot(t, l).st; st.Reserve != spec.Mode() || st.GrowthHeadroom != spec.GrowthHeadroom {
+		t.Fatalf("Stats reserve %q, growth headroom %v; want the spec's %q, %v", st.Reserve, st.GrowthHeadroom, spec.Mode(), spec.GrowthHeadroom)
+	}
 	observeRandomly(t, l, rng, spec)
 	var held []ledger.Lease
 	outcomes := map[string]int{}

@@ -240,7 +240,7 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 	for _, p := range spec.Priorities {
 		order = append(order, string(p.Name))
 	}
-	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), string(spec.Reserve), ftoa(spec.GrowthHeadroom),
+	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), string(spec.Mode()), ftoa(spec.GrowthHeadroom),
 		len(spec.Engines)}
 	for _, e := range spec.Engines {
 		args = append(args, string(e.ID), e.URL, itoa(e.KVTokens), itoa(e.Slots), itoa(int64(e.StaleAfter)), string(e.StalePolicy))
