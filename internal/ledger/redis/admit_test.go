@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -137,16 +138,24 @@ func (s snapshot) admission(spec ledger.PoolSpec, epoch ledger.Epoch, tenant led
 		GrowthHeadroom: spec.GrowthHeadroom}
 }
 
-func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
+// startRound configures a randomPool on a new ledger on srv, checks Stats
+// reports its mode and headroom, opens holder "h"'s session and observes
+// the engines at random (observeRandomly).
+func startRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) (*lhredis.Ledger, ledger.PoolSpec, ledger.Epoch) {
 	l := newLedger(t, srv, noWindow)
-	ctx := ctxT(t)
 	spec := randomPool(rng)
 	epoch := mustConfigure(t, l, spec)
-	mustKeepAlive(t, l, "p", "h", time.Hour)
 	if st := readSnapshot(t, l).st; st.Reserve != spec.Mode() || st.GrowthHeadroom != spec.GrowthHeadroom {
 		t.Fatalf("Stats reserve %q, growth headroom %v; want the spec's %q, %v", st.Reserve, st.GrowthHeadroom, spec.Mode(), spec.GrowthHeadroom)
 	}
+	mustKeepAlive(t, l, "p", "h", time.Hour)
 	observeRandomly(t, l, rng, spec)
+	return l, spec, epoch
+}
+
+func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
+	l, spec, epoch := startRound(t, srv, rng)
+	ctx := ctxT(t)
 	var held []ledger.Lease
 	outcomes := map[string]int{}
 	defer func() { t.Logf("outcomes: %v", outcomes) }()

@@ -27,12 +27,8 @@ func TestGrowMatchesGo(t *testing.T) {
 }
 
 func growRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
-	l := newLedger(t, srv, noWindow)
+	l, spec, epoch := startRound(t, srv, rng)
 	ctx := ctxT(t)
-	spec := randomPool(rng)
-	epoch := mustConfigure(t, l, spec)
-	mustKeepAlive(t, l, "p", "h", time.Hour)
-	observeRandomly(t, l, rng, spec)
 	live := spec // what is configured now
 	var held []ledger.Lease
 	outcomes := map[string]int{}
