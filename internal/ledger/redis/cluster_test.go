@@ -8,7 +8,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/ledger"
-	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -23,8 +22,7 @@ func TestCluster(t *testing.T) {
 	srv := redisserver.StartCluster(t)
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.Addr()}})
 	defer client.Close()
-	l := lhredis.New(client, lhredis.Options{Options: noWindow, Prefix: newPrefix()})
-	defer l.Close()
+	l, _ := newLedgerOn(t, client, noWindow)
 	ctx := ctxT(t)
 	must := func(what string, err error) {
 		t.Helper()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
-	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -19,9 +18,7 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := srv.Client()
 	ctx := ctxT(t)
-	p := newPrefix()
-	l := lhredis.New(client, lhredis.Options{Options: noWindow, Prefix: p})
-	defer l.Close()
+	l, p := newLedgerOn(t, client, noWindow)
 	spec := basicSpec()
 	spec.Reserve = ledger.ReserveWorstCase
 	mustConfigure(t, l, spec)
