@@ -37,7 +37,11 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 			if encode(next) == encode(*m) {
 				return true, nil
 			}
-			return l.commit(ctx, v, clientv3.OpPut(mk, encode(next)))
+			ops, err := l.keepRemovedSpecs(ctx, v, m.Spec, spec)
+			if err != nil {
+				return false, err
+			}
+			return l.commit(ctx, v, append(ops, clientv3.OpPut(mk, encode(next)))...)
 		}
 		return l.createPool(ctx, v, spec, &epoch)
 	})
@@ -45,6 +49,55 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 		return ledger.NoEpoch, err
 	}
 	return epoch, nil
+}
+
+// keepRemovedSpecs returns the writes that keep, in their records, the last
+// spec of each engine and tenant that next drops from prev while it still
+// has leases: Grow holds those leases to it. The records join v's guards.
+func (l *store) keepRemovedSpecs(ctx context.Context, v *view, prev, next ledger.PoolSpec) ([]clientv3.Op, error) {
+	pool := next.Name
+	var engines []ledger.EngineSpec
+	var tenants []ledger.TenantSpec
+	var keys []string
+	for _, e := range prev.Engines {
+		if !slices.ContainsFunc(next.Engines, func(n ledger.EngineSpec) bool { return n.ID == e.ID }) {
+			engines = append(engines, e)
+			keys = append(keys, l.keys.engine(pool, e.ID))
+		}
+	}
+	for _, t := range prev.Tenants {
+		if !slices.ContainsFunc(next.Tenants, func(n ledger.TenantSpec) bool { return n.Name == t.Name }) {
+			tenants = append(tenants, t)
+			keys = append(keys, l.keys.tenant(pool, t.Name))
+		}
+	}
+	for chunk := range slices.Chunk(keys, maxReadOps) {
+		if err := l.readMore(ctx, v, chunk); err != nil {
+			return nil, err
+		}
+	}
+	var ops []clientv3.Op
+	for _, e := range engines {
+		r, err := l.engineRec(v, pool, e.ID)
+		if err != nil {
+			return nil, err
+		}
+		if r.Leases > 0 {
+			r.Spec = &e
+			ops = append(ops, clientv3.OpPut(l.keys.engine(pool, e.ID), encode(r)))
+		}
+	}
+	for _, t := range tenants {
+		r, err := l.tenantRec(v, pool, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		if r.Leases > 0 {
+			r.Spec = &t
+			ops = append(ops, clientv3.OpPut(l.keys.tenant(pool, t.Name), encode(r)))
+		}
+	}
+	return ops, nil
 }
 
 // createPool writes a new pool incarnation: meta with a fresh epoch, the
@@ -293,7 +346,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	// rule (ledger.RowFateOf) says which are still removed rows.
 	for id, r := range recs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
-			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
+			spec, _ := m.engineOf(id, r)
+			st.Engines = append(st.Engines, engineStats(pool, spec, r, false, true))
 		}
 	}
 	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) })
@@ -307,7 +361,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	}
 	for id, r := range trecs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
-			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: ledger.TenantSpec{Name: id},
+			spec, _ := m.tenantOf(id, r)
+			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec,
 				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}
 	}
