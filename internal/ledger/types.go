@@ -361,10 +361,15 @@ type PoolStats struct {
 	RecoveringUntil time.Time
 	CapacityKV      int64
 	CapacitySlots   int64
-	Engines         []EngineStats // sorted by ID
-	Tenants         []TenantStats // sorted by name
-	Priorities      []PrioritySpec
-	LiveHolders     int
-	Leases          int64
-	Counters        map[string]int64
+	// Reserve is the pool's reservation mode as configured, the default
+	// filled in (PoolSpec.Mode(): never empty).
+	Reserve ReserveMode
+	// GrowthHeadroom is the pool's PoolSpec.GrowthHeadroom.
+	GrowthHeadroom float64
+	Engines        []EngineStats // sorted by ID
+	Tenants        []TenantStats // sorted by name
+	Priorities     []PrioritySpec
+	LiveHolders    int
+	Leases         int64
+	Counters       map[string]int64
 }

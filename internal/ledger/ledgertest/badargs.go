@@ -125,6 +125,37 @@ func (s *suite) testBadArguments(t *testing.T) {
 			_, err := l.Resize(ctx, ref(func(r *ledger.LeaseRef) { r.ID = "12" }), 10)
 			return err
 		}, bad},
+		{"grow zero kv", func() error { _, err := l.Grow(ctx, held.Ref(), 0); return err }, bad},
+		{"grow negative kv", func() error { _, err := l.Grow(ctx, held.Ref(), -1); return err }, bad},
+		{"grow min int64 kv", func() error { _, err := l.Grow(ctx, held.Ref(), math.MinInt64); return err }, bad},
+		{"grow huge kv", func() error { _, err := l.Grow(ctx, held.Ref(), ledger.MaxAmount+1); return err }, bad},
+		{"grow max kv is above the engine, invalid", func() error { _, err := l.Grow(ctx, held.Ref(), ledger.MaxAmount); return err }, bad},
+		{"grow above the engine", func() error { _, err := l.Grow(ctx, held.Ref(), 1001); return err }, bad},
+		{"grow below the lease", func() error { _, err := l.Grow(ctx, held.Ref(), held.KVTokens-1); return err }, bad},
+		{"grow malformed id", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.ID = "12" }), 200)
+			return err
+		}, bad},
+		{"grow empty holder", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.Holder = ledger.NoHolder }), 200)
+			return err
+		}, bad},
+		{"grow empty pool", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.Pool = "" }), 200)
+			return err
+		}, bad},
+		{"grow unknown pool", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.Pool = "nope" }), 200)
+			return err
+		}, ledger.ErrUnknownPool},
+		{"grow another holder's lease", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.Holder = h2 }), 200)
+			return err
+		}, ledger.ErrNotHolder},
+		{"grow unknown lease", func() error {
+			_, err := l.Grow(ctx, ref(func(r *ledger.LeaseRef) { r.ID = ledger.MakeLeaseID(ledger.Fence{Epoch: f.epoch, Seq: 999}) }), 200)
+			return err
+		}, ledger.ErrLeaseNotFound},
 		{"release malformed id", func() error {
 			_, err := l.Release(ctx, ref(func(r *ledger.LeaseRef) { r.ID = "-" }), ledger.Usage{})
 			return err
@@ -180,6 +211,13 @@ func (s *suite) testBadArguments(t *testing.T) {
 		{"configure max_fill above 1", cfg(func(s *ledger.PoolSpec) { s.Priorities[0].MaxFill = 1.01 }), bad},
 		{"configure duplicate priority", cfg(func(s *ledger.PoolSpec) { s.Priorities = append(s.Priorities, s.Priorities[0]) }), bad},
 		{"configure negative retry_after", cfg(func(s *ledger.PoolSpec) { s.RetryAfter = -time.Second }), bad},
+		{"configure unknown reserve mode", cfg(func(s *ledger.PoolSpec) { s.Reserve = "optimistic" }), bad},
+		{"configure negative growth_headroom", cfg(func(s *ledger.PoolSpec) { s.GrowthHeadroom = -0.1 }), bad},
+		{"configure growth_headroom above the bound", cfg(func(s *ledger.PoolSpec) { s.GrowthHeadroom = ledger.MaxGrowthHeadroom + 0.01 }), bad},
+		{"configure NaN growth_headroom", cfg(func(s *ledger.PoolSpec) { s.GrowthHeadroom = math.NaN() }), bad},
+		{"configure worst_case with growth_headroom", cfg(func(s *ledger.PoolSpec) {
+			s.Reserve, s.GrowthHeadroom = ledger.ReserveWorstCase, 0.1
+		}), bad},
 	}
 	before := snapshot(f.stats())
 	pools, err := l.Pools(ctx)

@@ -77,6 +77,7 @@ func Run(t *testing.T, b Backend) {
 		{"Epochs", s.testEpochs},
 		{"Audit", s.testAudit},
 		{"BadArguments", s.testBadArguments},
+		{"Elastic", s.testElastic},
 		{"Concurrency", s.testConcurrency},
 		{"Linearizability", s.testLinearizability},
 	}

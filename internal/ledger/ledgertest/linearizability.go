@@ -15,10 +15,13 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// Linearizability: clients acquire, release and read Stats concurrently in
-// two pools; the recorded history (call and return times on one monotonic
-// clock) must be explained by some sequential order of first-fit admission
-// on engine KV tokens and slots. Leases have long TTLs, so nothing expires.
+// Linearizability: clients acquire, grow, release and read Stats
+// concurrently in two elastic pools with a growth headroom; the recorded
+// history (call and return times on one monotonic clock) must be explained
+// by some sequential order of first-fit admission on engine KV tokens and
+// slots (headroom kept free), with growth never refused, added to its
+// engine and flagged Overgrown past capacity (ledger.GrowthOf). Leases have
+// long TTLs, so nothing expires.
 
 const (
 	linClients = 8
@@ -28,14 +31,18 @@ const (
 // linEngines are the engines of both pools, in the model's index order.
 var linEngines = []ledger.EngineSpec{engine("x1", 1000, 3), engine("x2", 700, 2)}
 
+// linHeadroom is both pools' growth headroom: grants fill 800 of x1 and 560
+// of x2, and growth may take either to its capacity and past it.
+const linHeadroom = 0.2
+
 // linInput is one call of the history.
 type linInput struct {
 	pool  ledger.PoolID
-	kind  string // "acquire", "release", "stats"
+	kind  string // "acquire", "grow", "release", "stats"
 	cands []int  // engine indexes, acquire only
-	kv    int64
+	kv    int64  // acquire: requested; grow: the lease's new size
 	slots int64
-	id    ledger.LeaseID // release only
+	id    ledger.LeaseID // grow and release
 }
 
 // linOutput is one return of the history.
@@ -44,6 +51,8 @@ type linOutput struct {
 	id       ledger.LeaseID // acquire: the granted lease
 	reason   ledger.Reason  // acquire: the rejection reason
 	released bool           // release
+	grownKV  int64          // grow: the lease's KV tokens after
+	over     bool           // grow: the lease's Overgrown flag after
 	kv       [2]int64       // stats: reserved per engine
 	slots    [2]int64
 }
@@ -52,6 +61,7 @@ type linOutput struct {
 type linLease struct {
 	engine    int
 	kv, slots int64
+	overgrown bool
 }
 
 // linState is the model's state of one pool; never mutated once built.
@@ -77,15 +87,20 @@ func (s linState) with(id ledger.LeaseID, l linLease, add bool) linState {
 	return n
 }
 
-// linAdmit is the model's admission: the contract's rule, ledger.Admit, on
-// the model state (tenant t1 with kv_share 1, priority std with max_fill 1).
-// It returns the granted engine index or the rejection reason.
-func linAdmit(s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
+// grown returns s with lease id grown to l (same engine and slots).
+func (s linState) grown(id ledger.LeaseID, l linLease) linState {
+	old := s.leases[id]
+	n := s.with(id, old, false)
+	return n.with(id, l, true)
+}
+
+// linAdmission is the pool-wide part of the model's admissions: tenant t1
+// (kv_share 1) at priority std (max_fill 1) in an elastic pool.
+func linAdmission(s linState) ledger.Admission {
 	a := ledger.Admission{
-		Tenant:   ledger.TenantSpec{Name: tenantAll, KVShare: 1},
-		MaxFill:  1,
-		KVTokens: kv,
-		Slots:    slots,
+		Tenant:         ledger.TenantSpec{Name: tenantAll, KVShare: 1},
+		MaxFill:        1,
+		GrowthHeadroom: linHeadroom,
 	}
 	for i, e := range linEngines {
 		a.CapacityKV += e.KVTokens
@@ -93,8 +108,40 @@ func linAdmit(s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
 		a.TenantKV += s.kv[i]
 		a.TenantSlots += s.slots[i]
 	}
+	return a
+}
+
+// linEngine is engine e's state in the model.
+func linEngine(s linState, e int) ledger.EngineState {
+	return ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e]}
+}
+
+// linGrow is the model's Grow, the contract's rule (ledger.GrowthOf): the
+// lease grown, or false where the call is malformed (the clients never
+// make one).
+func linGrow(s linState, id ledger.LeaseID, kv int64) (linLease, bool) {
+	l, ok := s.leases[id]
+	if !ok {
+		return l, false
+	}
+	g, err := ledger.GrowthOf(ledger.ReserveElastic, linAdmission(s), linEngine(s, l.engine),
+		ledger.Lease{ID: id, KVTokens: l.kv, Overgrown: l.overgrown}, kv)
+	if err != nil {
+		return l, false
+	}
+	l.kv += g.Delta
+	l.overgrown = g.Overgrown
+	return l, true
+}
+
+// linAdmit is the model's admission: the contract's rule, ledger.Admit, on
+// the model state (see linAdmission). It returns the granted engine index
+// or the rejection reason.
+func linAdmit(s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
+	a := linAdmission(s)
+	a.KVTokens, a.Slots = kv, slots
 	for _, e := range cands {
-		a.Candidates = append(a.Candidates, ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e]})
+		a.Candidates = append(a.Candidates, linEngine(s, e))
 	}
 	i, rej := ledger.Admit(a)
 	if rej != nil {
@@ -128,7 +175,13 @@ var linModel = porcupine.Model{
 			if _, dup := s.leases[out.id]; dup || out.engine != e {
 				return false, s
 			}
-			return true, s.with(out.id, linLease{e, in.kv, in.slots}, true)
+			return true, s.with(out.id, linLease{engine: e, kv: in.kv, slots: in.slots}, true)
+		case "grow":
+			l, ok := linGrow(s, in.id, in.kv)
+			if !ok || out.grownKV != l.kv || out.over != l.overgrown {
+				return false, s
+			}
+			return true, s.grown(in.id, l)
 		case "release":
 			l, ok := s.leases[in.id]
 			if out.released != ok {
@@ -148,8 +201,8 @@ var linModel = porcupine.Model{
 		if x.kv != y.kv || x.slots != y.slots || len(x.leases) != len(y.leases) {
 			return false
 		}
-		for k := range x.leases {
-			if _, ok := y.leases[k]; !ok {
+		for k, l := range x.leases {
+			if m, ok := y.leases[k]; !ok || m != l {
 				return false
 			}
 		}
@@ -171,6 +224,8 @@ var linModel = porcupine.Model{
 				return fmt.Sprintf("acquire(%v kv=%d slots=%d) -> %s", in.cands, in.kv, in.slots, out.reason)
 			}
 			return fmt.Sprintf("acquire(%v kv=%d slots=%d) -> %s on x%d", in.cands, in.kv, in.slots, out.id, out.engine+1)
+		case "grow":
+			return fmt.Sprintf("grow(%s to %d) -> kv=%d overgrown=%v", in.id, in.kv, out.grownKV, out.over)
 		case "release":
 			return fmt.Sprintf("release(%s) -> %v", in.id, out.released)
 		}
@@ -179,12 +234,23 @@ var linModel = porcupine.Model{
 	DescribeState: func(state any) string {
 		s := state.(linState)
 		ids := make([]string, 0, len(s.leases))
-		for id := range s.leases {
-			ids = append(ids, string(id))
+		for id, l := range s.leases {
+			over := ""
+			if l.overgrown {
+				over = "!"
+			}
+			ids = append(ids, fmt.Sprintf("%s:x%d:%d%s", id, l.engine+1, l.kv, over))
 		}
 		sort.Strings(ids)
 		return fmt.Sprintf("kv=%v slots=%v leases=[%s]", s.kv, s.slots, strings.Join(ids, " "))
 	},
+}
+
+// linHeld is a lease as the client holding it knows it.
+type linHeld struct {
+	id     ledger.LeaseID
+	engine int
+	kv     int64
 }
 
 func sortedPools(m map[ledger.PoolID][]porcupine.Operation) []ledger.PoolID {
@@ -202,6 +268,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 	pools := []ledger.PoolID{"la", "lb"}
 	for _, p := range pools {
 		spec := poolSpec(p, linEngines...)
+		spec.Reserve, spec.GrowthHeadroom = ledger.ReserveElastic, linHeadroom
 		if _, err := l.Configure(ctx, spec); err != nil {
 			t.Fatalf("Configure(%s) error = %v", p, err)
 		}
@@ -225,7 +292,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 7))
 			holder := ledger.HolderID(fmt.Sprintf("lc%d", c))
-			held := map[ledger.PoolID][]ledger.LeaseID{}
+			held := map[ledger.PoolID][]linHeld{}
 			record := func(in linInput, call int64, out linOutput) {
 				ret := stamp()
 				mu.Lock()
@@ -254,9 +321,23 @@ func (s *suite) testLinearizability(t *testing.T) {
 						out.kv[i], out.slots[i] = es.ReservedKV, es.ReservedSlots
 					}
 					record(in, call, out)
-				case x < 55 && len(held[p]) > 0:
+				case x < 30 && len(held[p]) > 0:
+					h := &held[p][rng.IntN(len(held[p]))]
+					kv := min(h.kv+50+rng.Int64N(250), linEngines[h.engine].KVTokens)
+					in := linInput{pool: p, kind: "grow", id: h.id, kv: kv}
+					call := stamp()
+					r, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) {
+						return l.Grow(ctx, ledger.LeaseRef{Pool: p, ID: h.id, Holder: holder}, kv)
+					})
+					if err != nil {
+						failed("Grow(%s from %d to %d) error = %v, want never refused", h.id, h.kv, kv, err)
+						return
+					}
+					h.kv = kv
+					record(in, call, linOutput{grownKV: r.Lease.KVTokens, over: r.Lease.Overgrown})
+				case x < 70 && len(held[p]) > 0:
 					i := rng.IntN(len(held[p]))
-					id := held[p][i]
+					id := held[p][i].id
 					held[p] = append(held[p][:i], held[p][i+1:]...)
 					in := linInput{pool: p, kind: "release", id: id}
 					call := stamp()
@@ -294,7 +375,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 								out.engine = i
 							}
 						}
-						held[p] = append(held[p], g.Lease.ID)
+						held[p] = append(held[p], linHeld{id: g.Lease.ID, engine: out.engine, kv: g.Lease.KVTokens})
 					case rej != nil:
 						out.reason = rej.Reason
 					default:
@@ -313,10 +394,24 @@ func (s *suite) testLinearizability(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	kinds := map[string]int{}
+	for _, op := range history {
+		in, out := op.Input.(linInput), op.Output.(linOutput)
+		kinds[in.kind]++
+		switch {
+		case in.kind == "grow" && out.over:
+			kinds["overgrown"]++
+		case in.kind == "acquire" && out.engine < 0:
+			kinds["rejected"]++
+		}
+	}
+	if kinds["grow"] == 0 || kinds["rejected"] == 0 {
+		t.Errorf("history has %d grows and %d rejections, want both: the workload must grow and contend", kinds["grow"], kinds["rejected"])
+	}
 	res, info := porcupine.CheckOperationsVerbose(linModel, history, 20*time.Second)
 	switch res {
 	case porcupine.Ok:
-		t.Logf("history of %d operations is linearizable", len(history))
+		t.Logf("history of %d operations is linearizable (%v)", len(history), kinds)
 	case porcupine.Illegal:
 		msg := "see the porcupine visualization"
 		if fh, err := os.CreateTemp("", "ledgertest-lin-*.html"); err == nil {

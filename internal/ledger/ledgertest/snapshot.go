@@ -24,6 +24,11 @@ type poolSnapshot struct {
 	tenants    map[ledger.TenantID]amounts
 	draining   []ledger.EngineID
 	correction map[ledger.EngineID]amounts
+	reserve    ledger.ReserveMode
+	headroom   float64
+	// growths, grownKV and overgrowths are the Grow counters: only a
+	// growth changes them.
+	growths, grownKV, overgrowths int64
 }
 
 func snapshot(st ledger.PoolStats) poolSnapshot {
@@ -33,6 +38,9 @@ func snapshot(st ledger.PoolStats) poolSnapshot {
 		engines:    map[ledger.EngineID]amounts{},
 		tenants:    map[ledger.TenantID]amounts{},
 		correction: map[ledger.EngineID]amounts{},
+		reserve:    st.Reserve, headroom: st.GrowthHeadroom,
+		growths: st.Counters[ledger.CounterGrowths], grownKV: st.Counters[ledger.CounterGrownKV],
+		overgrowths: st.Counters[ledger.CounterOvergrowths],
 	}
 	for _, e := range st.Engines {
 		p.engines[e.Spec.ID] = amounts{e.ReservedKV, e.ReservedSlots, e.Leases}
@@ -50,6 +58,7 @@ func snapshot(st ledger.PoolStats) poolSnapshot {
 func (p poolSnapshot) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "epoch=%d cap=%d/%d leases=%d holders=%d draining=%v", p.epoch, p.capKV, p.capSlots, p.leases, p.holders, p.draining)
+	fmt.Fprintf(&b, " reserve=%s headroom=%v growths=%d/%d/%d", p.reserve, p.headroom, p.growths, p.grownKV, p.overgrowths)
 	for _, id := range slices.Sorted(maps.Keys(p.engines)) {
 		a, c := p.engines[id], p.correction[id]
 		fmt.Fprintf(&b, " engine %s=%d/%d/%d corr=%d/%d", id, a.kv, a.slots, a.leases, c.kv, c.slots)

@@ -107,10 +107,17 @@ func (f *fixture) endSession() time.Time {
 	return ended
 }
 
-// observe applies an observation of e1 and wants it applied or not.
+// observe applies an observation of eng that reports no KV capacity of its
+// own (so the configured one counts) and wants it applied or not.
 func (f *fixture) observe(eng ledger.EngineID, kvUsed, running int64, at time.Time, wantApplied bool) {
 	f.t.Helper()
-	obs := ledger.Observation{Pool: f.spec.Name, Engine: eng, KVTokensUsed: kvUsed, KVTokensTotal: 1000, Running: running, ObservedAt: at}
+	f.observeTotal(eng, kvUsed, 0, running, at, wantApplied)
+}
+
+// observeTotal is observe with the engine's reported KV capacity.
+func (f *fixture) observeTotal(eng ledger.EngineID, kvUsed, kvTotal, running int64, at time.Time, wantApplied bool) {
+	f.t.Helper()
+	obs := ledger.Observation{Pool: f.spec.Name, Engine: eng, KVTokensUsed: kvUsed, KVTokensTotal: kvTotal, Running: running, ObservedAt: at}
 	got, err := f.l.Observe(f.ctx, obs)
 	if err != nil {
 		f.t.Fatalf("Observe(%s kv=%d running=%d at %s) error = %v, want nil", eng, kvUsed, running, at.Format(time.StampMicro), err)

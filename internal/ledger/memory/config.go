@@ -43,6 +43,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 	p := o.pool
 	p.Priorities = slices.Clone(spec.Priorities)
 	p.RetryAfter = spec.RetryAfter
+	p.Reserve, p.GrowthHeadroom = spec.Mode(), spec.GrowthHeadroom
 	p.CapacityKV, p.CapacitySlots = 0, 0
 
 	inSpec := map[ledger.EngineID]bool{}

@@ -139,6 +139,55 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 	return r, nil
 }
 
+// Grow raises a live elastic lease's KV tokens to what its engine already
+// holds for it, by ledger.GrowthOf: never refused for capacity, quota,
+// draining, stale telemetry or the recovery window, and accepted on an
+// engine or tenant removed from the spec (the engine still runs the
+// request; its last spec bounds the growth). A growth past capacity or
+// quota flags the lease Overgrown, for good. The deadline is unchanged.
+func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	var r ledger.Renewal
+	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
+		ls, err := o.liveLease(ref)
+		if err != nil {
+			return err
+		}
+		e, t := o.engine(ls.Engine), o.tenant(ls.Tenant)
+		if e == nil || t == nil {
+			// A lease's engine and tenant rows outlive it (Configure keeps
+			// them, marked removed, while they have leases).
+			return fmt.Errorf("lease %s on engine %s of tenant %s: the engine's or tenant's row is missing", ls.ID, ls.Engine, ls.Tenant)
+		}
+		a := o.admission(t, ledger.PrioritySpec{})
+		g, err := ledger.GrowthOf(o.pool.Reserve, a, e.state(), ls.Lease, kvTokens)
+		if err != nil {
+			return err
+		}
+		c := *ls
+		if g.Delta > 0 {
+			// Overgrowths counts the growths that themselves went past
+			// capacity or quota, not those of a lease flagged before.
+			fresh := ls.Lease
+			fresh.Overgrown = false
+			own, _ := ledger.GrowthOf(o.pool.Reserve, a, e.state(), fresh, kvTokens)
+			c.KVTokens, c.Overgrown = kvTokens, g.Overgrown
+			o.insert(tableLeases, &c)
+			o.chargeKV(ls, g.Delta)
+			o.count(ledger.CounterGrowths, 1)
+			o.count(ledger.CounterGrownKV, g.Delta)
+			if own.Overgrown {
+				o.count(ledger.CounterOvergrowths, 1)
+			}
+		}
+		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
+		return nil
+	})
+	if err != nil {
+		return ledger.Renewal{}, err
+	}
+	return r, nil
+}
+
 // Release ends a lease and counts the usage reported with it. Releasing a
 // lease that is gone, or that had already ended (it is then removed and
 // counted as expired or revoked), reports Released=false.
@@ -161,6 +210,9 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 		o.count(ledger.CounterReleasedKV, ls.KVTokens)
 		o.count(ledger.CounterActualPrompt, usage.PromptTokens)
 		o.count(ledger.CounterActualComplete, usage.CompletionTokens)
+		for _, name := range ledger.CompletionCounters(usage, ls.Tenant) {
+			o.count(name, 1)
+		}
 		r.Released = true
 		return nil
 	})
@@ -291,6 +343,7 @@ func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission 
 		MaxFill:         prio.MaxFill,
 		RetryAfter:      o.pool.RetryAfter,
 		Epoch:           o.pool.Epoch,
+		GrowthHeadroom:  o.pool.GrowthHeadroom,
 	}
 }
 

@@ -90,6 +90,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 			RecoveringUntil: p.recovering(now),
 			CapacityKV:      p.CapacityKV,
 			CapacitySlots:   p.CapacitySlots,
+			Reserve:         p.Reserve,
+			GrowthHeadroom:  p.GrowthHeadroom,
 			Priorities:      slices.Clone(p.Priorities),
 			Counters:        maps.Clone(p.Counters),
 		}

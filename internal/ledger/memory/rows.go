@@ -20,6 +20,10 @@ type poolRow struct {
 	RecoveringUntil time.Time
 	Priorities      []ledger.PrioritySpec
 	RetryAfter      time.Duration
+	// Reserve is the pool's mode, the default filled in (PoolSpec.Mode).
+	Reserve ledger.ReserveMode
+	// GrowthHeadroom is PoolSpec.GrowthHeadroom.
+	GrowthHeadroom float64
 	// CapacityKV and CapacitySlots sum the configured (not removed) engines.
 	CapacityKV    int64
 	CapacitySlots int64
@@ -61,6 +65,7 @@ func newCounters() map[string]int64 {
 		ledger.CounterReleases, ledger.CounterExpired, ledger.CounterRevoked,
 		ledger.CounterReasserts, ledger.CounterReleasedKV,
 		ledger.CounterActualPrompt, ledger.CounterActualComplete,
+		ledger.CounterGrowths, ledger.CounterOvergrowths, ledger.CounterGrownKV,
 	} {
 		c[n] = 0
 	}
@@ -107,6 +112,7 @@ func (e *engineRow) state() ledger.EngineState {
 		CorrectionKV:    e.CorrectionKV + e.OrphanKV,
 		CorrectionSlots: e.CorrectionSlots + e.OrphanSlots,
 		ObservedAt:      e.ObservedAt,
+		ReportedKV:      e.LastObservation.KVTokensTotal,
 	}
 }
 
