@@ -1263,8 +1263,12 @@ type PoolStats struct {
 	LiveHolders     int64                  `protobuf:"varint,10,opt,name=live_holders,json=liveHolders,proto3" json:"live_holders,omitempty"`
 	Leases          int64                  `protobuf:"varint,11,opt,name=leases,proto3" json:"leases,omitempty"`
 	Counters        map[string]int64       `protobuf:"bytes,12,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The pool's reservation mode, the default filled in: "elastic" or
+	// "worst_case".
+	Reserve        string  `protobuf:"bytes,13,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	GrowthHeadroom float64 `protobuf:"fixed64,14,opt,name=growth_headroom,json=growthHeadroom,proto3" json:"growth_headroom,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PoolStats) Reset() {
@@ -1379,6 +1383,20 @@ func (x *PoolStats) GetCounters() map[string]int64 {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *PoolStats) GetReserve() string {
+	if x != nil {
+		return x.Reserve
+	}
+	return ""
+}
+
+func (x *PoolStats) GetGrowthHeadroom() float64 {
+	if x != nil {
+		return x.GrowthHeadroom
+	}
+	return 0
 }
 
 type ConfigureRequest struct {
@@ -3040,7 +3058,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"reservedKv\x12%\n" +
 	"\x0ereserved_slots\x18\x05 \x01(\x03R\rreservedSlots\x12\x16\n" +
 	"\x06leases\x18\x06 \x01(\x03R\x06leases\x12\x18\n" +
-	"\aremoved\x18\a \x01(\bR\aremoved\"\xd3\x04\n" +
+	"\aremoved\x18\a \x01(\bR\aremoved\"\x96\x05\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +
@@ -3057,7 +3075,9 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\flive_holders\x18\n" +
 	" \x01(\x03R\vliveHolders\x12\x16\n" +
 	"\x06leases\x18\v \x01(\x03R\x06leases\x12A\n" +
-	"\bcounters\x18\f \x03(\v2%.leasehold.v1.PoolStats.CountersEntryR\bcounters\x1a;\n" +
+	"\bcounters\x18\f \x03(\v2%.leasehold.v1.PoolStats.CountersEntryR\bcounters\x12\x18\n" +
+	"\areserve\x18\r \x01(\tR\areserve\x12'\n" +
+	"\x0fgrowth_headroom\x18\x0e \x01(\x01R\x0egrowthHeadroom\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\">\n" +

@@ -313,9 +313,10 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	st := ledger.PoolStats{
 		Pool: pool, Epoch: ledger.Epoch(m.Epoch), Now: now,
 		RecoveringUntil: l.recoveringUntil(v, pool, now),
-		Priorities:      slices.Clone(m.Spec.Priorities),
-		LiveHolders:     int(v.counts[live]),
-		Counters:        map[string]int64{},
+		Reserve:         m.Spec.Mode(), GrowthHeadroom: m.Spec.GrowthHeadroom,
+		Priorities:  slices.Clone(m.Spec.Priorities),
+		LiveHolders: int(v.counts[live]),
+		Counters:    map[string]int64{},
 	}
 	st.CapacityKV, st.CapacitySlots = m.capacity()
 	isFresh := map[string]bool{}

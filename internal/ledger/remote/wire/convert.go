@@ -347,6 +347,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 		Pool: string(s.Pool), Epoch: uint64(s.Epoch), Now: Timestamp(s.Now), RecoveringUntil: Timestamp(s.RecoveringUntil),
 		CapacityKv: s.CapacityKV, CapacitySlots: s.CapacitySlots, LiveHolders: int64(s.LiveHolders),
 		Leases: s.Leases, Counters: s.Counters,
+		Reserve: string(s.Reserve), GrowthHeadroom: s.GrowthHeadroom,
 	}
 	for _, e := range s.Engines {
 		out.Engines = append(out.Engines, &pb.EngineStats{
@@ -377,6 +378,7 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 		RecoveringUntil: d.time("recovering_until", m.GetRecoveringUntil()),
 		CapacityKV:      m.GetCapacityKv(), CapacitySlots: m.GetCapacitySlots(),
 		LiveHolders: int(m.GetLiveHolders()), Leases: m.GetLeases(), Counters: m.GetCounters(),
+		Reserve: ledger.ReserveMode(m.GetReserve()), GrowthHeadroom: m.GetGrowthHeadroom(),
 	}
 	if s.Counters == nil {
 		s.Counters = map[string]int64{}

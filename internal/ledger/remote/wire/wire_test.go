@@ -154,6 +154,7 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	st := ledger.PoolStats{
 		Pool: "p", Epoch: 77, Now: t0, CapacityKV: 5, CapacitySlots: 1, LiveHolders: 2, Leases: 1,
+		Reserve: ledger.ReserveElastic, GrowthHeadroom: 0.125,
 		Engines: []ledger.EngineStats{{Spec: spec.Engines[0], Draining: true, ReservedKV: 1, ReservedSlots: 1, Leases: 1, CorrectionKV: 2,
 			LastObservation: ledger.Observation{Pool: "p", Engine: "e", KVTokensUsed: 3, KVTokensTotal: 4, ObservedAt: t0}, ObservedAt: t0, Stale: true, Removed: true,
 			OrphanKV: 2, OrphanSlots: 1, OrphanUntil: t0.Add(time.Second)}},
