@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -12,36 +13,66 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// Safety under concurrency: many goroutines acquire, renew, resize and
-// release while a tracker checks "granted <= capacity" at every step.
+// Safety under concurrency: many goroutines acquire, renew, resize, grow
+// and release while a tracker checks every grant, Resize growth and Grow.
 //
 // The tracker is sound: a grant (or growth) is recorded only after the call
 // returns and removed (or shrunk) before the call is made, so what it tracks
-// is a subset of what the ledger truly has outstanding at every instant. If
-// the tracked total on an engine exceeds its capacity, or a tenant's exceeds
-// its quota, the ledger over-granted.
+// is a subset of what the ledger truly has outstanding at every instant.
+// Without Grow (a worst_case pool), the tracked total on an engine above its
+// capacity, or a tenant's above its quota, means the ledger over-granted.
+//
+// Growth takes engines past capacity, so in an elastic pool every call is
+// judged on its window: the tracked totals' low-water mark from before the
+// call is made until it returns, which the ledger held at least at the
+// instant the call took effect. A grant or Resize growth of kv on an engine
+// the window shows holding used must fit: used + kv <= AdmissibleKV(f, h)
+// (slots and tenant quotas alike); a Grow of delta that takes the window's
+// used past capacity, or the tenant's past its quota, must come back
+// flagged Overgrown.
 
 const (
 	concWorkers = 64
 	concOps     = 60
 	concHolders = 8
+	// concHeadroom is the elastic SafetyUnderLoad pool's growth headroom.
+	concHeadroom = 0.1
 )
 
 // tracker is the checker's view of granted capacity.
 type tracker struct {
-	mu      sync.Mutex // guards everything below
+	mu       sync.Mutex // guards everything below
+	engines  map[ledger.EngineID]amounts
+	tenants  map[ledger.TenantID]amounts
+	capKV    map[ledger.EngineID]int64
+	capSl    map[ledger.EngineID]int64
+	quota    map[ledger.TenantID]amounts // kv, slots (0 = none)
+	fill     map[ledger.PriorityName]float64
+	headroom float64
+	// elastic: Grow may take engines past capacity, so only windows judge.
+	elastic bool
+	// grownKV and grownTenantKV bound from above what Grow has added to
+	// each engine and tenant: a growth is counted before its call.
+	grownKV       map[ledger.EngineID]int64
+	grownTenantKV map[ledger.TenantID]int64
+	// windows are the open calls' windows, lowered by every change.
+	windows map[*window]struct{}
+	first   string // the first violation
+}
+
+// window is the tracked totals' low-water mark over one call; an engine or
+// tenant absent from it held nothing tracked at some point.
+type window struct {
 	engines map[ledger.EngineID]amounts
 	tenants map[ledger.TenantID]amounts
-	capKV   map[ledger.EngineID]int64
-	capSl   map[ledger.EngineID]int64
-	quota   map[ledger.TenantID]amounts // kv, slots (0 = none)
-	first   string                      // the first violation
 }
 
 func newTracker(spec ledger.PoolSpec) *tracker {
 	tr := &tracker{
 		engines: map[ledger.EngineID]amounts{}, tenants: map[ledger.TenantID]amounts{},
 		capKV: map[ledger.EngineID]int64{}, capSl: map[ledger.EngineID]int64{}, quota: map[ledger.TenantID]amounts{},
+		fill: map[ledger.PriorityName]float64{}, headroom: spec.GrowthHeadroom, elastic: spec.Mode() == ledger.ReserveElastic,
+		grownKV: map[ledger.EngineID]int64{}, grownTenantKV: map[ledger.TenantID]int64{}, windows: map[*window]struct{}{},
 	}
 	var kv, sl int64
 	for _, e := range spec.Engines {
@@ -52,11 +83,14 @@ func newTracker(spec ledger.PoolSpec) *tracker {
 		qk, qs := ledger.TenantQuota(t, kv, sl)
 		tr.quota[t.Name] = amounts{kv: qk, slots: qs}
 	}
+	for _, p := range spec.Priorities {
+		tr.fill[p.Name] = p.MaxFill
+	}
 	return tr
 }
 
-// add records kv tokens and slots of a lease (negative to remove) and checks
-// the limits.
+// add records kv tokens and slots of a lease (negative to remove), lowers
+// the open windows and, in a worst_case pool, checks the limits.
 func (tr *tracker) add(l ledger.Lease, kv, slots int64, op string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -66,7 +100,15 @@ func (tr *tracker) add(l ledger.Lease, kv, slots int64, op string) {
 	x := tr.tenants[l.Tenant]
 	x.kv, x.slots = x.kv+kv, x.slots+slots
 	tr.tenants[l.Tenant] = x
-	if tr.first != "" || (kv <= 0 && slots <= 0) {
+	for w := range tr.windows {
+		if m, ok := w.engines[l.Engine]; ok {
+			w.engines[l.Engine] = amounts{kv: min(m.kv, e.kv), slots: min(m.slots, e.slots)}
+		}
+		if m, ok := w.tenants[l.Tenant]; ok {
+			w.tenants[l.Tenant] = amounts{kv: min(m.kv, x.kv), slots: min(m.slots, x.slots)}
+		}
+	}
+	if tr.elastic || tr.first != "" || (kv <= 0 && slots <= 0) {
 		return
 	}
 	switch q := tr.quota[l.Tenant]; {
@@ -78,6 +120,85 @@ func (tr *tracker) add(l ledger.Lease, kv, slots int64, op string) {
 		tr.first = fmt.Sprintf("after %s of %s: tenant %s granted kv=%d, quota %d", op, l.ID, l.Tenant, x.kv, q.kv)
 	case q.slots > 0 && x.slots > q.slots:
 		tr.first = fmt.Sprintf("after %s of %s: tenant %s granted slots=%d, quota %d", op, l.ID, l.Tenant, x.slots, q.slots)
+	}
+}
+
+// open starts a call's window; close it once the call has returned.
+func (tr *tracker) open() *window {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	w := &window{engines: maps.Clone(tr.engines), tenants: maps.Clone(tr.tenants)}
+	tr.windows[w] = struct{}{}
+	return w
+}
+
+func (tr *tracker) close(w *window) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	delete(tr.windows, w)
+}
+
+// violate records the first violation.
+func (tr *tracker) violate(format string, args ...any) {
+	if tr.first == "" {
+		tr.first = fmt.Sprintf(format, args...)
+	}
+}
+
+// admitted checks a grant (or a Resize growth, slots 0) of kv tokens and
+// slots on lease l's engine, for its tenant and priority, made in window w:
+// what the ledger held then plus the grant fits the admissible fill.
+func (tr *tracker) admitted(w *window, l ledger.Lease, kv, slots int64, op string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	e, x, q := w.engines[l.Engine], w.tenants[l.Tenant], tr.quota[l.Tenant]
+	f := tr.fill[l.Priority]
+	capKV := tr.capKV[l.Engine]
+	admKV := ledger.Fill(capKV, f) - ledger.Fill(capKV, tr.headroom)
+	switch {
+	case e.kv+kv > admKV:
+		tr.violate("%s of %s: engine %s held at least kv=%d throughout the call and took %d more, past its admissible %d (capacity %d, max_fill %v, headroom %v)",
+			op, l.ID, l.Engine, e.kv, kv, admKV, capKV, f, tr.headroom)
+	case e.slots+slots > ledger.Fill(tr.capSl[l.Engine], f):
+		tr.violate("%s of %s: engine %s held at least slots=%d throughout the call and took %d more, past its fill %d",
+			op, l.ID, l.Engine, e.slots, slots, ledger.Fill(tr.capSl[l.Engine], f))
+	case x.kv+kv > q.kv:
+		tr.violate("%s of %s: tenant %s held at least kv=%d throughout the call and took %d more, past its quota %d", op, l.ID, l.Tenant, x.kv, kv, q.kv)
+	case q.slots > 0 && x.slots+slots > q.slots:
+		tr.violate("%s of %s: tenant %s held at least slots=%d throughout the call and took %d more, past its quota %d", op, l.ID, l.Tenant, x.slots, slots, q.slots)
+	}
+}
+
+// intend counts a growth of l by delta before its Grow is called.
+func (tr *tracker) intend(l ledger.Lease, delta int64) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.grownKV[l.Engine] += delta
+	tr.grownTenantKV[l.Tenant] += delta
+}
+
+// grownBy returns the bounds of what Grow has added to an engine and to a
+// tenant so far.
+func (tr *tracker) grownBy(e ledger.EngineID, t ledger.TenantID) (engineKV, tenantKV int64) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.grownKV[e], tr.grownTenantKV[t]
+}
+
+// grew checks a Grow of l by delta made in window w that returned the
+// lease flagged overgrown or not: past capacity or quota it must be.
+func (tr *tracker) grew(w *window, l ledger.Lease, delta int64, overgrown bool) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	e, x, q := w.engines[l.Engine], w.tenants[l.Tenant], tr.quota[l.Tenant]
+	switch capKV := tr.capKV[l.Engine]; {
+	case overgrown:
+	case e.kv+delta > capKV:
+		tr.violate("grow of %s by %d: engine %s held at least kv=%d throughout the call, past its capacity %d after the growth, and the lease is not flagged Overgrown",
+			l.ID, delta, l.Engine, e.kv, capKV)
+	case x.kv+delta > q.kv:
+		tr.violate("grow of %s by %d: tenant %s held at least kv=%d throughout the call, past its quota %d after the growth, and the lease is not flagged Overgrown",
+			l.ID, delta, l.Tenant, x.kv, q.kv)
 	}
 }
 
@@ -127,31 +248,59 @@ func (lf *loadFailures) report(t *testing.T) {
 }
 
 // pollStats is a load test's check of the ledger's own totals: it fetches
-// the pool's stats and fails for every engine reserved beyond its capacity.
-// It returns false (after failing) when Stats itself failed.
-func (s *suite) pollStats(f *fixture, lf *loadFailures) (ledger.PoolStats, bool) {
+// the pool's stats and fails for every engine reserved beyond its capacity
+// (in KV tokens, plus what Grow may have added where tr tracks growth) and,
+// with tr, every tenant reserved beyond its quota (plus growth). It returns
+// false (after failing) when Stats itself failed.
+func (s *suite) pollStats(f *fixture, lf *loadFailures, tr *tracker) (ledger.PoolStats, bool) {
 	st, _, err := retry(&s.backendFailures, func() (ledger.PoolStats, error) { return f.l.Stats(f.ctx, pool) })
 	if err != nil {
 		lf.fail("Stats error = %v", err)
 		return st, false
 	}
 	for _, e := range st.Engines {
-		if e.ReservedKV > e.Spec.KVTokens || e.ReservedSlots > e.Spec.Slots {
-			lf.fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d slots=%d", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, e.Spec.Slots)
+		var grown int64
+		if tr != nil {
+			grown, _ = tr.grownBy(e.Spec.ID, "")
+		}
+		if e.ReservedKV > e.Spec.KVTokens+grown || e.ReservedSlots > e.Spec.Slots {
+			lf.fail("Stats engine %s reserved kv=%d slots=%d, capacity kv=%d (plus at most %d grown) slots=%d",
+				e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Spec.KVTokens, grown, e.Spec.Slots)
+		}
+	}
+	if tr == nil {
+		return st, true
+	}
+	for _, x := range st.Tenants {
+		_, grown := tr.grownBy("", x.Spec.Name)
+		if x.ReservedKV > x.QuotaKV+grown || (x.QuotaSlots > 0 && x.ReservedSlots > x.QuotaSlots) {
+			lf.fail("Stats tenant %s reserved kv=%d slots=%d, quota kv=%d (plus at most %d grown) slots=%d",
+				x.Spec.Name, x.ReservedKV, x.ReservedSlots, x.QuotaKV, grown, x.QuotaSlots)
 		}
 	}
 	return st, true
 }
 
 func (s *suite) testConcurrency(t *testing.T) {
-	t.Run("SafetyUnderLoad", s.testSafetyUnderLoad)
+	t.Run("SafetyUnderLoad", func(t *testing.T) {
+		t.Run("worst_case", func(t *testing.T) { s.testSafetyUnderLoad(t, ledger.ReserveWorstCase) })
+		t.Run("elastic", func(t *testing.T) { s.testSafetyUnderLoad(t, ledger.ReserveElastic) })
+	})
 	t.Run("ExpiryUnderLoad", s.testExpiryUnderLoad)
 	t.Run("ConcurrentReplay", s.testConcurrentReplay)
 	t.Run("ConcurrentRelease", s.testConcurrentRelease)
 }
 
-func (s *suite) testSafetyUnderLoad(t *testing.T) {
+// testSafetyUnderLoad runs the load in a pool of the given mode: elastic
+// pools keep a growth headroom and their leases grow; in a worst_case pool
+// Grow is refused and nothing may ever exceed capacity.
+func (s *suite) testSafetyUnderLoad(t *testing.T, mode ledger.ReserveMode) {
 	spec := concSpec()
+	spec.Reserve = mode
+	elastic := mode == ledger.ReserveElastic
+	if elastic {
+		spec.GrowthHeadroom = concHeadroom
+	}
 	f := s.setup(t, spec, noWindow)
 	for i := range concHolders {
 		f.keepAlive(ledger.HolderID(fmt.Sprintf("ch%d", i)), longTTL)
@@ -161,25 +310,20 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	tenants := []ledger.TenantID{"ta", "tb", "tc"}
 	prios := []ledger.PriorityName{prioStd, prioBatch}
 
-	var grants, rejected, polls atomic.Int64
+	var grants, rejected, polls, growths, grownKV, overgrown atomic.Int64
 	lf := &loadFailures{}
 	fail, stop := lf.fail, &lf.stop
 
-	// The Stats poller: the ledger's own totals never exceed capacity.
+	// The Stats poller: the ledger's own totals never exceed capacity, but
+	// for what Grow added.
 	pollDone := make(chan struct{})
 	go func() {
 		defer close(pollDone)
 		for !stop.Load() {
-			st, ok := s.pollStats(f, lf)
-			if !ok {
+			if _, ok := s.pollStats(f, lf, tr); !ok {
 				return
 			}
 			polls.Add(1)
-			for _, x := range st.Tenants {
-				if x.ReservedKV > x.QuotaKV || (x.QuotaSlots > 0 && x.ReservedSlots > x.QuotaSlots) {
-					fail("Stats tenant %s reserved kv=%d slots=%d, quota kv=%d slots=%d", x.Spec.Name, x.ReservedKV, x.ReservedSlots, x.QuotaKV, x.QuotaSlots)
-				}
-			}
 			time.Sleep(time.Millisecond)
 		}
 	}()
@@ -205,7 +349,9 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 						KVTokens: 200 + rng.Int64N(1800), Slots: 1 + rng.Int64N(2), Holder: holder,
 						RequestID: ledger.RequestID(fmt.Sprintf("w%d-%d", w, op)), TTL: longTTL,
 					}
+					win := tr.open()
 					g, unknown, err := retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
+					tr.close(win)
 					if err != nil {
 						if rej := ledger.AsRejection(err); rej != nil && rej.Reason.Valid() && rej.Reason != ledger.ReasonRecovering {
 							rejected.Add(1)
@@ -219,22 +365,25 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 						return
 					}
 					grants.Add(1)
+					tr.admitted(win, g.Lease, g.Lease.KVTokens, g.Lease.Slots, "acquire")
 					tr.add(g.Lease, g.Lease.KVTokens, g.Lease.Slots, "acquire")
 					*mine = append(*mine, g.Lease)
-				case p < 60:
+				case p < 55:
 					l := (*mine)[rng.IntN(len(*mine))]
 					if _, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Renew(f.ctx, l.Ref(), longTTL) }); err != nil {
 						fail("Renew(%s) error = %v, want nil", l.ID, err)
 						return
 					}
-				case p < 80:
+				case p < 70:
 					i := rng.IntN(len(*mine))
 					l := (*mine)[i]
 					kv := 100 + rng.Int64N(2000)
 					if kv < l.KVTokens {
 						tr.add(l, kv-l.KVTokens, 0, "shrink") // before: tracked stays a subset
 					}
+					win := tr.open()
 					rn, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Resize(f.ctx, l.Ref(), kv) })
+					tr.close(win)
 					switch {
 					case err == nil:
 						if rn.Lease.KVTokens != kv {
@@ -242,7 +391,8 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 							return
 						}
 						if kv > l.KVTokens {
-							tr.add(l, kv-l.KVTokens, 0, "grow")
+							tr.admitted(win, l, kv-l.KVTokens, 0, "resize")
+							tr.add(l, kv-l.KVTokens, 0, "resize")
 						}
 						(*mine)[i].KVTokens = kv
 					case kv > l.KVTokens && ledger.AsRejection(err) != nil:
@@ -251,6 +401,42 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 						fail("Resize(%s, %d -> %d) error = %v", l.ID, l.KVTokens, kv, err)
 						return
 					}
+				case p < 80:
+					i := rng.IntN(len(*mine))
+					l := (*mine)[i]
+					kv := min(l.KVTokens+100+rng.Int64N(1500), tr.capKV[l.Engine])
+					if !elastic {
+						_, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Grow(f.ctx, l.Ref(), kv) })
+						if !errors.Is(err, ledger.ErrInvalidArgument) {
+							fail("Grow(%s, %d -> %d) in a worst_case pool error = %v, want ErrInvalidArgument", l.ID, l.KVTokens, kv, err)
+							return
+						}
+						continue
+					}
+					delta := kv - l.KVTokens
+					tr.intend(l, delta)
+					win := tr.open()
+					rn, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Grow(f.ctx, l.Ref(), kv) })
+					tr.close(win)
+					if err != nil {
+						fail("Grow(%s, %d -> %d) error = %v, want never refused", l.ID, l.KVTokens, kv, err)
+						return
+					}
+					if rn.Lease.KVTokens != kv || (l.Overgrown && !rn.Lease.Overgrown) {
+						fail("Grow(%s, %d -> %d) lease kv=%d overgrown=%v, want kv=%d and overgrown kept (was %v)",
+							l.ID, l.KVTokens, kv, rn.Lease.KVTokens, rn.Lease.Overgrown, kv, l.Overgrown)
+						return
+					}
+					if delta > 0 {
+						tr.grew(win, l, delta, rn.Lease.Overgrown)
+						tr.add(l, delta, 0, "grow")
+						growths.Add(1)
+						grownKV.Add(delta)
+						if rn.Lease.Overgrown && !l.Overgrown {
+							overgrown.Add(1)
+						}
+					}
+					(*mine)[i].KVTokens, (*mine)[i].Overgrown = kv, rn.Lease.Overgrown
 				default:
 					i := rng.IntN(len(*mine))
 					l := (*mine)[i]
@@ -281,18 +467,30 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d grants, %d rejections, %d Stats polls, %d backend failures retried", grants.Load(), rejected.Load(), polls.Load(), s.backendFailures.Load())
+	t.Logf("%d grants, %d rejections, %d growths (%d KV tokens, %d leases newly overgrown), %d Stats polls, %d backend failures retried",
+		grants.Load(), rejected.Load(), growths.Load(), grownKV.Load(), overgrown.Load(), polls.Load(), s.backendFailures.Load())
 	if grants.Load() == 0 || rejected.Load() == 0 {
 		t.Errorf("grants = %d, rejections = %d: want both, the workload must contend", grants.Load(), rejected.Load())
 	}
-	// Audit before cleanup: Stats agrees with List.
-	checkStatsMatchList(t, f.stats(), f.list(ledger.Filter{Pool: pool}))
+	// Audit before cleanup: Stats agrees with List, an engine past its
+	// capacity holds an overgrown lease, and the Grow counters count the
+	// growths.
+	st, listed := f.stats(), f.list(ledger.Filter{Pool: pool})
+	checkStatsMatchList(t, st, listed)
+	checkOvergrown(t, st, listed)
+	if elastic && growths.Load() == 0 {
+		t.Errorf("growths = 0 in an elastic pool: want the workload to grow leases")
+	}
+	f.growCounters("the growths the workers made", growths.Load(), grownKV.Load(), st.Counters[ledger.CounterOvergrowths])
+	if st.Counters[ledger.CounterOvergrowths] < overgrown.Load() {
+		t.Errorf("Counters overgrowths = %d, want at least the %d leases Grow newly flagged", st.Counters[ledger.CounterOvergrowths], overgrown.Load())
+	}
 	for _, mine := range held {
 		for _, l := range mine {
 			f.release(l)
 		}
 	}
-	st := f.stats()
+	st = f.stats()
 	for _, e := range st.Engines {
 		if e.ReservedKV != 0 || e.ReservedSlots != 0 || e.Leases != 0 {
 			t.Errorf("after releasing everything engine %s reserved kv=%d slots=%d leases=%d, want 0", e.Spec.ID, e.ReservedKV, e.ReservedSlots, e.Leases)
@@ -308,6 +506,25 @@ func (s *suite) testSafetyUnderLoad(t *testing.T) {
 	}
 	if g, r := st.Counters[ledger.CounterGrants], st.Counters[ledger.CounterReleases]; g != r || g < grants.Load() {
 		t.Errorf("Counters grants = %d, releases = %d, want both %d", g, r, grants.Load())
+	}
+}
+
+// checkOvergrown checks that every engine st shows reserved past its
+// capacity holds a listed lease flagged Overgrown: only Grow (or Reassert)
+// takes an engine there.
+func checkOvergrown(t testing.TB, st ledger.PoolStats, listed []ledger.Lease) {
+	t.Helper()
+	flagged := map[ledger.EngineID]bool{}
+	for _, l := range listed {
+		if l.Overgrown || l.Reasserted {
+			flagged[l.Engine] = true
+		}
+	}
+	for _, e := range st.Engines {
+		if e.ReservedKV > e.Spec.KVTokens && !flagged[e.Spec.ID] {
+			t.Errorf("Stats engine %s reserved kv=%d past its capacity %d, and none of its listed leases is flagged Overgrown",
+				e.Spec.ID, e.ReservedKV, e.Spec.KVTokens)
+		}
 	}
 }
 
@@ -330,7 +547,7 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 				fail("Sweep error = %v", err)
 				return
 			}
-			if _, ok := s.pollStats(f, lf); !ok {
+			if _, ok := s.pollStats(f, lf, nil); !ok {
 				return
 			}
 			time.Sleep(2 * time.Millisecond)

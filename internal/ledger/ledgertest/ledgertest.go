@@ -1,6 +1,8 @@
 // Package ledgertest is the conformance suite every ledger backend passes
-// unchanged: the limits, idempotence, expiry, epochs, bad arguments, a
-// concurrent safety check and a linearizability check of recorded histories.
+// unchanged: the limits, idempotence, expiry, epochs, bad arguments, elastic
+// reservations (modes, growth headroom, Grow, reported capacity, completion
+// counters), a concurrent safety check and a linearizability check of
+// recorded histories, both with growth.
 //
 // A backend's test calls Run with a Backend that makes isolated, empty
 // ledgers. The suite cannot fake time (backends use their own clock, such as

@@ -25,8 +25,8 @@
 //
 // # Costs and sweeping
 //
-// Acquire, Renew, Resize, Release and Reassert are O(log n) in outstanding
-// leases (plus the candidate list). Leases past their deadline and leases of
+// Acquire, Renew, Resize, Grow, Release and Reassert are O(log n) in
+// outstanding leases (plus the candidate list). Leases past their deadline and leases of
 // dead holder sessions are removed lazily: every mutating call on a pool first
 // sweeps at most Options.SweepBatch of them, and Sweep removes up to a given
 // number. Until swept they keep counting against capacity, which is safe.
@@ -42,6 +42,9 @@
 // Release of a lease that had already ended (not yet swept) reports
 // Released=false and counts it as expired or revoked, not released.
 // Reassert takes the fencing token from the lease id, not from Lease.Fence.
+// The pool's mode and growth headroom live in its row beside the
+// priorities; an engine's reported capacity is its last applied
+// observation's KVTokensTotal, read from the engine row at admission.
 //
 // # Hazards
 //
