@@ -56,45 +56,58 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 // has leases: Grow holds those leases to it. The records join v's guards.
 func (l *store) keepRemovedSpecs(ctx context.Context, v *view, prev, next ledger.PoolSpec) ([]clientv3.Op, error) {
 	pool := next.Name
-	var engines []ledger.EngineSpec
-	var tenants []ledger.TenantSpec
-	var keys []string
-	for _, e := range prev.Engines {
-		if !slices.ContainsFunc(next.Engines, func(n ledger.EngineSpec) bool { return n.ID == e.ID }) {
-			engines = append(engines, e)
-			keys = append(keys, l.keys.engine(pool, e.ID))
-		}
+	ekey := func(e ledger.EngineSpec) string { return l.keys.engine(pool, e.ID) }
+	tkey := func(t ledger.TenantSpec) string { return l.keys.tenant(pool, t.Name) }
+	engines := dropped(prev.Engines, next.Engines, ekey)
+	tenants := dropped(prev.Tenants, next.Tenants, tkey)
+	keys := make([]string, 0, len(engines)+len(tenants))
+	for _, e := range engines {
+		keys = append(keys, ekey(e))
 	}
-	for _, t := range prev.Tenants {
-		if !slices.ContainsFunc(next.Tenants, func(n ledger.TenantSpec) bool { return n.Name == t.Name }) {
-			tenants = append(tenants, t)
-			keys = append(keys, l.keys.tenant(pool, t.Name))
-		}
+	for _, t := range tenants {
+		keys = append(keys, tkey(t))
 	}
 	for chunk := range slices.Chunk(keys, maxReadOps) {
 		if err := l.readMore(ctx, v, chunk); err != nil {
 			return nil, err
 		}
 	}
-	var ops []clientv3.Op
-	for _, e := range engines {
-		r, err := l.engineRec(v, pool, e.ID)
-		if err != nil {
-			return nil, err
-		}
-		if r.Leases > 0 {
-			r.Spec = &e
-			ops = append(ops, clientv3.OpPut(l.keys.engine(pool, e.ID), encode(r)))
+	ops, err := keepSpecs[ledger.EngineSpec, engineRec](nil, v, engines, ekey)
+	if err != nil {
+		return nil, err
+	}
+	return keepSpecs[ledger.TenantSpec, tenantRec](ops, v, tenants, tkey)
+}
+
+// dropped returns the specs of prev whose key is not a key of next.
+func dropped[S any](prev, next []S, key func(S) string) []S {
+	var out []S
+	for _, s := range prev {
+		if !slices.ContainsFunc(next, func(n S) bool { return key(n) == key(s) }) {
+			out = append(out, s)
 		}
 	}
-	for _, t := range tenants {
-		r, err := l.tenantRec(v, pool, t.Name)
+	return out
+}
+
+// specKeeper is a record that can keep its row's last spec.
+type specKeeper[S, R any] interface {
+	*R
+	// keep stores s in the record if it still counts leases, and
+	// reports whether it did.
+	keep(s S) bool
+}
+
+// keepSpecs appends to ops a write of each spec's record (read in v) that
+// keeps the spec.
+func keepSpecs[S, R any, P specKeeper[S, R]](ops []clientv3.Op, v *view, specs []S, key func(S) string) ([]clientv3.Op, error) {
+	for _, s := range specs {
+		r, err := record[R](v, key(s))
 		if err != nil {
 			return nil, err
 		}
-		if r.Leases > 0 {
-			r.Spec = &t
-			ops = append(ops, clientv3.OpPut(l.keys.tenant(pool, t.Name), encode(r)))
+		if P(&r).keep(s) {
+			ops = append(ops, clientv3.OpPut(key(s), encode(r)))
 		}
 	}
 	return ops, nil

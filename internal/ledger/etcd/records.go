@@ -32,24 +32,26 @@ func (m *metaRec) engine(id ledger.EngineID) (ledger.EngineSpec, bool) {
 // engineOf returns the spec lease r's engine is held to: the configured
 // one, or the last one configured (kept in er) for a removed engine.
 func (m *metaRec) engineOf(id ledger.EngineID, er engineRec) (ledger.EngineSpec, bool) {
-	if s, ok := m.engine(id); ok {
-		return s, true
-	}
-	if er.Spec != nil {
-		return *er.Spec, true
-	}
-	return ledger.EngineSpec{ID: id}, false
+	s, ok := m.engine(id)
+	return lastSpec(s, ok, er.Spec, ledger.EngineSpec{ID: id})
 }
 
 // tenantOf is engineOf for tenants.
 func (m *metaRec) tenantOf(id ledger.TenantID, tr tenantRec) (ledger.TenantSpec, bool) {
-	if s, ok := m.tenant(id); ok {
+	s, ok := m.tenant(id)
+	return lastSpec(s, ok, tr.Spec, ledger.TenantSpec{Name: id})
+}
+
+// lastSpec returns the configured spec s when ok, else the one a removed
+// row's record kept, else none (and false).
+func lastSpec[S any](s S, ok bool, kept *S, none S) (S, bool) {
+	switch {
+	case ok:
 		return s, true
+	case kept != nil:
+		return *kept, true
 	}
-	if tr.Spec != nil {
-		return *tr.Spec, true
-	}
-	return ledger.TenantSpec{Name: id}, false
+	return none, false
 }
 
 func (m *metaRec) tenant(id ledger.TenantID) (ledger.TenantSpec, bool) {
@@ -120,6 +122,13 @@ func (r *engineRec) charged() (kv, slots int64) {
 	return r.CorrectionKV + r.OrphanKV, r.CorrectionSlots + r.OrphanSlots
 }
 
+func (r *engineRec) keep(s ledger.EngineSpec) bool {
+	if r.Leases > 0 {
+		r.Spec = &s
+	}
+	return r.Leases > 0
+}
+
 // tenantRec is a tenant's reservations in a pool (key tenant/<name>); like
 // an engine's, it keeps the tenant's last spec once the spec drops it.
 type tenantRec struct {
@@ -128,6 +137,13 @@ type tenantRec struct {
 	Leases        int64              `json:"leases"`
 	Counters      map[string]int64   `json:"counters,omitempty"`
 	Spec          *ledger.TenantSpec `json:"spec,omitempty"`
+}
+
+func (r *tenantRec) keep(s ledger.TenantSpec) bool {
+	if r.Leases > 0 {
+		r.Spec = &s
+	}
+	return r.Leases > 0
 }
 
 // reserve adds n leases like r (n = -1: takes one away) to an engine's and
