@@ -322,7 +322,7 @@ type TenantStats struct {
 	Leases        int64
 	// Removed marks a tenant no longer configured that still has leases:
 	// it gets no new grants, and its Spec is the last one configured
-	// where the backend keeps it (memory, Redis), else only its name.
+	// where the backend keeps it (memory, Redis, etcd), else only its name.
 	Removed bool
 }
 

@@ -10,7 +10,8 @@
 //   - Epochs and fence sequences are uint64.
 //   - A capacity or quota refusal of Acquire, Resize and Reassert is not an
 //     error status: it is the Rejection arm of the response's oneof, so the
-//     reason, engine, retry-after and epoch round-trip exactly.
+//     reason, engine, retry-after and epoch round-trip exactly. Grow is never
+//     refused for capacity, so its response has no such arm.
 //   - Every other ledger error is a status whose google.rpc.ErrorInfo (domain
 //     "leasehold.dev/ledger") names the sentinel in its reason; see
 //     internal/ledger/remote/wire/errors.go for the table.
@@ -239,14 +240,18 @@ func (x *PrioritySpec) GetMaxFill() float64 {
 }
 
 type PoolSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Engines       []*EngineSpec          `protobuf:"bytes,2,rep,name=engines,proto3" json:"engines,omitempty"`
-	Tenants       []*TenantSpec          `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty"`
-	Priorities    []*PrioritySpec        `protobuf:"bytes,4,rep,name=priorities,proto3" json:"priorities,omitempty"`
-	RetryAfter    *durationpb.Duration   `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Engines    []*EngineSpec          `protobuf:"bytes,2,rep,name=engines,proto3" json:"engines,omitempty"`
+	Tenants    []*TenantSpec          `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Priorities []*PrioritySpec        `protobuf:"bytes,4,rep,name=priorities,proto3" json:"priorities,omitempty"`
+	RetryAfter *durationpb.Duration   `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// "" (elastic), "elastic" or "worst_case".
+	Reserve string `protobuf:"bytes,6,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// The share of each engine's KV capacity grants leave to Grow, [0, 0.5].
+	GrowthHeadroom float64 `protobuf:"fixed64,7,opt,name=growth_headroom,json=growthHeadroom,proto3" json:"growth_headroom,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PoolSpec) Reset() {
@@ -314,6 +319,20 @@ func (x *PoolSpec) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *PoolSpec) GetReserve() string {
+	if x != nil {
+		return x.Reserve
+	}
+	return ""
+}
+
+func (x *PoolSpec) GetGrowthHeadroom() float64 {
+	if x != nil {
+		return x.GrowthHeadroom
+	}
+	return 0
+}
+
 type Fence struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -367,20 +386,22 @@ func (x *Fence) GetSeq() uint64 {
 }
 
 type Lease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Engine        string                 `protobuf:"bytes,3,opt,name=engine,proto3" json:"engine,omitempty"`
-	Tenant        string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Priority      string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
-	KvTokens      int64                  `protobuf:"varint,6,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
-	Slots         int64                  `protobuf:"varint,7,opt,name=slots,proto3" json:"slots,omitempty"`
-	Holder        string                 `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
-	RequestId     string                 `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created,proto3" json:"created,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	Fence         *Fence                 `protobuf:"bytes,12,opt,name=fence,proto3" json:"fence,omitempty"`
-	Reasserted    bool                   `protobuf:"varint,13,opt,name=reasserted,proto3" json:"reasserted,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pool       string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Engine     string                 `protobuf:"bytes,3,opt,name=engine,proto3" json:"engine,omitempty"`
+	Tenant     string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Priority   string                 `protobuf:"bytes,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	KvTokens   int64                  `protobuf:"varint,6,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
+	Slots      int64                  `protobuf:"varint,7,opt,name=slots,proto3" json:"slots,omitempty"`
+	Holder     string                 `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
+	RequestId  string                 `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Created    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created,proto3" json:"created,omitempty"`
+	Deadline   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Fence      *Fence                 `protobuf:"bytes,12,opt,name=fence,proto3" json:"fence,omitempty"`
+	Reasserted bool                   `protobuf:"varint,13,opt,name=reasserted,proto3" json:"reasserted,omitempty"`
+	// Grow took the lease's engine above capacity or its tenant above quota.
+	Overgrown     bool `protobuf:"varint,14,opt,name=overgrown,proto3" json:"overgrown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +523,13 @@ func (x *Lease) GetFence() *Fence {
 func (x *Lease) GetReasserted() bool {
 	if x != nil {
 		return x.Reasserted
+	}
+	return false
+}
+
+func (x *Lease) GetOvergrown() bool {
+	if x != nil {
+		return x.Overgrown
 	}
 	return false
 }
@@ -1235,8 +1263,12 @@ type PoolStats struct {
 	LiveHolders     int64                  `protobuf:"varint,10,opt,name=live_holders,json=liveHolders,proto3" json:"live_holders,omitempty"`
 	Leases          int64                  `protobuf:"varint,11,opt,name=leases,proto3" json:"leases,omitempty"`
 	Counters        map[string]int64       `protobuf:"bytes,12,rep,name=counters,proto3" json:"counters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The pool's reservation mode, the default filled in: "elastic" or
+	// "worst_case".
+	Reserve        string  `protobuf:"bytes,13,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	GrowthHeadroom float64 `protobuf:"fixed64,14,opt,name=growth_headroom,json=growthHeadroom,proto3" json:"growth_headroom,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PoolStats) Reset() {
@@ -1351,6 +1383,20 @@ func (x *PoolStats) GetCounters() map[string]int64 {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *PoolStats) GetReserve() string {
+	if x != nil {
+		return x.Reserve
+	}
+	return ""
+}
+
+func (x *PoolStats) GetGrowthHeadroom() float64 {
+	if x != nil {
+		return x.GrowthHeadroom
+	}
+	return 0
 }
 
 type ConfigureRequest struct {
@@ -2061,6 +2107,102 @@ func (*ResizeResponse_Renewal) isResizeResponse_Result() {}
 
 func (*ResizeResponse_Rejection) isResizeResponse_Result() {}
 
+type GrowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *LeaseRef              `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	KvTokens      int64                  `protobuf:"varint,2,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrowRequest) Reset() {
+	*x = GrowRequest{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowRequest) ProtoMessage() {}
+
+func (x *GrowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowRequest.ProtoReflect.Descriptor instead.
+func (*GrowRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GrowRequest) GetRef() *LeaseRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GrowRequest) GetKvTokens() int64 {
+	if x != nil {
+		return x.KvTokens
+	}
+	return 0
+}
+
+type GrowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Renewal       *Renewal               `protobuf:"bytes,1,opt,name=renewal,proto3" json:"renewal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrowResponse) Reset() {
+	*x = GrowResponse{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrowResponse) ProtoMessage() {}
+
+func (x *GrowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrowResponse.ProtoReflect.Descriptor instead.
+func (*GrowResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GrowResponse) GetRenewal() *Renewal {
+	if x != nil {
+		return x.Renewal
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *LeaseRef              `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -2071,7 +2213,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2225,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2238,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReleaseRequest) GetRef() *LeaseRef {
@@ -2123,7 +2265,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2277,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2290,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2175,7 +2317,7 @@ type ReassertRequest struct {
 
 func (x *ReassertRequest) Reset() {
 	*x = ReassertRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2329,7 @@ func (x *ReassertRequest) String() string {
 func (*ReassertRequest) ProtoMessage() {}
 
 func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2342,7 @@ func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertRequest.ProtoReflect.Descriptor instead.
 func (*ReassertRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReassertRequest) GetLease() *Lease {
@@ -2230,7 +2372,7 @@ type ReassertResponse struct {
 
 func (x *ReassertResponse) Reset() {
 	*x = ReassertResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2384,7 @@ func (x *ReassertResponse) String() string {
 func (*ReassertResponse) ProtoMessage() {}
 
 func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2397,7 @@ func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertResponse.ProtoReflect.Descriptor instead.
 func (*ReassertResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReassertResponse) GetResult() isReassertResponse_Result {
@@ -2308,7 +2450,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2462,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2475,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ObserveRequest) GetObservation() *Observation {
@@ -2353,7 +2495,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2507,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2520,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ObserveResponse) GetApplied() bool {
@@ -2406,7 +2548,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2560,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2573,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SweepRequest) GetPool() string {
@@ -2459,7 +2601,7 @@ type SweepResponse struct {
 
 func (x *SweepResponse) Reset() {
 	*x = SweepResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2613,7 @@ func (x *SweepResponse) String() string {
 func (*SweepResponse) ProtoMessage() {}
 
 func (x *SweepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2626,7 @@ func (x *SweepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepResponse.ProtoReflect.Descriptor instead.
 func (*SweepResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SweepResponse) GetExpired() int64 {
@@ -2516,7 +2658,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2670,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2683,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
 }
 
 type PoolsResponse struct {
@@ -2553,7 +2695,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2707,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2720,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PoolsResponse) GetPools() []string {
@@ -2602,7 +2744,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2756,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2769,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListRequest) GetPool() string {
@@ -2674,7 +2816,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2828,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2841,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -2718,7 +2860,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2872,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2885,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatsRequest) GetPool() string {
@@ -2762,7 +2904,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2916,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2929,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatsResponse) GetStats() *PoolStats {
@@ -2819,7 +2961,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"slot_share\x18\x03 \x01(\x01R\tslotShare\"=\n" +
 	"\fPrioritySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
-	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xfe\x01\n" +
+	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xc1\x02\n" +
 	"\bPoolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aengines\x18\x02 \x03(\v2\x18.leasehold.v1.EngineSpecR\aengines\x122\n" +
@@ -2828,10 +2970,12 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"priorities\x18\x04 \x03(\v2\x1a.leasehold.v1.PrioritySpecR\n" +
 	"priorities\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"/\n" +
+	"retryAfter\x12\x18\n" +
+	"\areserve\x18\x06 \x01(\tR\areserve\x12'\n" +
+	"\x0fgrowth_headroom\x18\a \x01(\x01R\x0egrowthHeadroom\"/\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x9a\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xb8\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -2849,7 +2993,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x05fence\x18\f \x01(\v2\x13.leasehold.v1.FenceR\x05fence\x12\x1e\n" +
 	"\n" +
 	"reasserted\x18\r \x01(\bR\n" +
-	"reasserted\"F\n" +
+	"reasserted\x12\x1c\n" +
+	"\tovergrown\x18\x0e \x01(\bR\tovergrown\"F\n" +
 	"\bLeaseRef\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -2913,7 +3058,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"reservedKv\x12%\n" +
 	"\x0ereserved_slots\x18\x05 \x01(\x03R\rreservedSlots\x12\x16\n" +
 	"\x06leases\x18\x06 \x01(\x03R\x06leases\x12\x18\n" +
-	"\aremoved\x18\a \x01(\bR\aremoved\"\xd3\x04\n" +
+	"\aremoved\x18\a \x01(\bR\aremoved\"\x96\x05\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +
@@ -2930,7 +3075,9 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\flive_holders\x18\n" +
 	" \x01(\x03R\vliveHolders\x12\x16\n" +
 	"\x06leases\x18\v \x01(\x03R\x06leases\x12A\n" +
-	"\bcounters\x18\f \x03(\v2%.leasehold.v1.PoolStats.CountersEntryR\bcounters\x1a;\n" +
+	"\bcounters\x18\f \x03(\v2%.leasehold.v1.PoolStats.CountersEntryR\bcounters\x12\x18\n" +
+	"\areserve\x18\r \x01(\tR\areserve\x12'\n" +
+	"\x0fgrowth_headroom\x18\x0e \x01(\x01R\x0egrowthHeadroom\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\">\n" +
@@ -2977,7 +3124,12 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x0eResizeResponse\x121\n" +
 	"\arenewal\x18\x01 \x01(\v2\x15.leasehold.v1.RenewalH\x00R\arenewal\x127\n" +
 	"\trejection\x18\x02 \x01(\v2\x17.leasehold.v1.RejectionH\x00R\trejectionB\b\n" +
-	"\x06result\"e\n" +
+	"\x06result\"T\n" +
+	"\vGrowRequest\x12(\n" +
+	"\x03ref\x18\x01 \x01(\v2\x16.leasehold.v1.LeaseRefR\x03ref\x12\x1b\n" +
+	"\tkv_tokens\x18\x02 \x01(\x03R\bkvTokens\"?\n" +
+	"\fGrowResponse\x12/\n" +
+	"\arenewal\x18\x01 \x01(\v2\x15.leasehold.v1.RenewalR\arenewal\"e\n" +
 	"\x0eReleaseRequest\x12(\n" +
 	"\x03ref\x18\x01 \x01(\v2\x16.leasehold.v1.LeaseRefR\x03ref\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.leasehold.v1.UsageR\x05usage\"C\n" +
@@ -3017,14 +3169,15 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\">\n" +
 	"\rStatsResponse\x12-\n" +
-	"\x05stats\x18\x01 \x01(\v2\x17.leasehold.v1.PoolStatsR\x05stats2\xa7\a\n" +
+	"\x05stats\x18\x01 \x01(\v2\x17.leasehold.v1.PoolStatsR\x05stats2\xe6\a\n" +
 	"\x06Ledger\x12L\n" +
 	"\tConfigure\x12\x1e.leasehold.v1.ConfigureRequest\x1a\x1f.leasehold.v1.ConfigureResponse\x12R\n" +
 	"\vSetDraining\x12 .leasehold.v1.SetDrainingRequest\x1a!.leasehold.v1.SetDrainingResponse\x12L\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12C\n" +
-	"\x06Resize\x12\x1b.leasehold.v1.ResizeRequest\x1a\x1c.leasehold.v1.ResizeResponse\x12F\n" +
+	"\x06Resize\x12\x1b.leasehold.v1.ResizeRequest\x1a\x1c.leasehold.v1.ResizeResponse\x12=\n" +
+	"\x04Grow\x12\x19.leasehold.v1.GrowRequest\x1a\x1a.leasehold.v1.GrowResponse\x12F\n" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12I\n" +
 	"\bReassert\x12\x1d.leasehold.v1.ReassertRequest\x1a\x1e.leasehold.v1.ReassertResponse\x12F\n" +
 	"\aObserve\x12\x1c.leasehold.v1.ObserveRequest\x1a\x1d.leasehold.v1.ObserveResponse\x12@\n" +
@@ -3045,7 +3198,7 @@ func file_leasehold_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_ledger_proto_rawDescData
 }
 
-var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*EngineSpec)(nil),            // 0: leasehold.v1.EngineSpec
 	(*TenantSpec)(nil),            // 1: leasehold.v1.TenantSpec
@@ -3075,102 +3228,108 @@ var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*RenewResponse)(nil),         // 25: leasehold.v1.RenewResponse
 	(*ResizeRequest)(nil),         // 26: leasehold.v1.ResizeRequest
 	(*ResizeResponse)(nil),        // 27: leasehold.v1.ResizeResponse
-	(*ReleaseRequest)(nil),        // 28: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 29: leasehold.v1.ReleaseResponse
-	(*ReassertRequest)(nil),       // 30: leasehold.v1.ReassertRequest
-	(*ReassertResponse)(nil),      // 31: leasehold.v1.ReassertResponse
-	(*ObserveRequest)(nil),        // 32: leasehold.v1.ObserveRequest
-	(*ObserveResponse)(nil),       // 33: leasehold.v1.ObserveResponse
-	(*SweepRequest)(nil),          // 34: leasehold.v1.SweepRequest
-	(*SweepResponse)(nil),         // 35: leasehold.v1.SweepResponse
-	(*PoolsRequest)(nil),          // 36: leasehold.v1.PoolsRequest
-	(*PoolsResponse)(nil),         // 37: leasehold.v1.PoolsResponse
-	(*ListRequest)(nil),           // 38: leasehold.v1.ListRequest
-	(*ListResponse)(nil),          // 39: leasehold.v1.ListResponse
-	(*StatsRequest)(nil),          // 40: leasehold.v1.StatsRequest
-	(*StatsResponse)(nil),         // 41: leasehold.v1.StatsResponse
-	nil,                           // 42: leasehold.v1.PoolStats.CountersEntry
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*GrowRequest)(nil),           // 28: leasehold.v1.GrowRequest
+	(*GrowResponse)(nil),          // 29: leasehold.v1.GrowResponse
+	(*ReleaseRequest)(nil),        // 30: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 31: leasehold.v1.ReleaseResponse
+	(*ReassertRequest)(nil),       // 32: leasehold.v1.ReassertRequest
+	(*ReassertResponse)(nil),      // 33: leasehold.v1.ReassertResponse
+	(*ObserveRequest)(nil),        // 34: leasehold.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 35: leasehold.v1.ObserveResponse
+	(*SweepRequest)(nil),          // 36: leasehold.v1.SweepRequest
+	(*SweepResponse)(nil),         // 37: leasehold.v1.SweepResponse
+	(*PoolsRequest)(nil),          // 38: leasehold.v1.PoolsRequest
+	(*PoolsResponse)(nil),         // 39: leasehold.v1.PoolsResponse
+	(*ListRequest)(nil),           // 40: leasehold.v1.ListRequest
+	(*ListResponse)(nil),          // 41: leasehold.v1.ListResponse
+	(*StatsRequest)(nil),          // 42: leasehold.v1.StatsRequest
+	(*StatsResponse)(nil),         // 43: leasehold.v1.StatsResponse
+	nil,                           // 44: leasehold.v1.PoolStats.CountersEntry
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
 }
 var file_leasehold_v1_ledger_proto_depIdxs = []int32{
-	43, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
+	45, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
 	0,  // 1: leasehold.v1.PoolSpec.engines:type_name -> leasehold.v1.EngineSpec
 	1,  // 2: leasehold.v1.PoolSpec.tenants:type_name -> leasehold.v1.TenantSpec
 	2,  // 3: leasehold.v1.PoolSpec.priorities:type_name -> leasehold.v1.PrioritySpec
-	43, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
-	44, // 5: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
-	44, // 6: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
+	45, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
+	46, // 5: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
+	46, // 6: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 7: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
-	43, // 8: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
+	45, // 8: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
 	5,  // 9: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
 	5,  // 10: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
-	44, // 11: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
-	44, // 12: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
-	44, // 13: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
+	46, // 11: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
+	46, // 12: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
+	46, // 13: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
 	0,  // 14: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
 	12, // 15: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
-	44, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	44, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	46, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
+	46, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
 	1,  // 18: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	44, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	44, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	46, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	46, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
 	13, // 21: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
 	14, // 22: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
 	2,  // 23: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	42, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	44, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
 	3,  // 25: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	43, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	10, // 27: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	43, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	8,  // 29: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
 	7,  // 30: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
 	6,  // 31: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	43, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	9,  // 33: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
 	6,  // 34: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
 	9,  // 35: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
 	7,  // 36: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
-	6,  // 37: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 38: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
-	5,  // 39: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	43, // 40: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
-	8,  // 41: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
-	7,  // 42: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
-	12, // 43: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
-	5,  // 44: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
-	15, // 45: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	16, // 46: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	18, // 47: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	20, // 48: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	22, // 49: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	24, // 50: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	26, // 51: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	28, // 52: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	30, // 53: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	32, // 54: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	34, // 55: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	36, // 56: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	38, // 57: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	40, // 58: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	17, // 59: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	19, // 60: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	21, // 61: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	23, // 62: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	25, // 63: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	27, // 64: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	29, // 65: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	31, // 66: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	33, // 67: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	35, // 68: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	37, // 69: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	39, // 70: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	41, // 71: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	59, // [59:72] is the sub-list for method output_type
-	46, // [46:59] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	6,  // 37: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
+	9,  // 38: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
+	6,  // 39: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 40: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
+	5,  // 41: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
+	45, // 42: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	8,  // 43: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
+	7,  // 44: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
+	12, // 45: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
+	5,  // 46: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
+	15, // 47: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
+	16, // 48: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	18, // 49: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	20, // 50: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	22, // 51: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	24, // 52: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	26, // 53: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	28, // 54: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
+	30, // 55: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	32, // 56: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	34, // 57: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	36, // 58: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	38, // 59: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	40, // 60: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	42, // 61: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	17, // 62: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	19, // 63: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	21, // 64: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	23, // 65: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	25, // 66: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	27, // 67: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	29, // 68: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
+	31, // 69: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	33, // 70: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	35, // 71: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	37, // 72: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	39, // 73: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	41, // 74: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	43, // 75: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	62, // [62:76] is the sub-list for method output_type
+	48, // [48:62] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }
@@ -3186,7 +3345,7 @@ func file_leasehold_v1_ledger_proto_init() {
 		(*ResizeResponse_Renewal)(nil),
 		(*ResizeResponse_Rejection)(nil),
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[31].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[33].OneofWrappers = []any{
 		(*ReassertResponse_Grant)(nil),
 		(*ReassertResponse_Rejection)(nil),
 	}
@@ -3196,7 +3355,7 @@ func file_leasehold_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_ledger_proto_rawDesc), len(file_leasehold_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

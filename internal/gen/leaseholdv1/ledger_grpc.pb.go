@@ -10,7 +10,8 @@
 //   - Epochs and fence sequences are uint64.
 //   - A capacity or quota refusal of Acquire, Resize and Reassert is not an
 //     error status: it is the Rejection arm of the response's oneof, so the
-//     reason, engine, retry-after and epoch round-trip exactly.
+//     reason, engine, retry-after and epoch round-trip exactly. Grow is never
+//     refused for capacity, so its response has no such arm.
 //   - Every other ledger error is a status whose google.rpc.ErrorInfo (domain
 //     "leasehold.dev/ledger") names the sentinel in its reason; see
 //     internal/ledger/remote/wire/errors.go for the table.
@@ -43,6 +44,7 @@ const (
 	Ledger_Acquire_FullMethodName     = "/leasehold.v1.Ledger/Acquire"
 	Ledger_Renew_FullMethodName       = "/leasehold.v1.Ledger/Renew"
 	Ledger_Resize_FullMethodName      = "/leasehold.v1.Ledger/Resize"
+	Ledger_Grow_FullMethodName        = "/leasehold.v1.Ledger/Grow"
 	Ledger_Release_FullMethodName     = "/leasehold.v1.Ledger/Release"
 	Ledger_Reassert_FullMethodName    = "/leasehold.v1.Ledger/Reassert"
 	Ledger_Observe_FullMethodName     = "/leasehold.v1.Ledger/Observe"
@@ -70,6 +72,9 @@ type LedgerClient interface {
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Resize sets a lease's KV tokens; growth must fit. Holder-scoped.
 	Resize(ctx context.Context, in *ResizeRequest, opts ...grpc.CallOption) (*ResizeResponse, error)
+	// Grow raises an elastic lease's KV tokens to what its engine already
+	// holds for it; never refused for capacity. Holder-scoped.
+	Grow(ctx context.Context, in *GrowRequest, opts ...grpc.CallOption) (*GrowResponse, error)
 	// Release ends a lease; idempotent. Holder-scoped.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Reassert re-inserts a lease after ledger loss. Holder-scoped.
@@ -148,6 +153,16 @@ func (c *ledgerClient) Resize(ctx context.Context, in *ResizeRequest, opts ...gr
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResizeResponse)
 	err := c.cc.Invoke(ctx, Ledger_Resize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ledgerClient) Grow(ctx context.Context, in *GrowRequest, opts ...grpc.CallOption) (*GrowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GrowResponse)
+	err := c.cc.Invoke(ctx, Ledger_Grow_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +257,9 @@ type LedgerServer interface {
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Resize sets a lease's KV tokens; growth must fit. Holder-scoped.
 	Resize(context.Context, *ResizeRequest) (*ResizeResponse, error)
+	// Grow raises an elastic lease's KV tokens to what its engine already
+	// holds for it; never refused for capacity. Holder-scoped.
+	Grow(context.Context, *GrowRequest) (*GrowResponse, error)
 	// Release ends a lease; idempotent. Holder-scoped.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Reassert re-inserts a lease after ledger loss. Holder-scoped.
@@ -283,6 +301,9 @@ func (UnimplementedLedgerServer) Renew(context.Context, *RenewRequest) (*RenewRe
 }
 func (UnimplementedLedgerServer) Resize(context.Context, *ResizeRequest) (*ResizeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Resize not implemented")
+}
+func (UnimplementedLedgerServer) Grow(context.Context, *GrowRequest) (*GrowResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Grow not implemented")
 }
 func (UnimplementedLedgerServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Release not implemented")
@@ -430,6 +451,24 @@ func _Ledger_Resize_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LedgerServer).Resize(ctx, req.(*ResizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Ledger_Grow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GrowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServer).Grow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ledger_Grow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServer).Grow(ctx, req.(*GrowRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -590,6 +629,10 @@ var Ledger_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resize",
 			Handler:    _Ledger_Resize_Handler,
+		},
+		{
+			MethodName: "Grow",
+			Handler:    _Ledger_Grow_Handler,
 		},
 		{
 			MethodName: "Release",

@@ -137,7 +137,7 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		Tenant: tspec, TenantKV: trec.ReservedKV, TenantSlots: trec.ReservedSlots,
 		MaxFill: prio.MaxFill, Candidates: states,
 		KVTokens: req.KVTokens, Slots: req.Slots,
-		RetryAfter: m.Spec.RetryAfter, Epoch: epoch,
+		RetryAfter: m.Spec.RetryAfter, Epoch: epoch, GrowthHeadroom: m.Spec.GrowthHeadroom,
 	})
 	if rej != nil {
 		// Count the rejection under the same guards: it is part of the

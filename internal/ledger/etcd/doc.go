@@ -9,7 +9,8 @@
 //
 // Every mutating call reads the keys its decision depends on in one
 // transaction (a consistent snapshot at one revision), decides — with
-// ledger.Admit and ledger.AdmitGrowth for admission — and commits one Txn
+// ledger.Admit and ledger.AdmitGrowth for admission, ledger.GrowthOf for
+// Grow — and commits one Txn
 // whose If compares the ModRevision of every key read with what was read
 // (0 for a key that was absent) and, for the engine range, that no engine
 // record changed since. If any guard fails nothing is written and the call
@@ -92,9 +93,9 @@
 //	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
 //	P/pool/<pool>/seq                    last fencing sequence (decimal)
 //	P/pool/<pool>/recovering             recovery window marker; value: "<until ms>,<gone ms>" (nominal end, expected deletion); etcd lease TTL = window
-//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters (JSON)
+//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters, last spec once removed (JSON)
 //	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
-//	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters (JSON)
+//	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters, last spec once removed (JSON)
 //	P/pool/<pool>/holder/<holder>        holder session: its etcd lease id, TTL, expiry (JSON); kept until its leases are swept
 //	P/pool/<pool>/live/<holder>          holder live marker, on the session's etcd lease
 //	P/pool/<pool>/hexp/<ms>/<holder>     index: session expiry time -> holder (bounded dead-session sweeps)
@@ -106,8 +107,20 @@
 //
 // Counters (PoolStats.Counters) are kept in the engine records (grants,
 // replays, releases, expired, revoked, reasserts, released and actual
-// tokens) and tenant records (rejections by reason) that the counted
-// operation writes anyway, and summed by Stats.
+// tokens, completion lengths, growths) and tenant records (rejections by
+// reason) that the counted operation writes anyway, and summed by Stats.
+//
+// # Elastic leases
+//
+// The pool's reservation mode and growth headroom are part of the spec in
+// its meta record. Admission counts an engine's capacity as the smaller of
+// its spec's and the one its last applied observation reported (kept in the
+// engine record). Grow writes the lease, its engine's and its tenant's
+// records in one guarded transaction, like Resize, and keeps the lease's
+// Overgrown flag in its record. When Configure drops an engine or tenant
+// that still has leases, it keeps the dropped spec in the record, so their
+// growth is checked against the capacity they were granted on and Stats
+// reports it.
 //
 // # What it does not do
 //

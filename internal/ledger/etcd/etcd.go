@@ -522,13 +522,17 @@ func (l *store) chargedRecs(v *view, pool ledger.PoolID, r leaseRec) (engineRec,
 
 // admissionState maps an engine's record to ledger.EngineState at now.
 // Freshness is the fresh marker's existence, not a clock comparison: the
-// state says observed at now when the marker exists, never otherwise.
+// state says observed at now when the marker exists, never otherwise. The
+// reported capacity is the last applied observation's, stale or not.
 func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Time) ledger.EngineState {
 	s := ledger.EngineState{
 		Spec: spec, Draining: r.Draining,
 		ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
 	}
 	s.CorrectionKV, s.CorrectionSlots = r.charged()
+	if r.Obs != nil {
+		s.ReportedKV = r.Obs.KVTotal
+	}
 	if fresh {
 		s.ObservedAt = now
 	}

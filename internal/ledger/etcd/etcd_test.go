@@ -389,3 +389,69 @@ func TestRecoveryWindowReported(t *testing.T) {
 		time.Sleep(rej.RetryAfter)
 	}
 }
+
+// TestGrowRemovedEngineAndTenant: Configure keeps the last spec of an
+// engine and a tenant it drops while they have leases, so their leases grow
+// against the capacity and quota they were granted on, and Stats reports
+// those specs.
+func TestGrowRemovedEngineAndTenant(t *testing.T) {
+	srv := etcdserver.Start(t, t.TempDir())
+	l := newLedger(t, srv, etcd.Options{Options: ledger.Options{RecoveryWindow: -1}, Prefix: "/removed/"})
+	ctx := t.Context()
+	full := spec(1000, 4)
+	gone := ledger.EngineSpec{ID: "e2", URL: "http://e2", KVTokens: 500, Slots: 4}
+	small := ledger.TenantSpec{Name: "u", KVShare: 0.1}
+	full.Engines = append(full.Engines, gone)
+	full.Tenants = append(full.Tenants, small)
+	must[ledger.Epoch](t, "Configure")(l.Configure(ctx, full))
+	must[ledger.Session](t, "KeepAlive")(l.KeepAlive(ctx, "p", "h", time.Minute))
+	onE2 := req("h", "a", 100, time.Minute)
+	onE2.Candidates = []ledger.EngineID{"e2"}
+	a := must[ledger.Grant](t, "Acquire on e2")(l.Acquire(ctx, onE2)).Lease
+	byU := req("h", "b", 50, time.Minute)
+	byU.Tenant = "u"
+	b := must[ledger.Grant](t, "Acquire for u")(l.Acquire(ctx, byU)).Lease
+
+	must[ledger.Epoch](t, "Configure without e2 and u")(l.Configure(ctx, spec(1000, 4)))
+	st := must[ledger.PoolStats](t, "Stats")(l.Stats(ctx, "p"))
+	if len(st.Engines) != 2 || !st.Engines[1].Removed || st.Engines[1].Spec != gone {
+		t.Errorf("Stats engines = %+v, want e2 removed with its last spec %+v", st.Engines, gone)
+	}
+	if len(st.Tenants) != 2 || !st.Tenants[1].Removed || st.Tenants[1].Spec != small {
+		t.Errorf("Stats tenants = %+v, want u removed with its last spec %+v", st.Tenants, small)
+	}
+
+	for _, tc := range []struct {
+		name          string
+		lease         ledger.Lease
+		kv            int64
+		wantErr       error
+		wantOvergrown bool
+	}{
+		{"within e2's last capacity", a, 500, nil, false},
+		{"above e2's last capacity", a, 501, ledger.ErrInvalidArgument, false},
+		{"within u's last quota", b, 100, nil, false},
+		{"above u's last quota", b, 101, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := must[ledger.PoolStats](t, "Stats")(l.Stats(ctx, "p"))
+			rn, err := l.Grow(ctx, tc.lease.Ref(), tc.kv)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Grow(%d) = %v, want %v", tc.kv, err, tc.wantErr)
+				}
+				after := must[ledger.PoolStats](t, "Stats")(l.Stats(ctx, "p"))
+				if fmt.Sprint(after.Engines, after.Tenants, after.Counters) != fmt.Sprint(before.Engines, before.Tenants, before.Counters) {
+					t.Errorf("refused Grow changed Stats:\n got %+v\nwant %+v", after, before)
+				}
+				return
+			}
+			if err != nil || rn.Lease.KVTokens != tc.kv || rn.Lease.Overgrown != tc.wantOvergrown {
+				t.Fatalf("Grow(%d) = kv %d overgrown %v, %v; want kv %d overgrown %v", tc.kv, rn.Lease.KVTokens, rn.Lease.Overgrown, err, tc.kv, tc.wantOvergrown)
+			}
+		})
+	}
+	if got := must[ledger.PoolStats](t, "Stats")(l.Stats(ctx, "p")).Counters; got[ledger.CounterGrowths] != 3 || got[ledger.CounterGrownKV] != 400+51 || got[ledger.CounterOvergrowths] != 1 {
+		t.Errorf("counters = %v, want growths 3, grown_kv_tokens 451, overgrowths 1", got)
+	}
+}

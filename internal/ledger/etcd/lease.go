@@ -13,7 +13,7 @@ import (
 
 // A lease is live while its record, its deadline marker (on an etcd lease
 // that outlives the deadline) and its holder's live marker all exist. Renew,
-// Resize and Release read the record and both markers in one transaction
+// Resize, Grow and Release read the record and both markers in one transaction
 // and commit guarded by them.
 
 // leaseView reads a lease with its markers and, once the record names them,
@@ -65,7 +65,7 @@ func (l *store) readLease(ctx context.Context, pool ledger.PoolID, id ledger.Lea
 	return lv, nil
 }
 
-// startLeaseOp is what Renew and Resize do before their transaction: take
+// startLeaseOp is what Renew, Resize and Grow do before their transaction: take
 // the lease id's canonical form, and run the bounded sweep if expiry
 // entries are due.
 func (l *store) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.LeaseID, error) {
@@ -136,72 +136,97 @@ func (lv *leaseView) usable(ref ledger.LeaseRef, id ledger.LeaseID) error {
 	return nil
 }
 
-// Resize sets a live lease's KV tokens. Shrinking always succeeds; growth
-// is decided by ledger.AdmitGrowth under the same guards as Acquire.
-func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+// leaseChange is one attempt's read of a live lease for Resize and Grow:
+// the lease with its markers, and the records of the engine and tenant it
+// charges.
+type leaseChange struct {
+	*leaseView
+	er engineRec
+	tr tenantRec
+}
+
+// changeLease runs step on ref's live lease until a commit's guards hold.
+// step decides on one consistent read and returns what to write, nothing
+// when there is nothing to change, or an error that ends the call.
+func (l *store) changeLease(ctx context.Context, ref ledger.LeaseRef, step func(c *leaseChange) ([]clientv3.Op, error)) error {
 	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
-		return ledger.Renewal{}, err
+		return err
 	}
-	pool := ref.Pool
-	var out ledger.Renewal
-	var rejection *ledger.Rejection
-	err = l.retryPool(ctx, pool, func() (bool, error) {
-		lv, err := l.readLease(ctx, pool, id, ref.Holder, true)
+	return l.retryPool(ctx, ref.Pool, func() (bool, error) {
+		lv, err := l.readLease(ctx, ref.Pool, id, ref.Holder, true)
 		if err != nil {
 			return false, err
 		}
 		if err := lv.usable(ref, id); err != nil {
 			return false, err
 		}
-		v, m, r := lv.v, lv.m, lv.rec
-		epoch := ledger.Epoch(m.Epoch)
-		delta := kvTokens - r.KVTokens
-		out = ledger.Renewal{Lease: r.lease(pool), Epoch: epoch}
-		if delta == 0 {
-			return true, nil
-		}
-		er, tr, err := l.chargedRecs(v, pool, r)
-		if err != nil {
+		c := &leaseChange{leaseView: lv}
+		if c.er, c.tr, err = l.chargedRecs(lv.v, ref.Pool, lv.rec); err != nil {
 			return false, err
 		}
-		tk := l.keys.tenant(pool, r.Tenant)
+		ops, err := step(c)
+		if err != nil || len(ops) == 0 {
+			return err == nil, err
+		}
+		return l.commit(ctx, lv.v, ops...)
+	})
+}
+
+// writes returns the puts of c's lease record r and its engine and tenant
+// records.
+func (l *store) writes(c *leaseChange, r leaseRec) []clientv3.Op {
+	pool := c.m.Spec.Name
+	return []clientv3.Op{
+		clientv3.OpPut(l.keys.lease(pool, r.id()), encode(r)),
+		clientv3.OpPut(l.keys.engine(pool, r.Engine), encode(c.er)),
+		clientv3.OpPut(l.keys.tenant(pool, r.Tenant), encode(c.tr)),
+	}
+}
+
+// Resize sets a live lease's KV tokens. Shrinking always succeeds; growth
+// is decided by ledger.AdmitGrowth under the same guards as Acquire.
+func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	var out ledger.Renewal
+	var rejection *ledger.Rejection
+	err := l.changeLease(ctx, ref, func(c *leaseChange) ([]clientv3.Op, error) {
+		r, epoch := c.rec, ledger.Epoch(c.m.Epoch)
+		delta := kvTokens - r.KVTokens
+		out, rejection = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: epoch}, nil
+		if delta == 0 {
+			return nil, nil
+		}
 		if delta > 0 {
-			rej, err := l.admitGrowth(ctx, v, m, r, er, tr, kvTokens, delta)
+			rej, err := l.admitGrowth(ctx, c, kvTokens, delta)
 			if err != nil {
-				return false, err
+				return nil, err
 			}
 			if rej != nil {
-				count(&tr.Counters, ledger.CounterRejections, 1)
-				count(&tr.Counters, ledger.CounterRejections+":"+string(rej.Reason), 1)
-				ok, err := l.commit(ctx, v, clientv3.OpPut(tk, encode(tr)))
-				if ok {
-					rejection = rej
-				}
-				return ok, err
+				// Counted under the same guards: a lost race decides again.
+				rejection = rej
+				count(&c.tr.Counters, ledger.CounterRejections, 1)
+				count(&c.tr.Counters, ledger.CounterRejections+":"+string(rej.Reason), 1)
+				return []clientv3.Op{clientv3.OpPut(l.keys.tenant(ref.Pool, r.Tenant), encode(c.tr))}, nil
 			}
 		}
 		r.KVTokens = kvTokens
-		er.ReservedKV += delta
-		tr.ReservedKV += delta
-		ok, err := l.commit(ctx, v,
-			clientv3.OpPut(l.keys.lease(pool, id), encode(r)),
-			clientv3.OpPut(l.keys.engine(pool, r.Engine), encode(er)),
-			clientv3.OpPut(tk, encode(tr)))
-		out = ledger.Renewal{Lease: r.lease(pool), Epoch: epoch}
-		return ok, err
+		c.er.ReservedKV += delta
+		c.tr.ReservedKV += delta
+		out = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: epoch}
+		return l.writes(c, r), nil
 	})
 	switch {
-	case rejection != nil:
-		return ledger.Renewal{}, rejection
 	case err != nil:
 		return ledger.Renewal{}, err
+	case rejection != nil:
+		return ledger.Renewal{}, rejection
 	}
 	return out, nil
 }
 
-// admitGrowth builds the admission for growing r by delta and decides it.
-func (l *store) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRec, er engineRec, tr tenantRec, newKV, delta int64) (*ledger.Rejection, error) {
+// admitGrowth decides whether c's lease may grow by delta to newKV.
+func (l *store) admitGrowth(ctx context.Context, c *leaseChange, newKV, delta int64) (*ledger.Rejection, error) {
+	m, r := c.m, c.rec
 	pool := m.Spec.Name
 	spec, ok := m.engine(r.Engine)
 	if !ok {
@@ -215,20 +240,78 @@ func (l *store) admitGrowth(ctx context.Context, v *view, m *metaRec, r leaseRec
 	if !ok {
 		return nil, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownPriority, r.Priority, pool)
 	}
-	fk := l.keys.fresh(pool, r.Engine)
-	if err := l.readMore(ctx, v, []string{fk}); err != nil {
+	a, e, err := l.leaseAdmission(ctx, c, spec, tspec)
+	if err != nil {
 		return nil, err
+	}
+	a.MaxFill, a.KVTokens = prio.MaxFill, delta
+	return ledger.AdmitGrowth(a, e, newKV, delta), nil
+}
+
+// leaseAdmission returns the admission state c's lease is decided on at
+// now, its engine held to spec and its tenant to tspec; it adds the
+// engine's fresh marker to c's read.
+func (l *store) leaseAdmission(ctx context.Context, c *leaseChange, spec ledger.EngineSpec, tspec ledger.TenantSpec) (ledger.Admission, ledger.EngineState, error) {
+	m, v := c.m, c.v
+	pool := m.Spec.Name
+	fk := l.keys.fresh(pool, c.rec.Engine)
+	if err := l.readMore(ctx, v, []string{fk}); err != nil {
+		return ledger.Admission{}, ledger.EngineState{}, err
 	}
 	now := l.now()
 	capKV, capSlots := m.capacity()
 	a := ledger.Admission{
 		Now: now, RecoveringUntil: l.recoveringUntil(v, pool, now),
 		CapacityKV: capKV, CapacitySlots: capSlots,
-		Tenant: tspec, TenantKV: tr.ReservedKV, TenantSlots: tr.ReservedSlots,
-		MaxFill: prio.MaxFill, KVTokens: delta, Slots: 0,
-		RetryAfter: m.Spec.RetryAfter, Epoch: ledger.Epoch(m.Epoch),
+		Tenant: tspec, TenantKV: c.tr.ReservedKV, TenantSlots: c.tr.ReservedSlots,
+		RetryAfter: m.Spec.RetryAfter, Epoch: ledger.Epoch(m.Epoch), GrowthHeadroom: m.Spec.GrowthHeadroom,
 	}
-	return ledger.AdmitGrowth(a, admissionState(spec, er, v.has(fk), now), newKV, delta), nil
+	return a, admissionState(spec, c.er, v.has(fk), now), nil
+}
+
+// Grow raises a live lease's KV tokens to what its engine already holds
+// for it, by ledger.GrowthOf in one guarded transaction: never refused for
+// capacity, quota, draining, stale telemetry or the recovery window, only
+// flagged Overgrown. A removed engine or tenant is held to its last spec
+// (kept in its record by Configure). The deadline does not change.
+func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	var out ledger.Renewal
+	err := l.changeLease(ctx, ref, func(c *leaseChange) ([]clientv3.Op, error) {
+		m, r := c.m, c.rec
+		spec, _ := m.engineOf(r.Engine, c.er)
+		tspec, _ := m.tenantOf(r.Tenant, c.tr)
+		a, e, err := l.leaseAdmission(ctx, c, spec, tspec)
+		if err != nil {
+			return nil, err
+		}
+		g, err := ledger.GrowthOf(m.Spec.Mode(), a, e, r.lease(ref.Pool), kvTokens)
+		if err != nil {
+			return nil, err
+		}
+		out = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: ledger.Epoch(m.Epoch)}
+		if g.Delta == 0 {
+			return nil, nil
+		}
+		// Overgrowths counts the growths that themselves go past capacity
+		// or quota, not every later growth of a lease flagged before.
+		fresh := r.lease(ref.Pool)
+		fresh.Overgrown = false
+		own, _ := ledger.GrowthOf(m.Spec.Mode(), a, e, fresh, kvTokens)
+		r.KVTokens, r.Overgrown = kvTokens, g.Overgrown
+		c.er.ReservedKV += g.Delta
+		c.tr.ReservedKV += g.Delta
+		count(&c.er.Counters, ledger.CounterGrowths, 1)
+		count(&c.er.Counters, ledger.CounterGrownKV, g.Delta)
+		if own.Overgrown {
+			count(&c.er.Counters, ledger.CounterOvergrowths, 1)
+		}
+		out.Lease = r.lease(ref.Pool)
+		return l.writes(c, r), nil
+	})
+	if err != nil {
+		return ledger.Renewal{}, err
+	}
+	return out, nil
 }
 
 // Release ends a live lease and reports Released=true; releasing a lease
@@ -323,6 +406,9 @@ func (l *store) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledge
 			count(&er.Counters, ledger.CounterReleasedKV, r.KVTokens)
 			count(&er.Counters, ledger.CounterActualPrompt, usage.PromptTokens)
 			count(&er.Counters, ledger.CounterActualComplete, usage.CompletionTokens)
+			for _, c := range ledger.CompletionCounters(usage, r.Tenant) {
+				count(&er.Counters, c, 1)
+			}
 		}
 		ops := []clientv3.Op{
 			clientv3.OpDelete(k.lease(pool, id)),

@@ -37,7 +37,11 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 			if encode(next) == encode(*m) {
 				return true, nil
 			}
-			return l.commit(ctx, v, clientv3.OpPut(mk, encode(next)))
+			ops, err := l.keepRemovedSpecs(ctx, v, m.Spec, spec)
+			if err != nil {
+				return false, err
+			}
+			return l.commit(ctx, v, append(ops, clientv3.OpPut(mk, encode(next)))...)
 		}
 		return l.createPool(ctx, v, spec, &epoch)
 	})
@@ -45,6 +49,68 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 		return ledger.NoEpoch, err
 	}
 	return epoch, nil
+}
+
+// keepRemovedSpecs returns the writes that keep, in their records, the last
+// spec of each engine and tenant that next drops from prev while it still
+// has leases: Grow holds those leases to it. The records join v's guards.
+func (l *store) keepRemovedSpecs(ctx context.Context, v *view, prev, next ledger.PoolSpec) ([]clientv3.Op, error) {
+	pool := next.Name
+	ekey := func(e ledger.EngineSpec) string { return l.keys.engine(pool, e.ID) }
+	tkey := func(t ledger.TenantSpec) string { return l.keys.tenant(pool, t.Name) }
+	engines := dropped(prev.Engines, next.Engines, ekey)
+	tenants := dropped(prev.Tenants, next.Tenants, tkey)
+	keys := make([]string, 0, len(engines)+len(tenants))
+	for _, e := range engines {
+		keys = append(keys, ekey(e))
+	}
+	for _, t := range tenants {
+		keys = append(keys, tkey(t))
+	}
+	for chunk := range slices.Chunk(keys, maxReadOps) {
+		if err := l.readMore(ctx, v, chunk); err != nil {
+			return nil, err
+		}
+	}
+	ops, err := keepSpecs[ledger.EngineSpec, engineRec](nil, v, engines, ekey)
+	if err != nil {
+		return nil, err
+	}
+	return keepSpecs[ledger.TenantSpec, tenantRec](ops, v, tenants, tkey)
+}
+
+// dropped returns the specs of prev whose key is not a key of next.
+func dropped[S any](prev, next []S, key func(S) string) []S {
+	var out []S
+	for _, s := range prev {
+		if !slices.ContainsFunc(next, func(n S) bool { return key(n) == key(s) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// specKeeper is a record that can keep its row's last spec.
+type specKeeper[S, R any] interface {
+	*R
+	// keep stores s in the record if it still counts leases, and
+	// reports whether it did.
+	keep(s S) bool
+}
+
+// keepSpecs appends to ops a write of each spec's record (read in v) that
+// keeps the spec.
+func keepSpecs[S, R any, P specKeeper[S, R]](ops []clientv3.Op, v *view, specs []S, key func(S) string) ([]clientv3.Op, error) {
+	for _, s := range specs {
+		r, err := record[R](v, key(s))
+		if err != nil {
+			return nil, err
+		}
+		if P(&r).keep(s) {
+			ops = append(ops, clientv3.OpPut(key(s), encode(r)))
+		}
+	}
+	return ops, nil
 }
 
 // createPool writes a new pool incarnation: meta with a fresh epoch, the
@@ -260,9 +326,10 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	st := ledger.PoolStats{
 		Pool: pool, Epoch: ledger.Epoch(m.Epoch), Now: now,
 		RecoveringUntil: l.recoveringUntil(v, pool, now),
-		Priorities:      slices.Clone(m.Spec.Priorities),
-		LiveHolders:     int(v.counts[live]),
-		Counters:        map[string]int64{},
+		Reserve:         m.Spec.Mode(), GrowthHeadroom: m.Spec.GrowthHeadroom,
+		Priorities:  slices.Clone(m.Spec.Priorities),
+		LiveHolders: int(v.counts[live]),
+		Counters:    map[string]int64{},
 	}
 	st.CapacityKV, st.CapacitySlots = m.capacity()
 	isFresh := map[string]bool{}
@@ -293,7 +360,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	// rule (ledger.RowFateOf) says which are still removed rows.
 	for id, r := range recs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
-			st.Engines = append(st.Engines, engineStats(pool, ledger.EngineSpec{ID: id}, r, false, true))
+			spec, _ := m.engineOf(id, r)
+			st.Engines = append(st.Engines, engineStats(pool, spec, r, false, true))
 		}
 	}
 	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) })
@@ -307,7 +375,8 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	}
 	for id, r := range trecs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
-			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: ledger.TenantSpec{Name: id},
+			spec, _ := m.tenantOf(id, r)
+			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec,
 				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
 		}
 	}

@@ -29,6 +29,31 @@ func (m *metaRec) engine(id ledger.EngineID) (ledger.EngineSpec, bool) {
 	return ledger.EngineSpec{}, false
 }
 
+// engineOf returns the spec lease r's engine is held to: the configured
+// one, or the last one configured (kept in er) for a removed engine.
+func (m *metaRec) engineOf(id ledger.EngineID, er engineRec) (ledger.EngineSpec, bool) {
+	s, ok := m.engine(id)
+	return lastSpec(s, ok, er.Spec, ledger.EngineSpec{ID: id})
+}
+
+// tenantOf is engineOf for tenants.
+func (m *metaRec) tenantOf(id ledger.TenantID, tr tenantRec) (ledger.TenantSpec, bool) {
+	s, ok := m.tenant(id)
+	return lastSpec(s, ok, tr.Spec, ledger.TenantSpec{Name: id})
+}
+
+// lastSpec returns the configured spec s when ok, else the one a removed
+// row's record kept, else none (and false).
+func lastSpec[S any](s S, ok bool, kept *S, none S) (S, bool) {
+	switch {
+	case ok:
+		return s, true
+	case kept != nil:
+		return *kept, true
+	}
+	return none, false
+}
+
 func (m *metaRec) tenant(id ledger.TenantID) (ledger.TenantSpec, bool) {
 	for _, t := range m.Spec.Tenants {
 		if t.Name == id {
@@ -65,7 +90,9 @@ type obsRec struct {
 }
 
 // engineRec is an engine's mutable state (key engine/<id>). It is kept after
-// the engine leaves the spec so its counters survive.
+// the engine leaves the spec so its counters survive; Configure then stores
+// the engine's last spec in it (Spec) while it still has leases, so Grow
+// checks them against the capacity they were granted on.
 //
 // The orphan charge (OrphanKV, OrphanSlots) is what leases the ledger ended
 // on the observed engine still hold; the first observation arriving (ledger
@@ -84,6 +111,9 @@ type engineRec struct {
 	Obs             *obsRec          `json:"obs,omitempty"`
 	ObservedAtMs    int64            `json:"observed_at_ms,omitempty"`
 	Counters        map[string]int64 `json:"counters,omitempty"`
+	// Spec is the last configured spec of an engine the pool's spec no
+	// longer names; nil while it is configured.
+	Spec *ledger.EngineSpec `json:"spec,omitempty"`
 }
 
 // charged returns the correction plus the orphan charge: what telemetry
@@ -92,12 +122,28 @@ func (r *engineRec) charged() (kv, slots int64) {
 	return r.CorrectionKV + r.OrphanKV, r.CorrectionSlots + r.OrphanSlots
 }
 
-// tenantRec is a tenant's reservations in a pool (key tenant/<name>).
+func (r *engineRec) keep(s ledger.EngineSpec) bool {
+	if r.Leases > 0 {
+		r.Spec = &s
+	}
+	return r.Leases > 0
+}
+
+// tenantRec is a tenant's reservations in a pool (key tenant/<name>); like
+// an engine's, it keeps the tenant's last spec once the spec drops it.
 type tenantRec struct {
-	ReservedKV    int64            `json:"reserved_kv"`
-	ReservedSlots int64            `json:"reserved_slots"`
-	Leases        int64            `json:"leases"`
-	Counters      map[string]int64 `json:"counters,omitempty"`
+	ReservedKV    int64              `json:"reserved_kv"`
+	ReservedSlots int64              `json:"reserved_slots"`
+	Leases        int64              `json:"leases"`
+	Counters      map[string]int64   `json:"counters,omitempty"`
+	Spec          *ledger.TenantSpec `json:"spec,omitempty"`
+}
+
+func (r *tenantRec) keep(s ledger.TenantSpec) bool {
+	if r.Leases > 0 {
+		r.Spec = &s
+	}
+	return r.Leases > 0
 }
 
 // reserve adds n leases like r (n = -1: takes one away) to an engine's and
@@ -175,6 +221,7 @@ type leaseRec struct {
 	Epoch      uint64              `json:"epoch"`
 	Seq        uint64              `json:"seq"`
 	Reasserted bool                `json:"reasserted,omitempty"`
+	Overgrown  bool                `json:"overgrown,omitempty"`
 }
 
 func (r *leaseRec) id() ledger.LeaseID {
@@ -190,7 +237,7 @@ func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
 		ID: r.id(), Pool: pool, Engine: r.Engine, Tenant: r.Tenant, Priority: r.Priority,
 		KVTokens: r.KVTokens, Slots: r.Slots, Holder: r.Holder, RequestID: r.RequestID,
 		Created: msTime(r.CreatedMs), Deadline: msTime(r.DeadlineMs),
-		Fence: r.fence(), Reasserted: r.Reasserted,
+		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown,
 	}
 }
 

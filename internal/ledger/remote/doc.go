@@ -20,8 +20,8 @@
 // It does not retry. An error that matches no sentinel (connection refused,
 // reserver restarting, a deadline, a backend failure on the reserver) leaves
 // the outcome unknown; the ledger contract makes every call safe to retry —
-// Acquire on its (holder, request id), Release on its lease id, Renew and
-// Resize to absolute values — and when and how often to retry is the
+// Acquire on its (holder, request id), Release on its lease id, Renew,
+// Resize and Grow to absolute values — and when and how often to retry is the
 // caller's business (internal/lease). Calls fail fast while the reserver is
 // unreachable (no wait-for-ready); the connection is re-established in the
 // background with capped exponential backoff, and at once on the next call

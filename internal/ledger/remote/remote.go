@@ -361,6 +361,19 @@ func (l *Ledger) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64
 	return ledger.Renewal{}, rejection(op, resp.GetRejection(), "renewal")
 }
 
+// Grow implements ledger.Ledger. Growth is never refused for capacity, so
+// the response carries only the renewal; errors map as for Resize.
+func (l *Ledger) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	const op = "grow"
+	resp, err := call(ctx, l, op, func() (*pb.GrowResponse, error) {
+		return l.c.Grow(ctx, &pb.GrowRequest{Ref: wire.RefToPB(ref), KvTokens: kvTokens})
+	})
+	if err != nil {
+		return ledger.Renewal{}, err
+	}
+	return renewal(op, resp.GetRenewal())
+}
+
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	resp, err := call(ctx, l, "release", func() (*pb.ReleaseResponse, error) {

@@ -32,7 +32,7 @@ type access int
 
 const (
 	accessRead   access = iota // Pools, List, Stats
-	accessHolder               // KeepAlive, Acquire, Renew, Resize, Release, Reassert
+	accessHolder               // KeepAlive, Acquire, Renew, Resize, Grow, Release, Reassert
 	accessAdmin                // Configure, SetDraining, Observe, Sweep
 )
 

@@ -63,6 +63,7 @@ func calls(c ledger.Ledger, holder ledger.HolderID, lease ledger.Lease) map[stri
 		"Acquire":     func(ctx context.Context) error { _, err := c.Acquire(ctx, acquireReq(holder, "x1")); return err },
 		"Renew":       func(ctx context.Context) error { _, err := c.Renew(ctx, ref, time.Minute); return err },
 		"Resize":      func(ctx context.Context) error { _, err := c.Resize(ctx, ref, 50); return err },
+		"Grow":        func(ctx context.Context) error { _, err := c.Grow(ctx, ref, 150); return err },
 		"Release":     func(ctx context.Context) error { _, err := c.Release(ctx, ref, ledger.Usage{}); return err },
 		"Reassert":    func(ctx context.Context) error { _, err := c.Reassert(ctx, mine, time.Minute); return err },
 		"Observe": func(ctx context.Context) error {
@@ -155,7 +156,7 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	// router-a acting for router-b's holder, or for a holder that merely
 	// starts with "router-a", is refused before the ledger sees the call.
 	for _, holder := range []ledger.HolderID{"router-b/1", "router-b", "router-ab", "router-ab/1", "router", ""} {
-		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
+		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Grow", "Release", "Reassert"} {
 			err := calls(a, holder, lease)[name](t.Context())
 			wantCode(t, fmt.Sprintf("%s for holder %q with router-a's token", name, holder), err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 		}
@@ -182,8 +183,10 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	if errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("ErrNotHolder also matches ErrPermissionDenied; want the two told apart")
 	}
+	_, err = a.Grow(ctx, ref, lease.KVTokens+50)
+	wantCode(t, "Grow of router-b's lease as router-a/1", err, codes.PermissionDenied, ledger.ErrNotHolder)
 	if after := state(t, l); after != before {
-		t.Errorf("a refused release changed the ledger:\n got %s\nwant %s", after, before)
+		t.Errorf("a refused release and growth changed the ledger:\n got %s\nwant %s", after, before)
 	}
 
 	// Its own holders work, with or without a suffix, and reads are allowed.
@@ -195,6 +198,9 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	g, err := a.Acquire(ctx, acquireReq("router-a/1", "a-1"))
 	if err != nil {
 		t.Fatalf("Acquire for router-a/1: %v", err)
+	}
+	if rn, err := a.Grow(ctx, g.Lease.Ref(), g.Lease.KVTokens+50); err != nil || rn.Lease.KVTokens != g.Lease.KVTokens+50 {
+		t.Errorf("Grow of its own lease = %d kv_tokens, %v; want %d", rn.Lease.KVTokens, err, g.Lease.KVTokens+50)
 	}
 	if _, err := a.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
 		t.Errorf("Release of its own lease: %v", err)

@@ -29,8 +29,9 @@
 //	principal                                         may call
 //	shared token (LEASEHOLD_TOKEN), admin token,      every method, any holder
 //	  admin certificate identity
-//	router NAME: its per-router token, or a           KeepAlive, Acquire, Renew, Resize, Release,
-//	  certificate whose identity is NAME              Reassert for holder NAME or NAME/...; Pools, List, Stats
+//	router NAME: its per-router token, or a           KeepAlive, Acquire, Renew, Resize, Grow,
+//	  certificate whose identity is NAME              Release, Reassert for holder NAME or NAME/...;
+//	                                                  Pools, List, Stats
 //	audit token, audit certificate identity           Pools, List, Stats
 //
 // Configure, SetDraining, Observe and Sweep need an admin principal. A

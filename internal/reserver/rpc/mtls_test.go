@@ -75,7 +75,7 @@ func TestMTLSIdentities(t *testing.T) {
 
 	a := tlsClient(t, url, ca, aCert, aKey, "")
 	before := state(t, l)
-	for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Release", "Reassert"} {
+	for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Grow", "Release", "Reassert"} {
 		err := calls(a, "router-b/x", bg.Lease)[name](ctx)
 		wantCode(t, name+" for router-b/x as router-a", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}

@@ -167,6 +167,20 @@ func (s *Server) Resize(ctx context.Context, req *pb.ResizeRequest) (*pb.ResizeR
 	return &pb.ResizeResponse{Result: &pb.ResizeResponse_Renewal{Renewal: wire.RenewalToPB(rn)}}, nil
 }
 
+// Grow implements the Grow RPC. Growth is never refused for capacity, so
+// every ledger error, ErrInvalidArgument included, is a status.
+func (s *Server) Grow(ctx context.Context, req *pb.GrowRequest) (*pb.GrowResponse, error) {
+	ref := wire.RefFromPB(req.GetRef())
+	if err := s.check(ctx, "Grow", accessHolder, ref.Holder); err != nil {
+		return nil, err
+	}
+	rn, err := s.l.Grow(ctx, ref, req.GetKvTokens())
+	if err != nil {
+		return nil, fail(err)
+	}
+	return &pb.GrowResponse{Renewal: wire.RenewalToPB(rn)}, nil
+}
+
 // Release implements the Release RPC.
 func (s *Server) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	ref := wire.RefFromPB(req.GetRef())

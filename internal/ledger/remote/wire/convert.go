@@ -86,7 +86,10 @@ func strs[T ~string](xs []T) []string {
 
 // PoolSpecToPB encodes a pool spec.
 func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
-	out := &pb.PoolSpec{Name: string(s.Name), RetryAfter: Duration(s.RetryAfter)}
+	out := &pb.PoolSpec{
+		Name: string(s.Name), RetryAfter: Duration(s.RetryAfter),
+		Reserve: string(s.Reserve), GrowthHeadroom: s.GrowthHeadroom,
+	}
 	for _, e := range s.Engines {
 		out.Engines = append(out.Engines, engineSpecToPB(e))
 	}
@@ -102,7 +105,10 @@ func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
 // PoolSpecFromPB decodes a pool spec.
 func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	var d decoder
-	s := ledger.PoolSpec{Name: ledger.PoolID(m.GetName()), RetryAfter: d.dur("retry_after", m.GetRetryAfter())}
+	s := ledger.PoolSpec{
+		Name: ledger.PoolID(m.GetName()), RetryAfter: d.dur("retry_after", m.GetRetryAfter()),
+		Reserve: ledger.ReserveMode(m.GetReserve()), GrowthHeadroom: m.GetGrowthHeadroom(),
+	}
 	for i, e := range m.GetEngines() {
 		s.Engines = append(s.Engines, engineSpecFromPB(&d, fmt.Sprintf("engines[%d]", i), e))
 	}
@@ -180,6 +186,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 		Priority: string(l.Priority), KvTokens: l.KVTokens, Slots: l.Slots, Holder: string(l.Holder),
 		RequestId: string(l.RequestID), Created: Timestamp(l.Created), Deadline: Timestamp(l.Deadline),
 		Fence: &pb.Fence{Epoch: uint64(l.Fence.Epoch), Seq: l.Fence.Seq}, Reasserted: l.Reasserted,
+		Overgrown: l.Overgrown,
 	}
 }
 
@@ -198,7 +205,7 @@ func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
 		RequestID: ledger.RequestID(m.GetRequestId()),
 		Created:   d.time("lease.created", m.GetCreated()), Deadline: d.time("lease.deadline", m.GetDeadline()),
 		Fence:      ledger.Fence{Epoch: ledger.Epoch(m.GetFence().GetEpoch()), Seq: m.GetFence().GetSeq()},
-		Reasserted: m.GetReasserted(),
+		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(),
 	}
 }
 
@@ -340,6 +347,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 		Pool: string(s.Pool), Epoch: uint64(s.Epoch), Now: Timestamp(s.Now), RecoveringUntil: Timestamp(s.RecoveringUntil),
 		CapacityKv: s.CapacityKV, CapacitySlots: s.CapacitySlots, LiveHolders: int64(s.LiveHolders),
 		Leases: s.Leases, Counters: s.Counters,
+		Reserve: string(s.Reserve), GrowthHeadroom: s.GrowthHeadroom,
 	}
 	for _, e := range s.Engines {
 		out.Engines = append(out.Engines, &pb.EngineStats{
@@ -370,6 +378,7 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 		RecoveringUntil: d.time("recovering_until", m.GetRecoveringUntil()),
 		CapacityKV:      m.GetCapacityKv(), CapacitySlots: m.GetCapacitySlots(),
 		LiveHolders: int(m.GetLiveHolders()), Leases: m.GetLeases(), Counters: m.GetCounters(),
+		Reserve: ledger.ReserveMode(m.GetReserve()), GrowthHeadroom: m.GetGrowthHeadroom(),
 	}
 	if s.Counters == nil {
 		s.Counters = map[string]int64{}

@@ -122,8 +122,12 @@ func TestConversionsRoundTrip(t *testing.T) {
 		KVTokens: ledger.MaxAmount, Slots: 3, Holder: "h/1", RequestID: "r", Created: t0, Deadline: t0.Add(time.Minute),
 		Fence: ledger.Fence{Epoch: 77, Seq: 9}, Reasserted: true,
 	}
-	if got, err := LeaseFromPB(LeaseToPB(lease)); err != nil || got != lease {
-		t.Errorf("lease round trip = %+v, %v; want %+v", got, err, lease)
+	overgrown := lease
+	overgrown.Reasserted, overgrown.Overgrown = false, true
+	for _, l := range []ledger.Lease{lease, overgrown} {
+		if got, err := LeaseFromPB(LeaseToPB(l)); err != nil || got != l {
+			t.Errorf("lease round trip = %+v, %v; want %+v", got, err, l)
+		}
 	}
 	spec := ledger.PoolSpec{
 		Name:       "p",
@@ -131,9 +135,14 @@ func TestConversionsRoundTrip(t *testing.T) {
 		Tenants:    []ledger.TenantSpec{{Name: "t", KVShare: 0.25, SlotShare: 0.125}},
 		Priorities: []ledger.PrioritySpec{{Name: "std", MaxFill: 0.7}},
 		RetryAfter: 250 * time.Millisecond,
+		Reserve:    ledger.ReserveElastic, GrowthHeadroom: 0.125,
 	}
-	if got, err := PoolSpecFromPB(PoolSpecToPB(spec)); err != nil || !reflect.DeepEqual(got, spec) {
-		t.Errorf("spec round trip = %+v, %v; want %+v", got, err, spec)
+	worstCase := spec
+	worstCase.Reserve, worstCase.GrowthHeadroom = ledger.ReserveWorstCase, 0
+	for _, s := range []ledger.PoolSpec{spec, worstCase} {
+		if got, err := PoolSpecFromPB(PoolSpecToPB(s)); err != nil || !reflect.DeepEqual(got, s) {
+			t.Errorf("spec round trip = %+v, %v; want %+v", got, err, s)
+		}
 	}
 	req := ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"a", "b"}, Tenant: "t", Priority: "std", KVTokens: 1, Slots: 1, Holder: "h", RequestID: "r", TTL: time.Second}
 	if got, err := AcquireFromPB(AcquireToPB(req)); err != nil || !reflect.DeepEqual(got, req) {
@@ -145,12 +154,14 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	st := ledger.PoolStats{
 		Pool: "p", Epoch: 77, Now: t0, CapacityKV: 5, CapacitySlots: 1, LiveHolders: 2, Leases: 1,
+		Reserve: ledger.ReserveElastic, GrowthHeadroom: 0.125,
 		Engines: []ledger.EngineStats{{Spec: spec.Engines[0], Draining: true, ReservedKV: 1, ReservedSlots: 1, Leases: 1, CorrectionKV: 2,
-			LastObservation: ledger.Observation{Pool: "p", Engine: "e", KVTokensUsed: 3, ObservedAt: t0}, ObservedAt: t0, Stale: true, Removed: true,
+			LastObservation: ledger.Observation{Pool: "p", Engine: "e", KVTokensUsed: 3, KVTokensTotal: 4, ObservedAt: t0}, ObservedAt: t0, Stale: true, Removed: true,
 			OrphanKV: 2, OrphanSlots: 1, OrphanUntil: t0.Add(time.Second)}},
 		Tenants:    []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1, Removed: true}},
 		Priorities: spec.Priorities,
-		Counters:   map[string]int64{ledger.CounterGrants: 4},
+		Counters: map[string]int64{ledger.CounterGrants: 4, ledger.CounterGrowths: 2, ledger.CounterOvergrowths: 1, ledger.CounterGrownKV: 30,
+			ledger.CompletionCounterPrefix + "95": 1, ledger.CompletionCounterPrefix + "95/t": 1},
 	}
 	if got, err := PoolStatsFromPB(PoolStatsToPB(st)); err != nil || !reflect.DeepEqual(got, st) {
 		t.Errorf("stats round trip =\n%+v, %v; want\n%+v", got, err, st)
