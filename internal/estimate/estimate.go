@@ -30,7 +30,7 @@ package estimate
 // reserved. That is a worst_case pool's reservation, and a cold elastic
 // pool's. A warm elastic pool reserves instead the learned completion
 // length (learned.go) capped by it, and the router grows the lease as the
-// request generates more (internal/route, grow.go).
+// request generates more (internal/lease, grow.go).
 
 import (
 	"math"

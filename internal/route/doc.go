@@ -46,7 +46,10 @@
 //     not ask). Dispatch selects on the lease's Done: a fenced or lost lease
 //     cancels the upstream request and ends the client's answer with an
 //     error. The lease is released once, with the actual usage, on every
-//     way out, under its own bounded context.
+//     way out, under its own bounded context. In an elastic pool the lease
+//     first reserves the learned completion length (estimate.Learned, fed
+//     by the fleet view's Stats polls) and a streamed answer grows it ahead
+//     of its output (lease.Growing).
 //
 // The statuses and codes of every error are one table, toAPIError
 // (errors.go).

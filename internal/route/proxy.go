@@ -140,10 +140,10 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		return out, err
 	}
 	r.met.grants.WithLabelValues(string(req.model)).Inc()
-	var g *grower
+	var g *lease.Growing
 	if expected > 0 {
 		perSeq := min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)
-		g = newGrower(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, min(perSeq*req.n, ledger.MaxAmount))
+		g = lease.NewGrowing(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, min(perSeq*req.n, ledger.MaxAmount))
 	}
 	status, code := r.dispatch(w, hr, p, req, t, g)
 	out.status, out.code = status, code
@@ -311,7 +311,7 @@ type dispatch struct {
 	ctx    context.Context // ends with the client, the upstream timeout, or the lease
 
 	granted  time.Time
-	grow     *grower // elastic leases only
+	grow     *lease.Growing // elastic leases only
 	usage    ledger.Usage
 	details  *estimate.PromptDetails // the engine's prompt_tokens_details
 	known    bool                    // usage reported by the engine
@@ -322,7 +322,7 @@ type dispatch struct {
 
 // dispatch proxies req to t's engine and releases t. It always writes the
 // answer and returns its status and error code.
-func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *grower) (status int, code string) {
+func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *lease.Growing) (status int, code string) {
 	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now(), grow: g}
 	defer d.finish()
 	ctx, cancelTimeout := context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
@@ -384,8 +384,7 @@ func (d *dispatch) release() {
 	if d.known {
 		d.p.est.ObserveUsage(d.req.prompt(), d.usage.PromptTokens, d.details)
 		if g := d.grow; g != nil {
-			first := max(g.first-g.prompt, 1)
-			d.r.met.outErr.WithLabelValues(string(d.req.model)).Observe(float64(d.usage.CompletionTokens) / float64(first))
+			d.r.met.outErr.WithLabelValues(string(d.req.model)).Observe(float64(d.usage.CompletionTokens) / float64(g.FirstOutput()))
 		}
 	}
 }
@@ -516,7 +515,7 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 				if d.known {
 					out = max(out, d.usage.CompletionTokens)
 				}
-				if res := d.grow.saw(d.ctx, out); res != "" {
+				if res := d.grow.Saw(d.ctx, out); res != "" {
 					d.r.met.grows.WithLabelValues(string(d.req.model), res).Inc()
 				}
 			}

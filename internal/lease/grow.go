@@ -1,6 +1,7 @@
-package route
+package lease
 
-// Elastic growth (docs/design.md, "Elastic reservations"). In an elastic
+// Elastic growth (docs/design.md, "Elastic reservations"): the router's
+// policy for growing a lease as its request generates. In an elastic
 // pool a lease first reserves the prompt and the learned completion length
 // (internal/estimate, learned.go). A streamed answer is counted as it
 // passes: each chunk carrying output is at least one token of one
@@ -26,7 +27,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
@@ -36,34 +36,35 @@ const (
 	growTimeout = time.Second
 )
 
-// grower grows one elastic lease as its streamed output is counted. One
-// dispatch goroutine uses it.
-type grower struct {
-	t       lease.Grower
+// Growing grows one elastic lease as its streamed output is counted. One
+// goroutine (the request's dispatch) uses it.
+type Growing struct {
+	t       Grower
 	pool    ledger.PoolID
 	n       int64 // sequences
 	prompt  int64 // KV tokens of the prompt, all sequences
-	first   int64 // the lease's KV tokens at grant
+	first   int64 // the lease's KV tokens at grant (FirstOutput)
 	kv      int64 // the lease's KV tokens now
 	ceiling int64 // the most the request can hold: its worst case
 	calls   int
 	stopped bool // a Grow failed: reconciliation covers the rest
 }
 
-// newGrower returns the grower of an elastic lease of kv tokens, or nil
-// when t cannot grow.
-func newGrower(t lease.Ticket, pool ledger.PoolID, n, promptKV, kv, ceiling int64) *grower {
-	g, ok := t.(lease.Grower)
+// NewGrowing returns the growth of an elastic lease t of kv tokens for n
+// sequences of promptKV prompt tokens in all, which can hold at most
+// ceiling; nil when t cannot grow or already holds its ceiling.
+func NewGrowing(t Ticket, pool ledger.PoolID, n, promptKV, kv, ceiling int64) *Growing {
+	g, ok := t.(Grower)
 	if !ok || kv >= ceiling {
 		return nil
 	}
-	return &grower{t: g, pool: pool, n: n, prompt: promptKV, first: kv, kv: kv, ceiling: ceiling}
+	return &Growing{t: g, pool: pool, n: n, prompt: promptKV, first: kv, kv: kv, ceiling: ceiling}
 }
 
-// saw takes the output tokens streamed so far, all sequences, and grows the
+// Saw takes the output tokens streamed so far, all sequences, and grows the
 // lease when they near its reservation. It reports the Grow call's result
-// ("" when none was made).
-func (g *grower) saw(ctx context.Context, out int64) string {
+// ("" when none was made): ok, overgrown, error or invalid.
+func (g *Growing) Saw(ctx context.Context, out int64) string {
 	if g == nil || g.stopped || g.kv >= g.ceiling || g.prompt+out+g.n*growSlack < g.kv {
 		return ""
 	}
@@ -83,8 +84,12 @@ func (g *grower) saw(ctx context.Context, out int64) string {
 		return "error"
 	}
 	g.kv = target
-	if h, ok := g.t.(*lease.Held); ok && h.Lease().Overgrown {
+	if h, ok := g.t.(*Held); ok && h.Lease().Overgrown {
 		return "overgrown"
 	}
 	return "ok"
 }
+
+// FirstOutput is the output the lease first reserved, all sequences (at
+// least 1).
+func (g *Growing) FirstOutput() int64 { return max(g.first-g.prompt, 1) }
