@@ -36,6 +36,10 @@ const (
 	concHolders = 8
 	// concHeadroom is the elastic SafetyUnderLoad pool's growth headroom.
 	concHeadroom = 0.1
+	// loadTTL is the sessions' and leases' TTL under SafetyUnderLoad: far
+	// longer than the load takes on a loaded machine, so that nothing ends
+	// by time there (expiry under load is ExpiryUnderLoad's subject).
+	loadTTL = 10 * time.Minute
 )
 
 func concSpec() ledger.PoolSpec {
@@ -133,7 +137,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T, mode ledger.ReserveMode) {
 	}
 	f := s.setup(t, spec, noWindow)
 	for i := range concHolders {
-		f.keepAlive(ledger.HolderID(fmt.Sprintf("ch%d", i)), longTTL)
+		f.keepAlive(ledger.HolderID(fmt.Sprintf("ch%d", i)), loadTTL)
 	}
 	tr := newTracker(spec)
 	engines := []ledger.EngineID{e1, e2, e3}
@@ -177,7 +181,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T, mode ledger.ReserveMode) {
 						Pool: pool, Candidates: cands[:1+rng.IntN(len(cands))],
 						Tenant: tenants[rng.IntN(len(tenants))], Priority: prios[rng.IntN(len(prios))],
 						KVTokens: 200 + rng.Int64N(1800), Slots: 1 + rng.Int64N(2), Holder: holder,
-						RequestID: ledger.RequestID(fmt.Sprintf("w%d-%d", w, op)), TTL: longTTL,
+						RequestID: ledger.RequestID(fmt.Sprintf("w%d-%d", w, op)), TTL: loadTTL,
 					}
 					win := tr.open()
 					g, unknown, err := retry(&s.backendFailures, func() (ledger.Grant, error) { return f.l.Acquire(f.ctx, r) })
@@ -200,7 +204,7 @@ func (s *suite) testSafetyUnderLoad(t *testing.T, mode ledger.ReserveMode) {
 					*mine = append(*mine, g.Lease)
 				case p < 55:
 					l := (*mine)[rng.IntN(len(*mine))]
-					if _, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Renew(f.ctx, l.Ref(), longTTL) }); err != nil {
+					if _, _, err := retry(&s.backendFailures, func() (ledger.Renewal, error) { return f.l.Renew(f.ctx, l.Ref(), loadTTL) }); err != nil {
 						fail("Renew(%s) error = %v, want nil", l.ID, err)
 						return
 					}
