@@ -170,6 +170,8 @@ type engineStats struct {
 	RequestsCompleted     int64   `json:"requests_completed"`
 	RequestsAborted       int64   `json:"requests_aborted"`
 	OverCapacitySeconds   float64 `json:"over_capacity_seconds"`
+	PeakActualDemand      int64   `json:"peak_actual_demand_tokens"`
+	Preemptions           int64   `json:"preemptions"`
 }
 
 func getStats(t testing.TB, engineURL string) engineStats {

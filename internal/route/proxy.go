@@ -108,13 +108,21 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if err := checkContext(req, lens.Reserve); err != nil {
 		return out, err
 	}
-	// A warm elastic pool reserves the learned completion length and grows;
-	// a cold one, and a worst_case pool, the worst case.
+	// A warm elastic pool reserves the learned completion length and grows
+	// a streamed answer's lease as it passes; a non-streamed answer is
+	// seen only by reconciliation, so it reserves so little only where
+	// every engine reports telemetry. A cold pool, and a worst_case one,
+	// reserve the worst case.
 	var expected int64
-	if p.elastic {
+	if p.elastic && (req.stream || p.observed) {
 		expected, _ = p.learned.Expected(tenant)
 	}
 	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, expected)
+	if p.elastic {
+		// Never more than an engine may grant (its growth headroom
+		// kept free): what the request generates beyond is grown.
+		kv = min(kv, p.grantable(r.maxFill(prio)))
+	}
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
 	}

@@ -96,10 +96,37 @@ type poolRT struct {
 	// learned is the fleet-wide completion length, read from the ledger's
 	// counters each fleet-view poll; elastic says leases reserve it and
 	// grow (an elastic pool, ledger admission, no block leases).
-	learned *estimate.Learned
-	elastic bool
-	q       *waitq.Queue
-	tok     *estimate.PoolTokenizer // --prompt-tokens=tokenize
+	learned  *estimate.Learned
+	elastic  bool
+	observed bool // every engine has telemetry: reconciliation sees growth
+	q        *waitq.Queue
+	tok      *estimate.PoolTokenizer // --prompt-tokens=tokenize
+}
+
+// grantable is the most KV one lease of a class with max_fill f may be
+// granted on the pool's largest configured engine (its growth headroom
+// kept free), or MaxAmount when no engine's capacity is configured.
+func (p *poolRT) grantable(f float64) int64 {
+	most := int64(0)
+	for _, e := range p.pool.Engines {
+		if e.KVTokens > 0 {
+			most = max(most, ledger.Fill(e.KVTokens, f)-ledger.Fill(e.KVTokens, p.pool.GrowthHeadroom))
+		}
+	}
+	if most <= 0 {
+		return ledger.MaxAmount
+	}
+	return most
+}
+
+// maxFill is the priority class's max_fill (1 for an unknown class).
+func (r *Router) maxFill(prio ledger.PriorityName) float64 {
+	for _, c := range r.fleet.Priorities {
+		if c.Name == prio {
+			return c.MaxFill
+		}
+	}
+	return 1
 }
 
 // New checks cfg and builds a Router; Start runs it.
@@ -146,8 +173,10 @@ func New(cfg Config, opts Options) (*Router, error) {
 			learned: estimate.NewLearned(cfg.ReserveQuantile, cfg.LearnWindow, estimate.DefaultMinSamples),
 			elastic: p.Reserve != ledger.ReserveWorstCase && cfg.Admission == AdmissionLedger && cfg.BlockLeaseKV == 0,
 			q:       &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
+		rt.observed = true
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
+			rt.observed = rt.observed && e.StaleAfter > 0
 		}
 		r.pools[p.Name] = rt
 		r.met.registerMedia(p.Name, rt.est.Media())
