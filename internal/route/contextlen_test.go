@@ -63,7 +63,9 @@ func TestContextLengthPerPool(t *testing.T) {
 		dead)
 	// Pool m's engine (kv 1024) reports 1024. The router counts prompts
 	// with /tokenize: TGI engines are not asked.
-	h := newHarness(t, harnessOpts{engines: 1, kv: 1024, slots: 8, speed: 1, output: 2000, extra: pools + tenants,
+	// Pool m is worst_case: a lease without max_tokens reserves the
+	// whole context even where that fills the engine.
+	h := newHarness(t, harnessOpts{engines: 1, kv: 1024, slots: 8, speed: 1, output: 2000, extra: pools + tenants, pool: "    reserve: worst_case\n",
 		cfg: func(c *Config) { c.PromptTokens = PromptTokenize }})
 
 	for _, tc := range []struct {

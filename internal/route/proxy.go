@@ -108,20 +108,21 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	if err := checkContext(req, lens.Reserve); err != nil {
 		return out, err
 	}
-	// A warm elastic pool reserves the learned completion length and grows
-	// a streamed answer's lease as it passes; a non-streamed answer is
-	// seen only by reconciliation, so it reserves so little only where
-	// every engine reports telemetry. A cold pool, and a worst_case one,
-	// reserve the worst case.
+	// Warm elastic pools reserve the learned length (a non-streamed answer
+	// only where reconciliation sees its growth); others the worst case.
 	var expected int64
 	if p.elastic && (req.stream || p.observed) {
 		expected, _ = p.learned.Expected(tenant)
 	}
 	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, expected)
-	if p.elastic {
-		// Never more than an engine may grant (its growth headroom
-		// kept free): what the request generates beyond is grown.
-		kv = min(kv, p.grantable(r.maxFill(prio)))
+	worst := min(min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)*req.n, ledger.MaxAmount)
+	if f := r.maxFill(prio); p.elastic {
+		// Never more than an engine may grant (its growth headroom kept
+		// free; growth may use it), and never what no engine could hold.
+		if worst > p.grantable(f, 0) {
+			return out, &ledger.Rejection{Reason: ledger.ReasonTooLarge}
+		}
+		kv = min(kv, p.grantable(f, p.pool.GrowthHeadroom))
 	}
 	if kv > ledger.MaxAmount {
 		return out, badf("n", "the request needs %d KV tokens, more than %d", kv, ledger.MaxAmount)
@@ -150,8 +151,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	r.met.grants.WithLabelValues(string(req.model)).Inc()
 	var g *lease.Growing
 	if expected > 0 {
-		perSeq := min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)
-		g = lease.NewGrowing(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, min(perSeq*req.n, ledger.MaxAmount))
+		g = lease.NewGrowing(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
 	}
 	status, code := r.dispatch(w, hr, p, req, t, g)
 	out.status, out.code = status, code

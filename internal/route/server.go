@@ -104,13 +104,13 @@ type poolRT struct {
 }
 
 // grantable is the most KV one lease of a class with max_fill f may be
-// granted on the pool's largest configured engine (its growth headroom
-// kept free), or MaxAmount when no engine's capacity is configured.
-func (p *poolRT) grantable(f float64) int64 {
+// granted on the pool's largest configured engine with headroom h kept
+// free, or MaxAmount when no engine's capacity is configured.
+func (p *poolRT) grantable(f, h float64) int64 {
 	most := int64(0)
 	for _, e := range p.pool.Engines {
 		if e.KVTokens > 0 {
-			most = max(most, ledger.Fill(e.KVTokens, f)-ledger.Fill(e.KVTokens, p.pool.GrowthHeadroom))
+			most = max(most, ledger.Fill(e.KVTokens, f)-ledger.Fill(e.KVTokens, h))
 		}
 	}
 	if most <= 0 {
