@@ -463,3 +463,34 @@ func TestStaleTelemetry(t *testing.T) {
 		})
 	}
 }
+
+func TestGrowAtDeadlineAndSessionDeath(t *testing.T) {
+	f := newFixture(t, ledger.Options{})
+	f.keepAlive("r1", time.Hour)
+	f.keepAlive("r2", 5*time.Second)
+	a := f.acquire("r1", "q1", 300, 10*time.Second)
+	b := f.acquire("r2", "q2", 200, time.Hour)
+
+	// One millisecond before its deadline a lease still grows, and growing
+	// leaves the deadline where it was.
+	f.clock.Advance(10*time.Second - time.Millisecond)
+	r, err := f.l.Grow(f.ctx, a.Ref(), 400)
+	if err != nil || r.Lease.KVTokens != 400 || !r.Lease.Deadline.Equal(a.Deadline) {
+		t.Fatalf("Grow before the deadline = %+v, %v; want kv 400 and deadline %v", r.Lease, err, a.Deadline)
+	}
+	// At the deadline it has ended: Grow finds no lease and frees it.
+	f.clock.Advance(time.Millisecond)
+	_, err = f.l.Grow(f.ctx, a.Ref(), 500)
+	wantErr(t, "grow at the deadline", err, ledger.ErrLeaseNotFound)
+	// b's holder session died 5s in: its lease ended with it.
+	_, err = f.l.Grow(f.ctx, b.Ref(), 300)
+	wantErr(t, "grow after the holder's session died", err, ledger.ErrLeaseNotFound)
+	if e := f.engine("e0"); e.ReservedKV != 0 || e.Leases != 0 {
+		t.Fatalf("engine after both leases ended = %+v, want nothing reserved", e)
+	}
+	c := f.stats().Counters
+	if c[ledger.CounterGrowths] != 1 || c[ledger.CounterGrownKV] != 100 || c[ledger.CounterOvergrowths] != 0 {
+		t.Fatalf("counters growths=%d grown_kv=%d overgrowths=%d, want 1, 100, 0",
+			c[ledger.CounterGrowths], c[ledger.CounterGrownKV], c[ledger.CounterOvergrowths])
+	}
+}
