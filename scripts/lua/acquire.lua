@@ -12,11 +12,13 @@
 -- check: recovery window, too large for the tenant's quota or for every
 -- candidate, tenant KV then slot quota, then each candidate in order
 -- (draining, stale telemetry under "block", KV, slots, priority headroom);
--- a rejection names the first candidate's reason.
+-- a rejection names the first candidate's reason. KV fits within
+-- floor(cap*max_fill) - floor(cap*growth_headroom), cap the smaller of the
+-- configured and the last reported capacity.
 --
 -- One HMGET reads the pool: meta, the tenant, the priority, every
--- candidate's spec (unknown engines and "too large" need them all) and the
--- first candidate's usage; later candidates are parsed, and their usage
+-- candidate's spec and last observation (unknown engines and "too large"
+-- need them all) and the first candidate's usage; later candidates are parsed, and their usage
 -- read, only when the ones before refuse. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
@@ -25,6 +27,8 @@ local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
 local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o'}
 local F_SPECS = #fields
 for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
+local F_OBS = #fields
+for j = 1, n do fields[F_OBS + j] = 'e:' .. ARGV[9 + j] .. ':obs' end
 local v = redis.call('HMGET', K_STATE, unpack(fields))
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
@@ -44,7 +48,7 @@ if prev then
   local l = get_lease(prev)
   if l and num(l[L_DEADLINE]) > now then
     redis.call('HINCRBY', K_STATE, 'c:replays', 1)
-    return {'replayed', m.epoch, unpack(l, 1, 13)}
+    return {'replayed', m.epoch, unpack(l, 1, L_N)}
   end
   if l then
     drop_lease(l, {'expired', 1}, now)
@@ -64,14 +68,14 @@ for j = 1, n do
   if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local cands = {engine(ARGV[10], v[F_SPECS + 1])}
-usage(cands[1], v[8], v[9], v[10])
+usage(cands[1], v[8], v[9], v[10], v[F_OBS + 1])
 local function cand(j)
   local e = cands[j]
   if not e then
     e = engine(ARGV[9 + j], v[F_SPECS + j])
     local ef = 'e:' .. e.id
     local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o')
-    usage(e, u[1], u[2], u[3])
+    usage(e, u[1], u[2], u[3], v[F_OBS + j])
     cands[j] = e
   end
   return e
@@ -83,8 +87,12 @@ local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
 local fits = false
 for j = 1, n do
-  local s = cands[j] or engine(ARGV[9 + j], v[F_SPECS + j])
-  if kv <= fill(s.kv, maxfill) and slots <= fill(s.slots, maxfill) then
+  local s = cands[j]
+  if not s then
+    s = engine(ARGV[9 + j], v[F_SPECS + j])
+    capacity(s, v[F_OBS + j])
+  end
+  if kv <= admissible(s, maxfill, m.headroom) and slots <= fill(s.slots, maxfill) then
     fits = true
     break
   end
@@ -95,7 +103,7 @@ if qslots > 0 and t.rslots + slots > qslots then return reject(m, 'tenant_slot_q
 local chosen, first
 for j = 1, n do
   local e = cand(j)
-  local r = engine_reason(e, now, maxfill, kv, slots)
+  local r = engine_reason(e, now, maxfill, m.headroom, kv, slots)
   if not r then
     chosen = e
     break
@@ -108,7 +116,7 @@ local seq = num(v[3]) + 1
 local id = string.format('%x-%x', tonumber(m.epoch), seq)
 local deadline = now + ttl
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
-  int(now), int(deadline), m.epoch, int(seq), '0'}
+  int(now), int(deadline), m.epoch, int(seq), '0', '0'}
 put_lease(l)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
@@ -118,4 +126,4 @@ if deadline < m.sweep_at then
   w[#w + 1] = int(deadline)
 end
 redis.call('HSET', K_STATE, unpack(w))
-return {'ok', m.epoch, unpack(l, 1, 13)}
+return {'ok', m.epoch, unpack(l, 1, L_N)}

@@ -2,8 +2,8 @@
 --
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 recovery window ms (0 = none), 3 retry-after ms,
---       4 priority order (names joined by spaces),
---       5 engine count E, then E x {id, url, kv_tokens, slots, stale_after ns, stale policy},
+--       4 priority order (names joined by spaces), 5 reserve mode
+--       (elastic or worst_case), 6 growth headroom, 7 engine count E, then E x {id, url, kv_tokens, slots, stale_after ns, stale policy},
 --       then tenant count T, then T x {name, kv_share, slot_share},
 --       then priority count P, then P x {name, max_fill}.
 -- Returns: {'ok', epoch, created (1 when this call started a new epoch)}.
@@ -48,7 +48,7 @@ else
 end
 sweep(now, SWEEP_BATCH)
 
-local i = 5
+local i = 7
 local n = tonumber(ARGV[i]); i = i + 1
 local keep, cap_kv, cap_slots = {}, 0, 0
 for _ = 1, n do
@@ -84,6 +84,6 @@ for _ = 1, n do
   i = i + 2
 end
 
-redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3]}, ' '),
+redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
   'order', ARGV[4])
 return {'ok', epoch, created}

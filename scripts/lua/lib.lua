@@ -10,7 +10,7 @@
 --   4 deadlines  ZSET  lease id scored by deadline (ms)
 --   5 holders    ZSET  holder id scored by session expiry (ms)
 --   6 req        HASH  "<holder> <request id>" -> lease id
---   7 leases     HASH  lease id -> lease record (LEASE_FIELDS, then owns_req)
+--   7 leases     HASH  lease id -> lease record (see get_lease)
 --   8 holder key prefix  (.. holder id -> SET of lease ids)
 -- ARGV[1], the "sweep batch" of each script's header, is always
 -- "<sweep batch> <orphan hold ms>", parsed below into SWEEP_BATCH and
@@ -20,7 +20,10 @@
 -- State fields. Values of several parts are joined by single spaces (ids,
 -- names and numbers never contain one), so a hot script reads a pool in one
 -- HMGET of a few fields and writes it back in one HSET:
---   meta        "epoch recovering_until cap_kv cap_slots retry_after"
+--   meta        "epoch recovering_until cap_kv cap_slots retry_after reserve
+--               growth_headroom" (reserve: elastic or worst_case; a meta
+--               of the five fields before them, written before reservation
+--               modes, reads as elastic with no headroom)
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
 --               lease deadline and session expiry (see sweep)
@@ -60,11 +63,14 @@ local function clock()
 end
 
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
+-- m.elastic is false in a worst_case pool; m.headroom is the pool's growth
+-- headroom (ledger.PoolSpec.GrowthHeadroom).
 local function meta(s, sweep_at)
   if not s then return nil end
-  local epoch, ru, ckv, cs, retry = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local epoch, ru, ckv, cs, retry, reserve, headroom = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
   return {epoch = epoch, ru = tonumber(ru), cap_kv = tonumber(ckv), cap_slots = tonumber(cs),
-    retry = tonumber(retry), sweep_at = num(sweep_at)}
+    retry = tonumber(retry), sweep_at = num(sweep_at), reserve = reserve,
+    elastic = reserve ~= 'worst_case', headroom = num(headroom)}
 end
 
 -- triple parses "a b c" (reservations, corrections, orphan charges) into
@@ -77,19 +83,29 @@ end
 
 local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 
--- Lease records: LEASE_FIELDS in the order every reply lists them (lease.go
--- decodes this order), then owns_req ('1' when the lease set its req entry).
+-- Leases: a lease is a table of the L_N fields every reply lists, in the
+-- order scripts.go decodes, then owns_req ('1' when the lease set its req
+-- entry). Its record is fields 1..13, owns_req, overgrown: the flag came
+-- last, so a record written before it (no overgrown) reads as '0'.
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
-local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OWNS = 9, 10, 11, 12, 13, 14
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*)$'
+local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_OWNS = 9, 10, 11, 12, 13, 14, 15
+local L_N = 14
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*)$'
 
-local function get_lease(id)
-  local s = redis.call('HGET', K_LEASES, id)
+-- parse_lease reads a lease record; nil when s is.
+local function parse_lease(s)
   if not s then return nil end
-  return {string.match(s, LEASE_PATTERN)}
+  local l = {string.match(s, LEASE_PATTERN)}
+  l[L_OVERGROWN], l[L_OWNS] = l[15], l[14]
+  if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
+  return l
 end
 
-local function set_lease(l) redis.call('HSET', K_LEASES, l[L_ID], table.concat(l, ' ', 1, 14)) end
+local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)) end
+
+local function set_lease(l)
+  redis.call('HSET', K_LEASES, l[L_ID], table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN])
+end
 
 -- put_lease stores a new lease (without charging it).
 local function put_lease(l)
@@ -266,11 +282,11 @@ end
 -- Engines -------------------------------------------------------------------
 
 -- engine parses a configured engine's e:<id> field; nil when the engine is
--- unknown or removed.
-local function engine(id, s)
+-- unknown or removed (with removed, a removed engine's last spec).
+local function engine(id, s, removed)
   if not s then return nil end
   local cfg, kv, slots, stale_ns, policy, draining = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  if cfg ~= '1' then return nil end
+  if cfg ~= '1' and not removed then return nil end
   return {id = id, kv = tonumber(kv), slots = tonumber(slots), stale_ns = tonumber(stale_ns),
     policy = policy, draining = draining == '1'}
 end
@@ -278,11 +294,12 @@ end
 -- Tenants -------------------------------------------------------------------
 
 -- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
--- when the tenant is unknown or removed.
-local function tenant(name, s, r)
+-- when the tenant is unknown or removed (with removed, a removed tenant's
+-- last spec).
+local function tenant(name, s, r, removed)
   if not s then return nil end
   local cfg, kvs, ss = string.match(s, '^(%S+) (%S+) (%S+)$')
-  if cfg ~= '1' then return nil end
+  if cfg ~= '1' and not removed then return nil end
   local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss)}
   t.rkv, t.rslots, t.n = triple(r)
   return t

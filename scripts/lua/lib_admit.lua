@@ -1,15 +1,31 @@
 -- lib_admit.lua: the admission rule's helpers, for the scripts that admit
--- (acquire, resize). lua.go inserts this file after lib.lua for them only:
--- every function defined costs each call of a script, used or not.
+-- or grow (acquire, resize, grow). lua.go inserts this file after lib.lua
+-- for them only: every function defined costs each call of a script, used
+-- or not.
 
--- usage adds an engine's e:<id>:r, e:<id>:c and e:<id>:o fields to e: the
--- orphan charge counts with the correction (ckv, cslots).
-local function usage(e, r, c, o)
+-- capacity sets e.cap, ledger.EngineState.CapacityKV: the configured KV
+-- tokens, or the total the last applied observation reported (the second
+-- value of e:<id>:obs) when that is smaller.
+local function capacity(e, obs)
+  local total = num(obs and string.match(obs, '^%S+ (%S+)'))
+  e.cap = e.kv
+  if total > 0 and total < e.kv then e.cap = total end
+end
+
+-- usage adds an engine's e:<id>:r, e:<id>:c, e:<id>:o and e:<id>:obs
+-- fields to e: the orphan charge counts with the correction (ckv, cslots),
+-- and the observation gives the capacity.
+local function usage(e, r, c, o, obs)
   e.rkv, e.rslots, e.n = triple(r)
   e.ckv, e.cslots, e.obs = triple(c)
   local okv, oslots = triple(o)
   e.ckv, e.cslots = e.ckv + okv, e.cslots + oslots
+  capacity(e, obs)
 end
+
+-- ledger.EngineState.AdmissibleKV: floor(cap*f) - floor(cap*h); e.cap must
+-- be set (capacity).
+local function admissible(e, f, h) return fill(e.cap, f) - fill(e.cap, h) end
 
 -- ledger.EngineState.Stale
 local function stale(e, now)
@@ -23,13 +39,14 @@ local function used(e, now)
   return e.rkv + e.ckv, e.rslots + e.cslots
 end
 
--- ledger.engineReason: nil when e can take kv tokens and slots.
-local function engine_reason(e, now, maxfill, kv, slots)
+-- ledger.engineReason: nil when e can take kv tokens and slots in a pool
+-- with growth headroom h.
+local function engine_reason(e, now, maxfill, h, kv, slots)
   if e.draining then return 'draining' end
   if e.policy == 'block' and stale(e, now) then return 'telemetry_stale' end
   local ukv, us = used(e, now)
-  if ukv + kv > fill(e.kv, maxfill) then
-    if maxfill < 1 and ukv + kv <= e.kv then return 'priority_headroom' end
+  if ukv + kv > admissible(e, maxfill, h) then
+    if maxfill < 1 and ukv + kv <= admissible(e, 1, h) then return 'priority_headroom' end
     return 'engine_kv'
   end
   if us + slots > fill(e.slots, maxfill) then

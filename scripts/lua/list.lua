@@ -20,10 +20,10 @@ else
 end
 local out = {'ok', m.epoch}
 for _, s in ipairs(records) do
-  local l = s and {string.match(s, LEASE_PATTERN)}
+  local l = parse_lease(s)
   if l and (engine_id == '' or l[L_ENGINE] == engine_id) and (tenant_name == '' or l[L_TENANT] == tenant_name)
       and (holder == '' or l[L_HOLDER] == holder) then
-    out[#out + 1] = {unpack(l, 1, 13)}
+    out[#out + 1] = {unpack(l, 1, L_N)}
   end
 end
 return out

@@ -6,7 +6,7 @@
 // lease bookkeeping) and lib_admit.lua the admission rule's helpers; Source
 // prepends them, so every script is one self-contained EVAL body. Defining a
 // Lua function costs every call of the script that carries it, so only the
-// scripts that admit carry lib_admit.lua.
+// scripts that admit or grow carry lib_admit.lua.
 package lua
 
 import (
@@ -19,15 +19,15 @@ var files embed.FS
 
 // Operations lists the scripts Source serves.
 var Operations = []string{
-	"configure", "drain", "keepalive", "acquire", "renew", "resize",
+	"configure", "drain", "keepalive", "acquire", "renew", "resize", "grow",
 	"release", "reassert", "observe", "sweep", "stats", "list",
 }
 
 // admits lists the operations that carry lib_admit.lua.
-var admits = map[string]bool{"acquire": true, "resize": true}
+var admits = map[string]bool{"acquire": true, "resize": true, "grow": true}
 
-// Source returns the script for op: lib.lua, lib_admit.lua if op admits,
-// then op.lua.
+// Source returns the script for op: lib.lua, lib_admit.lua if op admits or
+// grows, then op.lua.
 func Source(op string) (string, error) {
 	parts := []string{"lib.lua"}
 	if admits[op] {

@@ -32,7 +32,7 @@ if prev then
   if prev[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
   if num(prev[L_DEADLINE]) > now then
     redis.call('HINCRBY', K_STATE, 'c:replays', 1)
-    return {'replayed', m.epoch, unpack(prev, 1, 13)}
+    return {'replayed', m.epoch, unpack(prev, 1, L_N)}
   end
   drop_lease(prev, {'expired', 1}, now)
 end
@@ -57,11 +57,11 @@ local created = ARGV[10]
 if created == '0' then created = int(now) end
 local deadline = now + tonumber(ARGV[13])
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
-  created, int(deadline), ARGV[11], ARGV[12], '1'}
+  created, int(deadline), ARGV[11], ARGV[12], '1', '0'}
 put_lease(l)
 if deadline < m.sweep_at then
   extra[#extra + 1] = 'sweep_at'
   extra[#extra + 1] = int(deadline)
 end
 charge(engine_id, tenant_name, num(ARGV[7]), num(ARGV[8]), 1, {'reasserts', 1}, extra)
-return {'ok', m.epoch, unpack(l, 1, 13)}
+return {'ok', m.epoch, unpack(l, 1, L_N)}

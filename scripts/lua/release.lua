@@ -2,13 +2,14 @@
 --
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 actual prompt tokens,
---       5 actual completion tokens.
+--       5 actual completion tokens, 6 the completion-length counter of the
+--       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant).
 -- Returns: {'ok', epoch, released (1 or 0)} | {'unknown_pool', ''}
 --        | {'not_holder', epoch}.
 --
 -- An unknown lease reports 0. A lease that had already ended (deadline
 -- passed, or its holder's session died) is removed as expired or revoked
--- and also reports 0.
+-- and also reports 0. Only a release by the holder counts the usage.
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -25,5 +26,6 @@ if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
   return {'ok', m.epoch, 0}
 end
 drop_lease(l, {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
-  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}, now)
+  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5]),
+  ARGV[6], 1, ARGV[6] .. '/' .. l[L_TENANT], 1}, now)
 return {'ok', m.epoch, 1}

@@ -18,4 +18,4 @@ l[L_DEADLINE] = int(deadline)
 set_lease(l)
 redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
 if deadline < m.sweep_at then redis.call('HSET', K_STATE, 'sweep_at', l[L_DEADLINE]) end
-return {'ok', m.epoch, unpack(l, 1, 13)}
+return {'ok', m.epoch, unpack(l, 1, L_N)}

@@ -5,7 +5,9 @@
 -- Returns: {'unknown_pool', ''} | {'ok', epoch, now ms, recovering_until ms,
 --   cap_kv, cap_slots, live holders, outstanding leases,
 --   {{engine id, {field, value, ...}}...}, {{tenant name, {field, value, ...}}...},
---   priority order, {name, max_fill, ...}, {counter, count, ...}}.
+--   priority order, {name, max_fill, ...}, {counter, count, ...},
+--   reserve ('' when configured before reservation modes: elastic),
+--   growth headroom}.
 
 local v = redis.call('HMGET', K_STATE, 'meta', 'order')
 local m = meta(v[1])
@@ -69,4 +71,5 @@ for i = 1, #all, 2 do
 end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
   redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
-  redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters}
+  redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
+  m.reserve, string.format('%.17g', m.headroom)}

@@ -7,21 +7,25 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
 // TestAdmitMatchesGo holds acquire.lua and resize.lua to ledger.Admit and
-// ledger.AdmitGrowth: random pools and requests, the Go rule evaluated on a
-// Stats snapshot before each call, and the script's decision compared.
-// LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing round logs its seed.
+// ledger.AdmitGrowth: random pools (growth headroom, engines whose reported
+// capacity is below, at or above the configured one) and requests, the Go
+// rule evaluated on a Stats snapshot before each call, and the script's
+// decision compared. LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing
+// round logs its seed.
 func TestAdmitMatchesGo(t *testing.T) {
 	srv := redisserver.Start(t)
 	seededRounds(t, 8, 7, func(t *testing.T, rng *rand.Rand) { admitRound(t, srv, rng) })
 }
 
-func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
-	l := newLedger(t, srv, noWindow)
-	ctx := ctxT(t)
+// randomPool is a random pool "p" for the differential tests: 1-4 engines
+// with random telemetry expectations, two tenants and two priorities with
+// random shares and fills, a random reservation mode and growth headroom.
+func randomPool(rng *rand.Rand) ledger.PoolSpec {
 	frac := func() float64 {
 		switch rng.IntN(4) {
 		case 0:
@@ -32,6 +36,15 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 		return 0.05 + 0.95*rng.Float64()
 	}
 	spec := ledger.PoolSpec{Name: "p", RetryAfter: time.Duration(rng.IntN(3000)) * time.Millisecond}
+	switch rng.IntN(4) {
+	case 0:
+		spec.Reserve = ledger.ReserveWorstCase
+	case 1:
+		spec.Reserve = ledger.ReserveElastic
+		spec.GrowthHeadroom = []float64{0, 0.1, 0.3, ledger.MaxGrowthHeadroom}[rng.IntN(4)]
+	default:
+		spec.GrowthHeadroom = ledger.MaxGrowthHeadroom * rng.Float64()
+	}
 	for i := range 1 + rng.IntN(4) {
 		e := ledger.EngineSpec{ID: ledger.EngineID(fmt.Sprintf("e%d", i)), KVTokens: 1 + rng.Int64N(2000), Slots: 1 + rng.Int64N(8)}
 		switch rng.IntN(4) {
@@ -54,46 +67,109 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 	for i := range 2 {
 		spec.Priorities = append(spec.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(fmt.Sprintf("q%d", i)), MaxFill: frac()})
 	}
-	epoch := mustConfigure(t, l, spec)
-	mustKeepAlive(t, l, "p", "h", time.Hour)
+	return spec
+}
+
+// observeRandomly reports telemetry for spec's engines: always for those
+// expected to report, sometimes for the others, with a reported capacity
+// that is unknown, below, at or above the configured one. Engines it does
+// not observe stay never observed.
+func observeRandomly(t *testing.T, l ledger.Ledger, rng *rand.Rand, spec ledger.PoolSpec) {
+	ctx := ctxT(t)
 	for _, e := range spec.Engines {
-		if e.StaleAfter > 0 && rng.IntN(3) > 0 {
-			obs := ledger.Observation{Pool: "p", Engine: e.ID, KVTokensUsed: rng.Int64N(e.KVTokens), Running: rng.Int64N(e.Slots), ObservedAt: time.Now()}
-			if _, err := l.Observe(ctx, obs); err != nil {
-				t.Fatalf("Observe: %v", err)
-			}
+		if (e.StaleAfter > 0 && rng.IntN(3) > 0) || (e.StaleAfter == 0 && rng.IntN(3) == 0) {
+			observe(t, l, rng, e)
 		}
 		if rng.IntN(6) == 0 {
-			if err := l.SetDraining(ctx, "p", e.ID, true); err != nil {
+			if err := l.SetDraining(ctx, spec.Name, e.ID, true); err != nil {
 				t.Fatalf("SetDraining: %v", err)
 			}
 		}
 	}
+}
+
+// observe applies a random observation of e, its reported capacity
+// unknown (0), below, at or above the configured one.
+func observe(t *testing.T, l ledger.Ledger, rng *rand.Rand, e ledger.EngineSpec) {
+	total := []int64{0, 1 + rng.Int64N(e.KVTokens), e.KVTokens, e.KVTokens + 1 + rng.Int64N(e.KVTokens)}[rng.IntN(4)]
+	obs := ledger.Observation{Pool: "p", Engine: e.ID, KVTokensUsed: rng.Int64N(e.KVTokens), KVTokensTotal: total,
+		Running: rng.Int64N(e.Slots), ObservedAt: time.Now()}
+	if r, err := l.Observe(ctxT(t), obs); err != nil || !r.Applied {
+		t.Fatalf("Observe(%+v) = %+v, %v; want applied", obs, r, err)
+	}
+}
+
+// snapshot is a Stats reading in the Go rule's terms.
+type snapshot struct {
+	st      ledger.PoolStats
+	engines map[ledger.EngineID]ledger.EngineState
+	tenants map[ledger.TenantID]ledger.TenantStats
+	fills   map[ledger.PriorityName]float64
+}
+
+func readSnapshot(t *testing.T, l ledger.Ledger) snapshot {
+	t.Helper()
+	st, err := l.Stats(ctxT(t), "p")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	s := snapshot{st: st, engines: map[ledger.EngineID]ledger.EngineState{}, tenants: map[ledger.TenantID]ledger.TenantStats{},
+		fills: map[ledger.PriorityName]float64{}}
+	for _, e := range st.Engines {
+		s.engines[e.Spec.ID] = ledger.EngineState{Spec: e.Spec, Draining: e.Draining, ReservedKV: e.ReservedKV, ReservedSlots: e.ReservedSlots,
+			CorrectionKV: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots, ObservedAt: e.ObservedAt,
+			ReportedKV: e.LastObservation.KVTokensTotal}
+	}
+	for _, x := range st.Tenants {
+		s.tenants[x.Spec.Name] = x
+	}
+	for _, p := range st.Priorities {
+		s.fills[p.Name] = p.MaxFill
+	}
+	return s
+}
+
+// admission is the Go rule's input for a request of tenant at prio in
+// spec's pool, without candidates or amounts.
+func (s snapshot) admission(spec ledger.PoolSpec, epoch ledger.Epoch, tenant ledger.TenantID, prio ledger.PriorityName) ledger.Admission {
+	ts := s.tenants[tenant]
+	return ledger.Admission{Now: s.st.Now, CapacityKV: s.st.CapacityKV, CapacitySlots: s.st.CapacitySlots, Tenant: ts.Spec,
+		TenantKV: ts.ReservedKV, TenantSlots: ts.ReservedSlots, MaxFill: s.fills[prio], RetryAfter: spec.RetryAfter, Epoch: epoch,
+		GrowthHeadroom: spec.GrowthHeadroom}
+}
+
+// startRound configures a randomPool on a new ledger on srv, checks Stats
+// reports its mode and headroom, opens holder "h"'s session and observes
+// the engines at random (observeRandomly).
+func startRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) (*lhredis.Ledger, ledger.PoolSpec, ledger.Epoch) {
+	l := newLedger(t, srv, noWindow)
+	spec := randomPool(rng)
+	epoch := mustConfigure(t, l, spec)
+	if st := readSnapshot(t, l).st; st.Reserve != spec.Mode() || st.GrowthHeadroom != spec.GrowthHeadroom {
+		t.Fatalf("Stats reserve %q, growth headroom %v; want the spec's %q, %v", st.Reserve, st.GrowthHeadroom, spec.Mode(), spec.GrowthHeadroom)
+	}
+	mustKeepAlive(t, l, "p", "h", time.Hour)
+	observeRandomly(t, l, rng, spec)
+	return l, spec, epoch
+}
+
+func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
+	l, spec, epoch := startRound(t, srv, rng)
+	ctx := ctxT(t)
 	var held []ledger.Lease
 	outcomes := map[string]int{}
 	defer func() { t.Logf("outcomes: %v", outcomes) }()
 	for step := range 80 {
-		st, err := l.Stats(ctx, "p")
-		if err != nil {
-			t.Fatalf("Stats: %v", err)
+		if rng.IntN(10) == 0 { // a new capacity report
+			e := spec.Engines[rng.IntN(len(spec.Engines))]
+			if e.StaleAfter == 0 || rng.IntN(2) == 0 {
+				observe(t, l, rng, e)
+			}
 		}
-		engines := map[ledger.EngineID]ledger.EngineState{}
-		for _, e := range st.Engines {
-			engines[e.Spec.ID] = ledger.EngineState{Spec: e.Spec, Draining: e.Draining, ReservedKV: e.ReservedKV, ReservedSlots: e.ReservedSlots,
-				CorrectionKV: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots, ObservedAt: e.ObservedAt}
-		}
-		tenants := map[ledger.TenantID]ledger.TenantStats{}
-		for _, x := range st.Tenants {
-			tenants[x.Spec.Name] = x
-		}
-		fills := map[ledger.PriorityName]float64{}
-		for _, p := range st.Priorities {
-			fills[p.Name] = p.MaxFill
-		}
+		snap := readSnapshot(t, l)
+		engines := snap.engines
 		admission := func(tenant ledger.TenantID, prio ledger.PriorityName) ledger.Admission {
-			ts := tenants[tenant]
-			return ledger.Admission{Now: st.Now, CapacityKV: st.CapacityKV, CapacitySlots: st.CapacitySlots, Tenant: ts.Spec,
-				TenantKV: ts.ReservedKV, TenantSlots: ts.ReservedSlots, MaxFill: fills[prio], RetryAfter: spec.RetryAfter, Epoch: epoch}
+			return snap.admission(spec, epoch, tenant, prio)
 		}
 
 		if len(held) > 0 && rng.IntN(4) == 0 { // resize or release a held lease

@@ -141,9 +141,7 @@ func TestKeysWritten(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := srv.Client()
 	ctx := ctxT(t)
-	p := newPrefix()
-	l := lhredis.New(client, lhredis.Options{Options: noWindow, Prefix: p})
-	defer l.Close()
+	l, p := newLedgerOn(t, client, noWindow)
 	mustConfigure(t, l, basicSpec())
 	mustKeepAlive(t, l, "llama", "h1", time.Minute)
 	var leases []ledger.Lease

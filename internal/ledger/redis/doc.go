@@ -14,8 +14,9 @@
 //	P:{p}:state         HASH the pool's state, one field per group of values
 //	                         joined by spaces (ids never contain one):
 //	  meta                   "epoch recovering_until cap_kv cap_slots
-//	                         retry_after" (epoch: TIME µs at creation; its
-//	                         presence makes the pool known)
+//	                         retry_after reserve growth_headroom" (epoch:
+//	                         TIME µs at creation; its presence makes the
+//	                         pool known; reserve elastic or worst_case)
 //	  seq, sweep_at          fencing sequence; ms before which nothing can
 //	                         have expired (a lower bound of every deadline
 //	                         and session expiry, lowered by every write of
@@ -31,14 +32,19 @@
 //	                         arrives at or after until_ms, the latest end
 //	                         plus Options.OrphanHold
 //	  e:<id>:url, e:<id>:obs the URL; "used total running waiting sec nsec"
+//	                         (total, when > 0 and below kv, is the
+//	                         engine's capacity: see "Capacity truth" in
+//	                         package ledger)
 //	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
 //	  p:<name>               max_fill
-//	  c:<name>               ledger.Counter* names and "rejections:<reason>"
+//	  c:<name>               ledger.Counter* names, "rejections:<reason>"
+//	                         and the completion-length counters
+//	                         (ledger.CompletionCounters)
 //	P:{p}:engines       SET  engine ids with fields in state
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
 //	                         holder req created deadline fence_epoch
-//	                         fence_seq reasserted owns_req"
+//	                         fence_seq reasserted owns_req overgrown"
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
@@ -55,6 +61,12 @@
 // first, but only once the ledger clock reaches sweep_at: before then
 // nothing can have expired and every session is live.
 //
+// The last two fields of meta and overgrown in a lease record came with
+// reservation modes. The scripts read a meta or a lease record written
+// before them (elastic, no headroom, not overgrown), but earlier scripts
+// do not read what these write: keep every reserver and router on one
+// version (docs/operations.md, "Upgrading without losing a lease").
+//
 // # Ledger loss
 //
 // A pool whose state has no meta field (FLUSHALL, restart without persistence,
@@ -69,8 +81,11 @@
 //   - A session already dead when KeepAlive, Acquire or Reassert arrives
 //     reports ledger.ErrSessionExpired even if that call's sweep removes it;
 //     later calls see no session and KeepAlive starts a fresh one.
-//   - Renew and Resize of a lease whose holder's session is not live fail
-//     with ledger.ErrLeaseNotFound: the lease has ended.
+//   - Renew, Resize and Grow of a lease whose holder's session is not live
+//     fail with ledger.ErrLeaseNotFound: the lease has ended.
+//   - Grow's errors for a worst_case pool, a size below the lease's or
+//     above the engine's capacity read as ledger.GrowthOf's; the pool's
+//     name travels in the script's ARGV only for that message.
 //   - Release of a lease that has already ended removes it as expired or
 //     revoked and reports Released=false.
 //   - Acquire fails with ledger.ErrUnknownEngine if any candidate is not

@@ -240,7 +240,8 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 	for _, p := range spec.Priorities {
 		order = append(order, string(p.Name))
 	}
-	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), len(spec.Engines)}
+	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), string(spec.Mode()), ftoa(spec.GrowthHeadroom),
+		len(spec.Engines)}
 	for _, e := range spec.Engines {
 		args = append(args, string(e.ID), e.URL, itoa(e.KVTokens), itoa(e.Slots), itoa(int64(e.StaleAfter)), string(e.StalePolicy))
 	}
@@ -317,27 +318,38 @@ func acquireArgv(req ledger.AcquireRequest) []any {
 
 // Renew extends a live lease's deadline to now+ttl.
 func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
-	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref.Pool, string(ref.ID), string(ref.Holder), ms(ttl))
-	if err != nil {
-		return ledger.Renewal{}, err
-	}
-	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
+	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref, ms(ttl))
 }
 
 // Resize sets a live lease's KV tokens; growth is admitted like an
 // acquisition of the difference.
 func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref.Pool, string(ref.ID), string(ref.Holder), itoa(kvTokens))
+	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref, itoa(kvTokens))
+}
+
+// Grow raises a live elastic lease's KV tokens to what its engine holds,
+// never refused for capacity (ledger.GrowthOf, in grow.lua).
+func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
+	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.grow }, ref, itoa(kvTokens), string(ref.Pool))
+}
+
+// renewal runs a script on ref's lease whose ARGV is the lease id, the
+// holder, then args, and whose reply is the lease.
+func (l *store) renewal(ctx context.Context, s func(*scripts) *goredis.Script, ref ledger.LeaseRef, args ...any) (ledger.Renewal, error) {
+	r, lease, err := l.mutateLease(ctx, s, ref.Pool, append([]any{string(ref.ID), string(ref.Holder)}, args...)...)
 	if err != nil {
 		return ledger.Renewal{}, err
 	}
 	return ledger.Renewal{Lease: lease, Epoch: r.epoch}, nil
 }
 
-// Release ends a lease; releasing an unknown lease is not an error.
+// Release ends a lease; releasing an unknown lease is not an error. A
+// release by the holder counts the usage, and the completion length in the
+// pool's and the tenant's histogram counters (ledger.CompletionCounters;
+// the script appends the lease's tenant to the pool's counter name).
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
-		itoa(usage.PromptTokens), itoa(usage.CompletionTokens))
+		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), ledger.CompletionCounters(usage, "")[0])
 	if err != nil {
 		return ledger.Released{}, err
 	}

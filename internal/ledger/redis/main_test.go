@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -26,9 +27,18 @@ func newPrefix() string { return fmt.Sprintf("t%d", prefixSeq.Add(1)) }
 // newLedger returns a ledger with its own prefix on srv, closed at cleanup.
 func newLedger(t testing.TB, srv *redisserver.Server, opts ledger.Options) *lhredis.Ledger {
 	t.Helper()
-	l := lhredis.New(srv.Client(), lhredis.Options{Options: opts, Prefix: newPrefix()})
-	t.Cleanup(func() { _ = l.Close() })
+	l, _ := newLedgerOn(t, srv.Client(), opts)
 	return l
+}
+
+// newLedgerOn returns a ledger with its own prefix on client, closed at
+// cleanup, and that prefix.
+func newLedgerOn(t testing.TB, client goredis.UniversalClient, opts ledger.Options) (*lhredis.Ledger, string) {
+	t.Helper()
+	p := newPrefix()
+	l := lhredis.New(client, lhredis.Options{Options: opts, Prefix: p})
+	t.Cleanup(func() { _ = l.Close() })
+	return l, p
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -10,7 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/ledger"
-	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -23,10 +22,8 @@ func TestOrphanChargeField(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := srv.Client()
 	ctx := ctxT(t)
-	p := newPrefix()
 	const hold = time.Hour
-	l := lhredis.New(client, lhredis.Options{Options: ledger.Options{RecoveryWindow: -1, OrphanHold: hold}, Prefix: p})
-	defer l.Close()
+	l, p := newLedgerOn(t, client, ledger.Options{RecoveryWindow: -1, OrphanHold: hold})
 	spec := basicSpec()
 	spec.Engines[0].StaleAfter, spec.Engines[0].StalePolicy = 300*time.Millisecond, ledger.StaleIgnore
 	mustConfigure(t, l, spec)

@@ -18,7 +18,7 @@ import (
 
 // scripts holds one *goredis.Script per operation, loaded once.
 type scripts struct {
-	configure, drain, keepalive, acquire, renew, resize, release,
+	configure, drain, keepalive, acquire, renew, resize, grow, release,
 	reassert, observe, sweep, stats, list *goredis.Script
 }
 
@@ -29,7 +29,7 @@ func loadScripts() (*scripts, error) {
 		dst **goredis.Script
 	}{
 		{"configure", &s.configure}, {"drain", &s.drain}, {"keepalive", &s.keepalive},
-		{"acquire", &s.acquire}, {"renew", &s.renew}, {"resize", &s.resize},
+		{"acquire", &s.acquire}, {"renew", &s.renew}, {"resize", &s.resize}, {"grow", &s.grow},
 		{"release", &s.release}, {"reassert", &s.reassert}, {"observe", &s.observe},
 		{"sweep", &s.sweep}, {"stats", &s.stats}, {"list", &s.list},
 	} {
@@ -140,11 +140,11 @@ func integer(v any) int64 {
 	return 0
 }
 
-// leaseFields is the number of lease fields a reply lists, in the order of
-// LEASE_FIELDS in scripts/lua/lib.lua.
-const leaseFields = 13
+// leaseFields is the number of lease fields a reply lists (L_N in
+// scripts/lua/lib.lua), in the order decodeLease reads them.
+const leaseFields = 14
 
-// decodeLease reads a lease from fields in LEASE_FIELDS order.
+// decodeLease reads a lease from a reply's lease fields.
 func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
 	if len(f) < leaseFields {
 		return ledger.Lease{}, fmt.Errorf("malformed lease in script reply: %d fields", len(f))
@@ -168,6 +168,7 @@ func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
 		Deadline:   time.UnixMilli(integer(f[9])),
 		Fence:      ledger.Fence{Epoch: ledger.Epoch(ep), Seq: seq},
 		Reasserted: str(f[12]) == "1",
+		Overgrown:  str(f[13]) == "1",
 	}, nil
 }
 

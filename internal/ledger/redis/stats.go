@@ -12,7 +12,7 @@ import (
 
 // decodeStats reads stats.lua's reply (see its header for the shape).
 func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
-	if len(r.rest) < 11 {
+	if len(r.rest) < 13 {
 		return ledger.PoolStats{}, fmt.Errorf("malformed stats reply: %d elements", len(r.rest))
 	}
 	x := r.rest
@@ -27,6 +27,8 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 		LiveHolders:     int(integer(x[4])),
 		Leases:          integer(x[5]),
 		Counters:        map[string]int64{},
+		Reserve:         ledger.PoolSpec{Reserve: ledger.ReserveMode(str(x[11]))}.Mode(),
+		GrowthHeadroom:  float(str(x[12])),
 	}
 	engines, _ := x[6].([]any)
 	for _, v := range engines {

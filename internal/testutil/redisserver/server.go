@@ -80,6 +80,31 @@ func StartReplica(tb testing.TB, primary *Server) *Server {
 	}
 }
 
+// StartCluster starts a one-node Redis Cluster: a server with cluster mode
+// on that serves every hash slot. A script there may touch only keys of
+// one slot, so it holds a caller to its key schema's hash tags.
+func StartCluster(tb testing.TB) *Server {
+	tb.Helper()
+	s := start(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "cluster", "addslotsrange", 0, 16383).Err(); err != nil {
+		tb.Fatalf("redisserver: cluster %s: CLUSTER ADDSLOTSRANGE: %v", s.Addr(), err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redisserver: cluster %s not ok within %s: %v\n%s", s.Addr(), startTimeout, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	bin := Binary
