@@ -302,10 +302,7 @@ func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, erro
 			leases = append(leases, ls)
 		}
 	}
-	ledger.SortByFence(leases)
-	if f.Limit > 0 && len(leases) > f.Limit {
-		leases = leases[:f.Limit]
-	}
+	leases = f.Cap(leases)
 	return leases, nil
 }
 
