@@ -96,9 +96,7 @@ func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
 	for _, t := range s.Tenants {
 		out.Tenants = append(out.Tenants, tenantSpecToPB(t))
 	}
-	for _, p := range s.Priorities {
-		out.Priorities = append(out.Priorities, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
-	}
+	out.Priorities = prioritiesToPB(s.Priorities)
 	return out
 }
 
@@ -115,9 +113,7 @@ func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	for _, t := range m.GetTenants() {
 		s.Tenants = append(s.Tenants, tenantSpecFromPB(t))
 	}
-	for _, p := range m.GetPriorities() {
-		s.Priorities = append(s.Priorities, prioritySpecFromPB(p))
-	}
+	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
 }
 
@@ -144,8 +140,22 @@ func tenantSpecFromPB(m *pb.TenantSpec) ledger.TenantSpec {
 	return ledger.TenantSpec{Name: ledger.TenantID(m.GetName()), KVShare: m.GetKvShare(), SlotShare: m.GetSlotShare()}
 }
 
-func prioritySpecFromPB(m *pb.PrioritySpec) ledger.PrioritySpec {
-	return ledger.PrioritySpec{Name: ledger.PriorityName(m.GetName()), MaxFill: m.GetMaxFill()}
+// prioritiesToPB encodes a pool's priority classes (nil for none).
+func prioritiesToPB(ps []ledger.PrioritySpec) []*pb.PrioritySpec {
+	var out []*pb.PrioritySpec
+	for _, p := range ps {
+		out = append(out, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
+	}
+	return out
+}
+
+// prioritiesFromPB decodes a pool's priority classes (nil for none).
+func prioritiesFromPB(ms []*pb.PrioritySpec) []ledger.PrioritySpec {
+	var out []ledger.PrioritySpec
+	for _, m := range ms {
+		out = append(out, ledger.PrioritySpec{Name: ledger.PriorityName(m.GetName()), MaxFill: m.GetMaxFill()})
+	}
+	return out
 }
 
 // AcquireToPB encodes an acquire request.
@@ -364,9 +374,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 			ReservedKv: t.ReservedKV, ReservedSlots: t.ReservedSlots, Leases: t.Leases, Removed: t.Removed,
 		})
 	}
-	for _, p := range s.Priorities {
-		out.Priorities = append(out.Priorities, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
-	}
+	out.Priorities = prioritiesToPB(s.Priorities)
 	return out
 }
 
@@ -401,8 +409,6 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 			ReservedKV: t.GetReservedKv(), ReservedSlots: t.GetReservedSlots(), Leases: t.GetLeases(), Removed: t.GetRemoved(),
 		})
 	}
-	for _, p := range m.GetPriorities() {
-		s.Priorities = append(s.Priorities, prioritySpecFromPB(p))
-	}
+	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
 }
