@@ -62,24 +62,15 @@ func (d *decoder) fail(field string, err error) {
 	}
 }
 
-func ids[T ~string](xs []string) []T {
+// castStrings converts between string types (typed ids and their wire
+// strings), keeping nil nil.
+func castStrings[To, From ~string](xs []From) []To {
 	if xs == nil {
 		return nil
 	}
-	out := make([]T, len(xs))
+	out := make([]To, len(xs))
 	for i, x := range xs {
-		out[i] = T(x)
-	}
-	return out
-}
-
-func strs[T ~string](xs []T) []string {
-	if xs == nil {
-		return nil
-	}
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = string(x)
+		out[i] = To(x)
 	}
 	return out
 }
@@ -161,7 +152,7 @@ func prioritiesFromPB(ms []*pb.PrioritySpec) []ledger.PrioritySpec {
 // AcquireToPB encodes an acquire request.
 func AcquireToPB(r ledger.AcquireRequest) *pb.AcquireRequest {
 	return &pb.AcquireRequest{
-		Pool: string(r.Pool), Candidates: strs(r.Candidates), Tenant: string(r.Tenant),
+		Pool: string(r.Pool), Candidates: castStrings[string](r.Candidates), Tenant: string(r.Tenant),
 		Priority: string(r.Priority), KvTokens: r.KVTokens, Slots: r.Slots, Holder: string(r.Holder),
 		RequestId: string(r.RequestID), Ttl: Duration(r.TTL),
 	}
@@ -171,7 +162,7 @@ func AcquireToPB(r ledger.AcquireRequest) *pb.AcquireRequest {
 func AcquireFromPB(m *pb.AcquireRequest) (ledger.AcquireRequest, error) {
 	var d decoder
 	r := ledger.AcquireRequest{
-		Pool: ledger.PoolID(m.GetPool()), Candidates: ids[ledger.EngineID](m.GetCandidates()),
+		Pool: ledger.PoolID(m.GetPool()), Candidates: castStrings[ledger.EngineID](m.GetCandidates()),
 		Tenant: ledger.TenantID(m.GetTenant()), Priority: ledger.PriorityName(m.GetPriority()),
 		KVTokens: m.GetKvTokens(), Slots: m.GetSlots(), Holder: ledger.HolderID(m.GetHolder()),
 		RequestID: ledger.RequestID(m.GetRequestId()), TTL: d.dur("ttl", m.GetTtl()),
