@@ -25,6 +25,27 @@ func checkID(field, v string) error {
 	return nil
 }
 
+// checkIDs checks ids given as field, value pairs, in order.
+func checkIDs(fieldValues ...string) error {
+	for i := 0; i+1 < len(fieldValues); i += 2 {
+		if err := checkID(fieldValues[i], fieldValues[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDemand checks a lease's KV tokens, slots and TTL.
+func checkDemand(kv, slots int64, ttl time.Duration) error {
+	if err := checkAmount("kv_tokens", kv); err != nil {
+		return err
+	}
+	if err := checkAmount("slots", slots); err != nil {
+		return err
+	}
+	return checkTTL("ttl", ttl)
+}
+
 func checkAmount(field string, v int64) error {
 	if v < 1 || v > MaxAmount {
 		return fmt.Errorf("%w: %s = %d, want 1..%d", ErrInvalidArgument, field, v, MaxAmount)
@@ -157,21 +178,11 @@ func ValidateAcquire(r AcquireRequest) error {
 		}
 		seen[c] = true
 	}
-	for _, c := range []struct{ f, v string }{
-		{"tenant", string(r.Tenant)}, {"priority", string(r.Priority)},
-		{"holder", string(r.Holder)}, {"request id", string(r.RequestID)},
-	} {
-		if err := checkID(c.f, c.v); err != nil {
-			return err
-		}
-	}
-	if err := checkAmount("kv_tokens", r.KVTokens); err != nil {
+	if err := checkIDs("tenant", string(r.Tenant), "priority", string(r.Priority),
+		"holder", string(r.Holder), "request id", string(r.RequestID)); err != nil {
 		return err
 	}
-	if err := checkAmount("slots", r.Slots); err != nil {
-		return err
-	}
-	return checkTTL("ttl", r.TTL)
+	return checkDemand(r.KVTokens, r.Slots, r.TTL)
 }
 
 // ValidateKeepAlive checks KeepAlive's arguments.
@@ -235,21 +246,11 @@ func ValidateReassert(l Lease, ttl time.Duration) error {
 	if err := ValidateRef(l.Ref()); err != nil {
 		return err
 	}
-	for _, c := range []struct{ f, v string }{
-		{"engine", string(l.Engine)}, {"tenant", string(l.Tenant)},
-		{"priority", string(l.Priority)}, {"request id", string(l.RequestID)},
-	} {
-		if err := checkID(c.f, c.v); err != nil {
-			return err
-		}
-	}
-	if err := checkAmount("kv_tokens", l.KVTokens); err != nil {
+	if err := checkIDs("engine", string(l.Engine), "tenant", string(l.Tenant),
+		"priority", string(l.Priority), "request id", string(l.RequestID)); err != nil {
 		return err
 	}
-	if err := checkAmount("slots", l.Slots); err != nil {
-		return err
-	}
-	return checkTTL("ttl", ttl)
+	return checkDemand(l.KVTokens, l.Slots, ttl)
 }
 
 // ValidateObservation checks telemetry.
