@@ -56,6 +56,13 @@ func (d *decoder) dur(field string, du *durationpb.Duration) time.Duration {
 	return du.AsDuration() // saturates; the ledger's range checks refuse it
 }
 
+// decode runs one field decoder on m and returns its first error.
+func decode[M, T any](m M, from func(*decoder, M) T) (T, error) {
+	var d decoder
+	v := from(&d, m)
+	return v, d.err
+}
+
 func (d *decoder) fail(field string, err error) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s: %v", ledger.ErrInvalidArgument, field, err)
@@ -193,9 +200,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 
 // LeaseFromPB decodes a lease.
 func LeaseFromPB(m *pb.Lease) (ledger.Lease, error) {
-	var d decoder
-	l := leaseFromPB(&d, m)
-	return l, d.err
+	return decode(m, leaseFromPB)
 }
 
 func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
@@ -300,9 +305,7 @@ func ObservationToPB(o ledger.Observation) *pb.Observation {
 
 // ObservationFromPB decodes an observation.
 func ObservationFromPB(m *pb.Observation) (ledger.Observation, error) {
-	var d decoder
-	o := observationFromPB(&d, m)
-	return o, d.err
+	return decode(m, observationFromPB)
 }
 
 func observationFromPB(d *decoder, m *pb.Observation) ledger.Observation {
