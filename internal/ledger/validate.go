@@ -82,19 +82,20 @@ func ValidatePoolSpec(s PoolSpec) error {
 		return fmt.Errorf("%w: pool %s has no engines", ErrInvalidArgument, s.Name)
 	}
 	seen := map[string]bool{}
-	dup := func(kind, name string) error {
-		if seen[kind+"\x00"+name] {
-			return fmt.Errorf("%w: pool %s: duplicate %s %q", ErrInvalidArgument, s.Name, kind, name)
+	// unique checks a name and that no other of its kind has it.
+	unique := func(field, kind, id string) error {
+		if err := checkID(field, id); err != nil {
+			return err
 		}
-		seen[kind+"\x00"+name] = true
+		if seen[kind+"\x00"+id] {
+			return fmt.Errorf("%w: pool %s: duplicate %s %q", ErrInvalidArgument, s.Name, kind, id)
+		}
+		seen[kind+"\x00"+id] = true
 		return nil
 	}
 	for i, e := range s.Engines {
 		f := fmt.Sprintf("pool %s engines[%d]", s.Name, i)
-		if err := checkID(f+".id", string(e.ID)); err != nil {
-			return err
-		}
-		if err := dup("engine", string(e.ID)); err != nil {
+		if err := unique(f+".id", "engine", string(e.ID)); err != nil {
 			return err
 		}
 		if err := checkAmount(f+".kv_tokens", e.KVTokens); err != nil {
@@ -114,10 +115,7 @@ func ValidatePoolSpec(s PoolSpec) error {
 	}
 	for i, t := range s.Tenants {
 		f := fmt.Sprintf("pool %s tenants[%d]", s.Name, i)
-		if err := checkID(f+".name", string(t.Name)); err != nil {
-			return err
-		}
-		if err := dup("tenant", string(t.Name)); err != nil {
+		if err := unique(f+".name", "tenant", string(t.Name)); err != nil {
 			return err
 		}
 		if err := checkFraction(f+".kv_share", t.KVShare, false); err != nil {
@@ -129,10 +127,7 @@ func ValidatePoolSpec(s PoolSpec) error {
 	}
 	for i, p := range s.Priorities {
 		f := fmt.Sprintf("pool %s priorities[%d]", s.Name, i)
-		if err := checkID(f+".name", string(p.Name)); err != nil {
-			return err
-		}
-		if err := dup("priority", string(p.Name)); err != nil {
+		if err := unique(f+".name", "priority", string(p.Name)); err != nil {
 			return err
 		}
 		if err := checkFraction(f+".max_fill", p.MaxFill, false); err != nil {
