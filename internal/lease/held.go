@@ -118,16 +118,9 @@ func (h *Held) release(ctx context.Context, usage ledger.Usage, closeDone bool) 
 // Resize sets the lease's KV tokens: shrinking always succeeds, growth
 // only if it fits (else a *ledger.Rejection).
 func (h *Held) Resize(ctx context.Context, kvTokens int64) error {
-	if err := h.Err(); err != nil {
-		return fmt.Errorf("resize: %w", err)
-	}
-	lease := h.Lease()
-	r, err := h.m.l.Resize(ctx, lease.Ref(), kvTokens)
-	if err != nil {
-		return fmt.Errorf("resize lease %s to %d kv tokens: %w", lease.ID, kvTokens, err)
-	}
-	h.m.update(h, func(rw *row) { rw.Lease.KVTokens = r.Lease.KVTokens })
-	return nil
+	return h.setKV(ctx, "resize", kvTokens, h.m.l.Resize, func(rw *row, got ledger.Lease) {
+		rw.Lease.KVTokens = got.KVTokens
+	})
 }
 
 // Grow raises the lease's KV tokens to kvTokens, what its engine now holds
@@ -135,15 +128,25 @@ func (h *Held) Resize(ctx context.Context, kvTokens int64) error {
 // reservations"). The ledger records growth whatever the engine's load, so
 // only a lost lease, a worst_case pool or bad arguments make it fail.
 func (h *Held) Grow(ctx context.Context, kvTokens int64) error {
+	return h.setKV(ctx, "grow", kvTokens, h.m.l.Grow, func(rw *row, got ledger.Lease) {
+		rw.Lease.KVTokens, rw.Lease.Overgrown = got.KVTokens, got.Overgrown
+	})
+}
+
+// setKV runs op (the ledger's Resize or Grow, named verb) on the held
+// lease and copies what apply takes of the ledger's answer into its row.
+func (h *Held) setKV(ctx context.Context, verb string, kvTokens int64,
+	op func(context.Context, ledger.LeaseRef, int64) (ledger.Renewal, error), apply func(*row, ledger.Lease),
+) error {
 	if err := h.Err(); err != nil {
-		return fmt.Errorf("grow: %w", err)
+		return fmt.Errorf("%s: %w", verb, err)
 	}
 	lease := h.Lease()
-	r, err := h.m.l.Grow(ctx, lease.Ref(), kvTokens)
+	r, err := op(ctx, lease.Ref(), kvTokens)
 	if err != nil {
-		return fmt.Errorf("grow lease %s to %d kv tokens: %w", lease.ID, kvTokens, err)
+		return fmt.Errorf("%s lease %s to %d kv tokens: %w", verb, lease.ID, kvTokens, err)
 	}
-	h.m.update(h, func(rw *row) { rw.Lease.KVTokens, rw.Lease.Overgrown = r.Lease.KVTokens, r.Lease.Overgrown })
+	h.m.update(h, func(rw *row) { apply(rw, r.Lease) })
 	return nil
 }
 

@@ -288,6 +288,16 @@ func (f Filter) Match(l Lease) bool {
 		(f.Tenant == "" || f.Tenant == l.Tenant)
 }
 
+// Cap sorts leases by fence and keeps the first f.Limit of them: List's
+// result from every matching lease.
+func (f Filter) Cap(leases []Lease) []Lease {
+	SortByFence(leases)
+	if f.Limit > 0 && len(leases) > f.Limit {
+		leases = leases[:f.Limit]
+	}
+	return leases
+}
+
 // EngineStats is one engine's state.
 type EngineStats struct {
 	Spec            EngineSpec

@@ -25,6 +25,27 @@ func checkID(field, v string) error {
 	return nil
 }
 
+// checkIDs checks ids given as field, value pairs, in order.
+func checkIDs(fieldValues ...string) error {
+	for i := 0; i+1 < len(fieldValues); i += 2 {
+		if err := checkID(fieldValues[i], fieldValues[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDemand checks a lease's KV tokens, slots and TTL.
+func checkDemand(kv, slots int64, ttl time.Duration) error {
+	if err := checkAmount("kv_tokens", kv); err != nil {
+		return err
+	}
+	if err := checkAmount("slots", slots); err != nil {
+		return err
+	}
+	return checkTTL("ttl", ttl)
+}
+
 func checkAmount(field string, v int64) error {
 	if v < 1 || v > MaxAmount {
 		return fmt.Errorf("%w: %s = %d, want 1..%d", ErrInvalidArgument, field, v, MaxAmount)
@@ -61,19 +82,20 @@ func ValidatePoolSpec(s PoolSpec) error {
 		return fmt.Errorf("%w: pool %s has no engines", ErrInvalidArgument, s.Name)
 	}
 	seen := map[string]bool{}
-	dup := func(kind, name string) error {
-		if seen[kind+"\x00"+name] {
-			return fmt.Errorf("%w: pool %s: duplicate %s %q", ErrInvalidArgument, s.Name, kind, name)
+	// unique checks a name and that no other of its kind has it.
+	unique := func(field, kind, id string) error {
+		if err := checkID(field, id); err != nil {
+			return err
 		}
-		seen[kind+"\x00"+name] = true
+		if seen[kind+"\x00"+id] {
+			return fmt.Errorf("%w: pool %s: duplicate %s %q", ErrInvalidArgument, s.Name, kind, id)
+		}
+		seen[kind+"\x00"+id] = true
 		return nil
 	}
 	for i, e := range s.Engines {
 		f := fmt.Sprintf("pool %s engines[%d]", s.Name, i)
-		if err := checkID(f+".id", string(e.ID)); err != nil {
-			return err
-		}
-		if err := dup("engine", string(e.ID)); err != nil {
+		if err := unique(f+".id", "engine", string(e.ID)); err != nil {
 			return err
 		}
 		if err := checkAmount(f+".kv_tokens", e.KVTokens); err != nil {
@@ -93,10 +115,7 @@ func ValidatePoolSpec(s PoolSpec) error {
 	}
 	for i, t := range s.Tenants {
 		f := fmt.Sprintf("pool %s tenants[%d]", s.Name, i)
-		if err := checkID(f+".name", string(t.Name)); err != nil {
-			return err
-		}
-		if err := dup("tenant", string(t.Name)); err != nil {
+		if err := unique(f+".name", "tenant", string(t.Name)); err != nil {
 			return err
 		}
 		if err := checkFraction(f+".kv_share", t.KVShare, false); err != nil {
@@ -108,10 +127,7 @@ func ValidatePoolSpec(s PoolSpec) error {
 	}
 	for i, p := range s.Priorities {
 		f := fmt.Sprintf("pool %s priorities[%d]", s.Name, i)
-		if err := checkID(f+".name", string(p.Name)); err != nil {
-			return err
-		}
-		if err := dup("priority", string(p.Name)); err != nil {
+		if err := unique(f+".name", "priority", string(p.Name)); err != nil {
 			return err
 		}
 		if err := checkFraction(f+".max_fill", p.MaxFill, false); err != nil {
@@ -157,21 +173,11 @@ func ValidateAcquire(r AcquireRequest) error {
 		}
 		seen[c] = true
 	}
-	for _, c := range []struct{ f, v string }{
-		{"tenant", string(r.Tenant)}, {"priority", string(r.Priority)},
-		{"holder", string(r.Holder)}, {"request id", string(r.RequestID)},
-	} {
-		if err := checkID(c.f, c.v); err != nil {
-			return err
-		}
-	}
-	if err := checkAmount("kv_tokens", r.KVTokens); err != nil {
+	if err := checkIDs("tenant", string(r.Tenant), "priority", string(r.Priority),
+		"holder", string(r.Holder), "request id", string(r.RequestID)); err != nil {
 		return err
 	}
-	if err := checkAmount("slots", r.Slots); err != nil {
-		return err
-	}
-	return checkTTL("ttl", r.TTL)
+	return checkDemand(r.KVTokens, r.Slots, r.TTL)
 }
 
 // ValidateKeepAlive checks KeepAlive's arguments.
@@ -235,21 +241,11 @@ func ValidateReassert(l Lease, ttl time.Duration) error {
 	if err := ValidateRef(l.Ref()); err != nil {
 		return err
 	}
-	for _, c := range []struct{ f, v string }{
-		{"engine", string(l.Engine)}, {"tenant", string(l.Tenant)},
-		{"priority", string(l.Priority)}, {"request id", string(l.RequestID)},
-	} {
-		if err := checkID(c.f, c.v); err != nil {
-			return err
-		}
-	}
-	if err := checkAmount("kv_tokens", l.KVTokens); err != nil {
+	if err := checkIDs("engine", string(l.Engine), "tenant", string(l.Tenant),
+		"priority", string(l.Priority), "request id", string(l.RequestID)); err != nil {
 		return err
 	}
-	if err := checkAmount("slots", l.Slots); err != nil {
-		return err
-	}
-	return checkTTL("ttl", ttl)
+	return checkDemand(l.KVTokens, l.Slots, ttl)
 }
 
 // ValidateObservation checks telemetry.

@@ -39,6 +39,13 @@ type metrics struct {
 	capMismatch  *prometheus.GaugeVec
 }
 
+// counterVec is a reserver counter family named namespace_subsystem_name.
+func counterVec(subsystem, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: name, Help: help,
+	}, labels)
+}
+
 func newMetrics(r ledger.Ledger, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -47,26 +54,22 @@ func newMetrics(r ledger.Ledger, log *slog.Logger) *metrics {
 			Help:    "Latency of the gRPC ledger handlers, by method and status code.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"method", "code"}),
-		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reconcile", Name: "scrape_errors_total",
-			Help: "Failed engine scrapes or observations, by engine.",
-		}, []string{"pool", "engine"}),
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reserver", Name: "fleet_applies_total",
-			Help: "Configure calls applying the fleet file to a pool, by result (ok, error, pending: capacity not yet known).",
-		}, []string{"pool", "result"}),
+		scrapeErrors: counterVec("reconcile", "scrape_errors_total",
+			"Failed engine scrapes or observations, by engine.",
+			"pool", "engine"),
+		applies: counterVec("reserver", "fleet_applies_total",
+			"Configure calls applying the fleet file to a pool, by result (ok, error, pending: capacity not yet known).",
+			"pool", "result"),
 		capMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "reconcile", Name: "capacity_mismatch_kv_tokens",
 			Help: "KV tokens the fleet file claims for an engine beyond the capacity the engine's own metrics report (0: none). The ledger admits against the smaller figure; the audit flags capacity_mismatch.",
 		}, []string{"pool", "engine"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reserver", Name: "fleet_reloads_total",
-			Help: "Fleet file reloads (SIGHUP), by result.",
-		}, []string{"result"}),
-		swept: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Subsystem: "reserver", Name: "swept_leases_total",
-			Help: "Leases removed by this reserver's periodic sweeps, by kind (expired, revoked).",
-		}, []string{"pool", "kind"}),
+		reloads: counterVec("reserver", "fleet_reloads_total",
+			"Fleet file reloads (SIGHUP), by result.",
+			"result"),
+		swept: counterVec("reserver", "swept_leases_total",
+			"Leases removed by this reserver's periodic sweeps, by kind (expired, revoked).",
+			"pool", "kind"),
 	}
 	m.reg.MustRegister(m.rpcDuration, m.scrapeErrors, m.applies, m.reloads, m.swept, m.capMismatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

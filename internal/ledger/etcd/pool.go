@@ -177,22 +177,33 @@ func (l *store) revokeQuietly(id clientv3.LeaseID) {
 	_, _ = l.cli.Revoke(ctx, id)
 }
 
+// readEngine reads a pool's meta and one configured engine's record:
+// ErrUnknownEngine if the pool does not configure it.
+func (l *store) readEngine(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID) (*view, *metaRec, ledger.EngineSpec, engineRec, error) {
+	v, err := l.read(ctx, []string{l.keys.meta(pool), l.keys.engine(pool, engine)})
+	if err != nil {
+		return nil, nil, ledger.EngineSpec{}, engineRec{}, err
+	}
+	m, err := l.meta(v, pool)
+	if err != nil {
+		return nil, nil, ledger.EngineSpec{}, engineRec{}, err
+	}
+	spec, ok := m.engine(engine)
+	if !ok {
+		return nil, nil, ledger.EngineSpec{}, engineRec{}, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, engine, pool)
+	}
+	r, err := l.engineRec(v, pool, engine)
+	if err != nil {
+		return nil, nil, ledger.EngineSpec{}, engineRec{}, err
+	}
+	return v, m, spec, r, nil
+}
+
 // SetDraining drains or undrains a configured engine.
 func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledger.EngineID, draining bool) error {
 	ek := l.keys.engine(pool, engine)
 	err := l.retryPool(ctx, pool, func() (bool, error) {
-		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
-		if err != nil {
-			return false, err
-		}
-		m, err := l.meta(v, pool)
-		if err != nil {
-			return false, err
-		}
-		if _, ok := m.engine(engine); !ok {
-			return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, engine, pool)
-		}
-		r, err := l.engineRec(v, pool, engine)
+		v, _, _, r, err := l.readEngine(ctx, pool, engine)
 		if err != nil {
 			return false, err
 		}
@@ -219,23 +230,11 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 	ek := l.keys.engine(pool, obs.Engine)
 	var out ledger.Observed
 	err := l.retryPool(ctx, pool, func() (bool, error) {
-		v, err := l.read(ctx, []string{l.keys.meta(pool), ek})
-		if err != nil {
-			return false, err
-		}
-		m, err := l.meta(v, pool)
+		v, m, spec, r, err := l.readEngine(ctx, pool, obs.Engine)
 		if err != nil {
 			return false, err
 		}
 		out.Epoch = ledger.Epoch(m.Epoch)
-		spec, ok := m.engine(obs.Engine)
-		if !ok {
-			return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, obs.Engine, pool)
-		}
-		r, err := l.engineRec(v, pool, obs.Engine)
-		if err != nil {
-			return false, err
-		}
 		if r.Obs != nil && obs.ObservedAt.UnixNano() <= r.Obs.AtNs {
 			out.Applied = false
 			return true, nil
@@ -258,7 +257,7 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 			}
 			ops = append(ops, clientv3.OpPut(l.keys.fresh(pool, obs.Engine), strconv.FormatInt(r.ObservedAtMs, 10), clientv3.WithLease(id)))
 		}
-		ok, err = l.commit(ctx, v, ops...)
+		ok, err := l.commit(ctx, v, ops...)
 		out.Applied = ok
 		return ok, err
 	})
@@ -303,10 +302,7 @@ func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, erro
 			leases = append(leases, ls)
 		}
 	}
-	ledger.SortByFence(leases)
-	if f.Limit > 0 && len(leases) > f.Limit {
-		leases = leases[:f.Limit]
-	}
+	leases = f.Cap(leases)
 	return leases, nil
 }
 

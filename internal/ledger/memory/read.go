@@ -61,10 +61,7 @@ func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, erro
 		return nil, err
 	}
 	if f.Holder != "" {
-		ledger.SortByFence(out)
-		if f.Limit > 0 && len(out) > f.Limit {
-			out = out[:f.Limit]
-		}
+		out = f.Cap(out)
 	}
 	return out, nil
 }

@@ -40,20 +40,12 @@ func (o *op) sweep(max int) ledger.Swept {
 	budget := max
 
 	// Leases past their deadline, earliest first.
-	var due []*leaseRow
-	if budget > 0 {
-		it, err := o.txn.LowerBound(tableLeases, indexDeadline, name)
-		if err != nil {
-			o.err = fmt.Errorf("scan leases by deadline: %w", err)
-			return s
-		}
-		for row := it.Next(); row != nil && len(due) < budget; row = it.Next() {
-			ls := row.(*leaseRow)
-			if ls.Pool != name || ls.Deadline.After(o.now) {
-				break
-			}
-			due = append(due, ls)
-		}
+	due, err := overdue(o, tableLeases, indexDeadline, budget, func(ls *leaseRow) bool {
+		return ls.Pool == name && !ls.Deadline.After(o.now)
+	})
+	if err != nil {
+		o.err = err
+		return s
 	}
 	for _, ls := range due {
 		o.removeLease(ls, ledger.CounterExpired)
@@ -63,20 +55,12 @@ func (o *op) sweep(max int) ledger.Swept {
 
 	// Dead sessions, earliest expiry first: revoke their leases, then drop
 	// the session.
-	var dead []*holderRow
-	if budget > 0 {
-		it, err := o.txn.LowerBound(tableHolders, indexExpiry, name)
-		if err != nil {
-			o.err = fmt.Errorf("scan holders by expiry: %w", err)
-			return s
-		}
-		for row := it.Next(); row != nil && len(dead) < budget; row = it.Next() {
-			h := row.(*holderRow)
-			if h.Pool != name || h.live(o.now) {
-				break
-			}
-			dead = append(dead, h)
-		}
+	dead, err := overdue(o, tableHolders, indexExpiry, budget, func(h *holderRow) bool {
+		return h.Pool == name && !h.live(o.now)
+	})
+	if err != nil {
+		o.err = err
+		return s
 	}
 	for _, h := range dead {
 		if budget <= 0 {
@@ -95,6 +79,27 @@ func (o *op) sweep(max int) ledger.Swept {
 		budget--
 	}
 	return s
+}
+
+// overdue returns up to budget rows of the pool from the start of table's
+// index (ordered by when they end) while due holds.
+func overdue[R any](o *op, table, index string, budget int, due func(R) bool) ([]R, error) {
+	if budget <= 0 {
+		return nil, nil
+	}
+	it, err := o.txn.LowerBound(table, index, o.pool.Name)
+	if err != nil {
+		return nil, fmt.Errorf("scan %s by %s: %w", table, index, err)
+	}
+	var out []R
+	for row := it.Next(); row != nil && len(out) < budget; row = it.Next() {
+		r := row.(R)
+		if !due(r) {
+			break
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // ended returns the counter a lease's end is counted under

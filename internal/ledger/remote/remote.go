@@ -249,6 +249,21 @@ func call[Resp any](ctx context.Context, l *Ledger, op string, rpc func() (Resp,
 	return zero, fmt.Errorf("remote %s: %w", op, wire.Error(ctx, err))
 }
 
+// callDecoded is call followed by decode of the response; a response
+// decode refuses is malformed.
+func callDecoded[Resp, T any](ctx context.Context, l *Ledger, op string, rpc func() (Resp, error), decode func(Resp) (T, error)) (T, error) {
+	var zero T
+	resp, err := call(ctx, l, op, rpc)
+	if err != nil {
+		return zero, err
+	}
+	out, err := decode(resp)
+	if err != nil {
+		return zero, malformed(op, err)
+	}
+	return out, nil
+}
+
 // malformed reports a response this client cannot decode: the outcome is
 // unknown, like any transport failure.
 func malformed(op string, err error) error {
@@ -276,18 +291,9 @@ func (l *Ledger) SetDraining(ctx context.Context, pool ledger.PoolID, engine led
 
 // KeepAlive implements ledger.Ledger.
 func (l *Ledger) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
-	const op = "keepalive"
-	resp, err := call(ctx, l, op, func() (*pb.KeepAliveResponse, error) {
+	return callDecoded(ctx, l, "keepalive", func() (*pb.KeepAliveResponse, error) {
 		return l.c.KeepAlive(ctx, &pb.KeepAliveRequest{Pool: string(pool), Holder: string(holder), Ttl: wire.Duration(ttl)})
-	})
-	if err != nil {
-		return ledger.Session{}, err
-	}
-	s, err := wire.SessionFromPB(resp.GetSession())
-	if err != nil {
-		return ledger.Session{}, malformed(op, err)
-	}
-	return s, nil
+	}, func(resp *pb.KeepAliveResponse) (ledger.Session, error) { return wire.SessionFromPB(resp.GetSession()) })
 }
 
 // Acquire implements ledger.Ledger. A refusal is the reserver's
@@ -435,28 +441,12 @@ func (l *Ledger) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 
 // List implements ledger.Ledger.
 func (l *Ledger) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	const op = "list leases"
-	resp, err := call(ctx, l, op, func() (*pb.ListResponse, error) { return l.c.List(ctx, wire.FilterToPB(f)) })
-	if err != nil {
-		return nil, err
-	}
-	ls, err := wire.LeasesFromPB(resp.GetLeases())
-	if err != nil {
-		return nil, malformed(op, err)
-	}
-	return ls, nil
+	return callDecoded(ctx, l, "list leases", func() (*pb.ListResponse, error) { return l.c.List(ctx, wire.FilterToPB(f)) },
+		func(resp *pb.ListResponse) ([]ledger.Lease, error) { return wire.LeasesFromPB(resp.GetLeases()) })
 }
 
 // Stats implements ledger.Ledger.
 func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	const op = "stats"
-	resp, err := call(ctx, l, op, func() (*pb.StatsResponse, error) { return l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)}) })
-	if err != nil {
-		return ledger.PoolStats{}, err
-	}
-	st, err := wire.PoolStatsFromPB(resp.GetStats())
-	if err != nil {
-		return ledger.PoolStats{}, malformed(op, err)
-	}
-	return st, nil
+	return callDecoded(ctx, l, "stats", func() (*pb.StatsResponse, error) { return l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)}) },
+		func(resp *pb.StatsResponse) (ledger.PoolStats, error) { return wire.PoolStatsFromPB(resp.GetStats()) })
 }

@@ -56,30 +56,28 @@ func (d *decoder) dur(field string, du *durationpb.Duration) time.Duration {
 	return du.AsDuration() // saturates; the ledger's range checks refuse it
 }
 
+// decode runs one field decoder on m and returns its first error.
+func decode[M, T any](m M, from func(*decoder, M) T) (T, error) {
+	var d decoder
+	v := from(&d, m)
+	return v, d.err
+}
+
 func (d *decoder) fail(field string, err error) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s: %v", ledger.ErrInvalidArgument, field, err)
 	}
 }
 
-func ids[T ~string](xs []string) []T {
+// castStrings converts between string types (typed ids and their wire
+// strings), keeping nil nil.
+func castStrings[To, From ~string](xs []From) []To {
 	if xs == nil {
 		return nil
 	}
-	out := make([]T, len(xs))
+	out := make([]To, len(xs))
 	for i, x := range xs {
-		out[i] = T(x)
-	}
-	return out
-}
-
-func strs[T ~string](xs []T) []string {
-	if xs == nil {
-		return nil
-	}
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = string(x)
+		out[i] = To(x)
 	}
 	return out
 }
@@ -96,9 +94,7 @@ func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
 	for _, t := range s.Tenants {
 		out.Tenants = append(out.Tenants, tenantSpecToPB(t))
 	}
-	for _, p := range s.Priorities {
-		out.Priorities = append(out.Priorities, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
-	}
+	out.Priorities = prioritiesToPB(s.Priorities)
 	return out
 }
 
@@ -115,9 +111,7 @@ func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	for _, t := range m.GetTenants() {
 		s.Tenants = append(s.Tenants, tenantSpecFromPB(t))
 	}
-	for _, p := range m.GetPriorities() {
-		s.Priorities = append(s.Priorities, prioritySpecFromPB(p))
-	}
+	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
 }
 
@@ -144,14 +138,28 @@ func tenantSpecFromPB(m *pb.TenantSpec) ledger.TenantSpec {
 	return ledger.TenantSpec{Name: ledger.TenantID(m.GetName()), KVShare: m.GetKvShare(), SlotShare: m.GetSlotShare()}
 }
 
-func prioritySpecFromPB(m *pb.PrioritySpec) ledger.PrioritySpec {
-	return ledger.PrioritySpec{Name: ledger.PriorityName(m.GetName()), MaxFill: m.GetMaxFill()}
+// prioritiesToPB encodes a pool's priority classes (nil for none).
+func prioritiesToPB(ps []ledger.PrioritySpec) []*pb.PrioritySpec {
+	var out []*pb.PrioritySpec
+	for _, p := range ps {
+		out = append(out, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
+	}
+	return out
+}
+
+// prioritiesFromPB decodes a pool's priority classes (nil for none).
+func prioritiesFromPB(ms []*pb.PrioritySpec) []ledger.PrioritySpec {
+	var out []ledger.PrioritySpec
+	for _, m := range ms {
+		out = append(out, ledger.PrioritySpec{Name: ledger.PriorityName(m.GetName()), MaxFill: m.GetMaxFill()})
+	}
+	return out
 }
 
 // AcquireToPB encodes an acquire request.
 func AcquireToPB(r ledger.AcquireRequest) *pb.AcquireRequest {
 	return &pb.AcquireRequest{
-		Pool: string(r.Pool), Candidates: strs(r.Candidates), Tenant: string(r.Tenant),
+		Pool: string(r.Pool), Candidates: castStrings[string](r.Candidates), Tenant: string(r.Tenant),
 		Priority: string(r.Priority), KvTokens: r.KVTokens, Slots: r.Slots, Holder: string(r.Holder),
 		RequestId: string(r.RequestID), Ttl: Duration(r.TTL),
 	}
@@ -161,7 +169,7 @@ func AcquireToPB(r ledger.AcquireRequest) *pb.AcquireRequest {
 func AcquireFromPB(m *pb.AcquireRequest) (ledger.AcquireRequest, error) {
 	var d decoder
 	r := ledger.AcquireRequest{
-		Pool: ledger.PoolID(m.GetPool()), Candidates: ids[ledger.EngineID](m.GetCandidates()),
+		Pool: ledger.PoolID(m.GetPool()), Candidates: castStrings[ledger.EngineID](m.GetCandidates()),
 		Tenant: ledger.TenantID(m.GetTenant()), Priority: ledger.PriorityName(m.GetPriority()),
 		KVTokens: m.GetKvTokens(), Slots: m.GetSlots(), Holder: ledger.HolderID(m.GetHolder()),
 		RequestID: ledger.RequestID(m.GetRequestId()), TTL: d.dur("ttl", m.GetTtl()),
@@ -192,9 +200,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 
 // LeaseFromPB decodes a lease.
 func LeaseFromPB(m *pb.Lease) (ledger.Lease, error) {
-	var d decoder
-	l := leaseFromPB(&d, m)
-	return l, d.err
+	return decode(m, leaseFromPB)
 }
 
 func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
@@ -299,9 +305,7 @@ func ObservationToPB(o ledger.Observation) *pb.Observation {
 
 // ObservationFromPB decodes an observation.
 func ObservationFromPB(m *pb.Observation) (ledger.Observation, error) {
-	var d decoder
-	o := observationFromPB(&d, m)
-	return o, d.err
+	return decode(m, observationFromPB)
 }
 
 func observationFromPB(d *decoder, m *pb.Observation) ledger.Observation {
@@ -364,9 +368,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 			ReservedKv: t.ReservedKV, ReservedSlots: t.ReservedSlots, Leases: t.Leases, Removed: t.Removed,
 		})
 	}
-	for _, p := range s.Priorities {
-		out.Priorities = append(out.Priorities, &pb.PrioritySpec{Name: string(p.Name), MaxFill: p.MaxFill})
-	}
+	out.Priorities = prioritiesToPB(s.Priorities)
 	return out
 }
 
@@ -401,8 +403,6 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 			ReservedKV: t.GetReservedKv(), ReservedSlots: t.GetReservedSlots(), Leases: t.GetLeases(), Removed: t.GetRemoved(),
 		})
 	}
-	for _, p := range m.GetPriorities() {
-		s.Priorities = append(s.Priorities, prioritySpecFromPB(p))
-	}
+	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
 }
