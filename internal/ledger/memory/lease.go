@@ -79,18 +79,20 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 	return g, nil
 }
 
-// Renew sets a live lease's deadline to now+ttl.
-func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+// updateLease runs change on a live lease in one update and answers with
+// the lease change returns and the pool's epoch.
+func (l *store) updateLease(ctx context.Context, ref ledger.LeaseRef, change func(o *op, ls *leaseRow) (ledger.Lease, error)) (ledger.Renewal, error) {
 	var r ledger.Renewal
 	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
 		ls, err := o.liveLease(ref)
 		if err != nil {
 			return err
 		}
-		c := *ls
-		c.Deadline = plus(o.now, ttl)
-		o.insert(tableLeases, &c)
-		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
+		lease, err := change(o, ls)
+		if err != nil {
+			return err
+		}
+		r = ledger.Renewal{Lease: lease, Epoch: o.pool.Epoch}
 		return nil
 	})
 	if err != nil {
@@ -99,29 +101,34 @@ func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duratio
 	return r, nil
 }
 
+// Renew sets a live lease's deadline to now+ttl.
+func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
+	return l.updateLease(ctx, ref, func(o *op, ls *leaseRow) (ledger.Lease, error) {
+		c := *ls
+		c.Deadline = plus(o.now, ttl)
+		o.insert(tableLeases, &c)
+		return c.Lease, nil
+	})
+}
+
 // Resize sets a live lease's KV tokens. Shrinking always succeeds; growth is
 // admitted by ledger.AdmitGrowth on the lease's engine, tenant and priority,
 // which must all still be configured.
 func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	var r ledger.Renewal
-	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
-		ls, err := o.liveLease(ref)
-		if err != nil {
-			return err
-		}
+	return l.updateLease(ctx, ref, func(o *op, ls *leaseRow) (ledger.Lease, error) {
 		delta := kvTokens - ls.KVTokens
 		if delta > 0 {
 			e, err := o.configuredEngine(ls.Engine)
 			if err != nil {
-				return err
+				return ledger.Lease{}, err
 			}
 			t, prio, err := o.tenantAndPriority(ls.Tenant, ls.Priority)
 			if err != nil {
-				return err
+				return ledger.Lease{}, err
 			}
 			if rej := ledger.AdmitGrowth(o.admission(t, prio), e.state(), kvTokens, delta); rej != nil {
 				o.reject(rej)
-				return rej
+				return ledger.Lease{}, rej
 			}
 		}
 		c := *ls
@@ -130,13 +137,8 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 			o.insert(tableLeases, &c)
 			o.chargeKV(ls, delta)
 		}
-		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
-		return nil
+		return c.Lease, nil
 	})
-	if err != nil {
-		return ledger.Renewal{}, err
-	}
-	return r, nil
 }
 
 // Grow raises a live elastic lease's KV tokens to what its engine already
@@ -146,22 +148,17 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 // request; its last spec bounds the growth). A growth past capacity or
 // quota flags the lease Overgrown, for good. The deadline is unchanged.
 func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	var r ledger.Renewal
-	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
-		ls, err := o.liveLease(ref)
-		if err != nil {
-			return err
-		}
+	return l.updateLease(ctx, ref, func(o *op, ls *leaseRow) (ledger.Lease, error) {
 		e, t := o.engine(ls.Engine), o.tenant(ls.Tenant)
 		if e == nil || t == nil {
 			// A lease's engine and tenant rows outlive it (Configure keeps
 			// them, marked removed, while they have leases).
-			return fmt.Errorf("lease %s on engine %s of tenant %s: the engine's or tenant's row is missing", ls.ID, ls.Engine, ls.Tenant)
+			return ledger.Lease{}, fmt.Errorf("lease %s on engine %s of tenant %s: the engine's or tenant's row is missing", ls.ID, ls.Engine, ls.Tenant)
 		}
 		a := o.admission(t, ledger.PrioritySpec{})
 		g, err := ledger.GrowthOf(o.pool.Reserve, a, e.state(), ls.Lease, kvTokens)
 		if err != nil {
-			return err
+			return ledger.Lease{}, err
 		}
 		c := *ls
 		if g.Delta > 0 {
@@ -179,13 +176,8 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 				o.count(ledger.CounterOvergrowths, 1)
 			}
 		}
-		r = ledger.Renewal{Lease: c.Lease, Epoch: o.pool.Epoch}
-		return nil
+		return c.Lease, nil
 	})
-	if err != nil {
-		return ledger.Renewal{}, err
-	}
-	return r, nil
 }
 
 // Release ends a lease and counts the usage reported with it. Releasing a
