@@ -2,12 +2,17 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test test-short bench vet fmt build tools
+.PHONY: test test-scenarios test-short bench vet fmt build tools
 
 ## test: the full test suite with the race detector (installs redis-server if missing and root)
 test: tools
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-scenarios: the slower scenario tests .ci/run runs after test: every
+## chaos scenario on an etcd ledger
+test-scenarios: tools
+	LEASEHOLD_TEST_SCENARIOS_ETCD=1 $(GO) test -race -count=1 -timeout 30m -run '^TestScenariosShortEtcd$$' ./chaos/
 
 ## test-short: without the race detector, for quick iterations
 test-short: tools

@@ -40,9 +40,18 @@ func TestScenariosShort(t *testing.T) {
 // TestScenariosShortEtcd runs the short variant of every built-in scenario
 // with the reserver and routers on an embedded etcd (etcd://, a key prefix
 // per run), but redis-restart, which has no etcd counterpart.
+// EtcdScenariosEnv turns TestScenariosShortEtcd on: `make test-scenarios`
+// sets it (and .ci/run runs that target after `make test`), so that
+// `make test` stays within its time budget; the etcd ledger itself is
+// covered in `make test` by the conformance suite.
+const EtcdScenariosEnv = "LEASEHOLD_TEST_SCENARIOS_ETCD"
+
 func TestScenariosShortEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: the scenario set runs real processes for ~90 seconds; run without -short")
+	}
+	if os.Getenv(EtcdScenariosEnv) == "" {
+		t.Skip("chaos on etcd: run `make test-scenarios` (sets " + EtcdScenariosEnv + "=1)")
 	}
 	bins := binaries(t)
 	es := etcdserver.Start(t, t.TempDir())
