@@ -40,25 +40,23 @@ const (
 // goroutine (the request's dispatch) uses it.
 type Growing struct {
 	t       Grower
-	pool    ledger.PoolID
 	n       int64 // sequences
 	prompt  int64 // KV tokens of the prompt, all sequences
 	first   int64 // the lease's KV tokens at grant (FirstOutput)
 	kv      int64 // the lease's KV tokens now
 	ceiling int64 // the most the request can hold: its worst case
-	calls   int
-	stopped bool // a Grow failed: reconciliation covers the rest
+	stopped bool  // a Grow failed: reconciliation covers the rest
 }
 
 // NewGrowing returns the growth of an elastic lease t of kv tokens for n
 // sequences of promptKV prompt tokens in all, which can hold at most
 // ceiling; nil when t cannot grow or already holds its ceiling.
-func NewGrowing(t Ticket, pool ledger.PoolID, n, promptKV, kv, ceiling int64) *Growing {
+func NewGrowing(t Ticket, n, promptKV, kv, ceiling int64) *Growing {
 	g, ok := t.(Grower)
 	if !ok || kv >= ceiling {
 		return nil
 	}
-	return &Growing{t: g, pool: pool, n: n, prompt: promptKV, first: kv, kv: kv, ceiling: ceiling}
+	return &Growing{t: g, n: n, prompt: promptKV, first: kv, kv: kv, ceiling: ceiling}
 }
 
 // Saw takes the output tokens streamed so far, all sequences, and grows the
@@ -72,7 +70,6 @@ func (g *Growing) Saw(ctx context.Context, out int64) string {
 	target = min(target, g.ceiling)
 	ctx, cancel := context.WithTimeout(ctx, growTimeout)
 	defer cancel()
-	g.calls++
 	if err := g.t.Grow(ctx, target); err != nil {
 		// The lease is gone (Done closes and dispatch ends), the pool
 		// turned worst_case, or the ledger is unreachable: stop

@@ -151,7 +151,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	r.met.grants.WithLabelValues(string(req.model)).Inc()
 	var g *lease.Growing
 	if expected > 0 {
-		g = lease.NewGrowing(t, req.model, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
+		g = lease.NewGrowing(t, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
 	}
 	status, code := r.dispatch(w, hr, p, req, t, g)
 	out.status, out.code = status, code
