@@ -18,7 +18,6 @@ package estimate
 // n > 1 the quantile errs high per sequence, the safe side.
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +30,9 @@ const (
 	DefaultMinSamples    = 64
 	// learnedFloor is the least output a learned estimate reserves.
 	learnedFloor = 16
+	// snapshotsPerWindow bounds the reads kept: the window's base is at
+	// most window/snapshotsPerWindow older than now-window.
+	snapshotsPerWindow = 20
 )
 
 // snapshot is one read of a pool's counters.
@@ -46,7 +48,7 @@ type Learned struct {
 	minSamples int64
 
 	mu    sync.Mutex
-	snaps []snapshot // oldest first, spanning at most window (plus one older)
+	snaps []snapshot // kept reads, oldest first, spanning the window (plus one older)
 	pool  estimateOf
 	byTen map[ledger.TenantID]estimateOf
 }
@@ -72,24 +74,27 @@ func (l *Learned) Update(now time.Time, counters map[string]int64) {
 	if n := len(l.snaps); n > 0 && counters[ledger.CounterReleases] < l.snaps[n-1].counters[ledger.CounterReleases] {
 		l.snaps = nil // the ledger lost the pool: its counters restarted
 	}
-	l.snaps = append(l.snaps, snapshot{at: now, counters: counters})
-	// Keep the newest read at or before now-window as the window's base.
+	// Keep one read per window/snapshotsPerWindow, not every poll's, and
+	// of those the newest at or before now-window as the window's base.
+	if n := len(l.snaps); n == 0 || now.Sub(l.snaps[n-1].at) >= l.window/snapshotsPerWindow {
+		l.snaps = append(l.snaps, snapshot{at: now, counters: counters})
+	}
 	for len(l.snaps) > 2 && !l.snaps[1].at.After(now.Add(-l.window)) {
 		l.snaps = l.snaps[1:]
 	}
-	newest, base := l.snaps[len(l.snaps)-1].counters, l.snaps[0].counters
-	l.pool = l.estimate(newest, base, "")
+	newPool, newTen := ledger.CompletionHistograms(counters)
+	basePool, baseTen := ledger.CompletionHistograms(l.snaps[0].counters)
+	l.pool = l.estimate(newPool, basePool)
 	clear(l.byTen)
-	for _, t := range tenantsIn(newest) {
-		l.byTen[t] = l.estimate(newest, base, t)
+	for t, h := range newTen {
+		l.byTen[t] = l.estimate(h, baseTen[t])
 	}
 }
 
-// estimate is the quantile of the window, or of everything counted when the
-// window is too thin.
-func (l *Learned) estimate(newest, base map[string]int64, t ledger.TenantID) estimateOf {
-	all := ledger.CompletionHistogram(newest, t)
-	h := all.Sub(ledger.CompletionHistogram(base, t))
+// estimate is the quantile of the window (all minus base), or of all that
+// was counted when the window is too thin.
+func (l *Learned) estimate(all, base ledger.Histogram) estimateOf {
+	h := all.Sub(base)
 	if h.Total < l.minSamples {
 		h = all
 	}
@@ -97,23 +102,6 @@ func (l *Learned) estimate(newest, base map[string]int64, t ledger.TenantID) est
 		return estimateOf{samples: h.Total}
 	}
 	return estimateOf{tokens: max(h.Quantile(l.quantile), learnedFloor), samples: h.Total}
-}
-
-// tenantsIn lists the tenants with completion counters.
-func tenantsIn(counters map[string]int64) []ledger.TenantID {
-	seen := map[ledger.TenantID]bool{}
-	var out []ledger.TenantID
-	for name := range counters {
-		rest, ok := strings.CutPrefix(name, ledger.CompletionCounterPrefix)
-		if !ok {
-			continue
-		}
-		if _, t, ok := strings.Cut(rest, "/"); ok && !seen[ledger.TenantID(t)] {
-			seen[ledger.TenantID(t)] = true
-			out = append(out, ledger.TenantID(t))
-		}
-	}
-	return out
 }
 
 // Expected is the output tokens per sequence a lease of tenant reserves,

@@ -118,24 +118,48 @@ type Histogram struct {
 // CompletionHistogram reads the pool's distribution from its counters, or
 // one tenant's when tenant is not empty.
 func CompletionHistogram(counters map[string]int64, tenant TenantID) Histogram {
-	h := Histogram{Counts: map[int64]int64{}}
+	pool, tenants := CompletionHistograms(counters)
+	if tenant == "" {
+		return pool
+	}
+	if h, ok := tenants[tenant]; ok {
+		return h
+	}
+	return Histogram{Counts: map[int64]int64{}}
+}
+
+// CompletionHistograms reads, in one pass over the counters, the pool's
+// distribution and each tenant's that has a completion counter.
+func CompletionHistograms(counters map[string]int64) (pool Histogram, tenants map[TenantID]Histogram) {
+	pool, tenants = Histogram{Counts: map[int64]int64{}}, map[TenantID]Histogram{}
 	for name, n := range counters {
 		rest, ok := strings.CutPrefix(name, CompletionCounterPrefix)
 		if !ok || n <= 0 {
 			continue
 		}
 		bound, who, hasTenant := strings.Cut(rest, "/")
-		if hasTenant != (tenant != "") || (hasTenant && who != string(tenant)) {
-			continue
-		}
 		v, err := strconv.ParseInt(bound, 10, 64)
 		if err != nil || v < 1 {
 			continue
 		}
-		h.Counts[v] += n
-		h.Total += n
+		if !hasTenant {
+			pool.add(v, n)
+			continue
+		}
+		t := tenants[TenantID(who)]
+		if t.Counts == nil {
+			t.Counts = map[int64]int64{}
+		}
+		t.add(v, n)
+		tenants[TenantID(who)] = t
 	}
-	return h
+	return pool, tenants
+}
+
+// add counts n releases in the bucket of upper bound b.
+func (h *Histogram) add(b, n int64) {
+	h.Counts[b] += n
+	h.Total += n
 }
 
 // Sub returns the releases in h that are not in older: the distribution of
