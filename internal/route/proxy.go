@@ -115,10 +115,11 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		expected, _ = p.learned.Expected(tenant)
 	}
 	kv, slots, prompt := p.est.Demand(req.prompt(), lens.Reserve, expected)
-	worst := min(min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)*req.n, ledger.MaxAmount)
-	if f := r.maxFill(prio); p.elastic {
-		// Never more than an engine may grant (its growth headroom kept
-		// free; growth may use it), and never what no engine could hold.
+	var worst int64 // an elastic lease's most: what its request can hold
+	if p.elastic {
+		// Never more than an engine grants, nor what no engine could hold.
+		f := r.maxFill(prio)
+		worst = min(min(prompt+estimate.OutputTokens(req.prompt(), lens.Reserve, prompt, 0), lens.Reserve)*req.n, ledger.MaxAmount)
 		if worst > p.grantable(f, 0) {
 			return out, &ledger.Rejection{Reason: ledger.ReasonTooLarge}
 		}
