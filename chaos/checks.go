@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // checks maps each check name to its function. A name not listed is judged
@@ -51,7 +49,7 @@ func (ev *evidence) checkNoOverCapacity() Verdict {
 		v.Figure, v.Detail = "no sample", "no engine sample answered"
 		return v
 	}
-	if ev.sc.Topology.Reserve != string(ledger.ReserveWorstCase) {
+	if ev.sc.Topology.elastic() {
 		return ev.checkElasticCapacity(peaks)
 	}
 	worst := peaks[0]

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-
-	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // Options are a run's settings that are not part of the scenario.
@@ -221,7 +219,7 @@ func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Re
 				row.Error = err.Error()
 				errs = append(errs, v.Name+": "+err.Error())
 			} else {
-				row.Actual = adm == AdmissionLedger && v.Topology.Reserve != string(ledger.ReserveWorstCase)
+				row.Actual = adm == AdmissionLedger && v.Topology.elastic()
 				var generated int64
 				var secs float64
 				for _, p := range r.Engines {
@@ -266,7 +264,7 @@ func runCompare(ctx context.Context, s *Scenario, dir string, opts Options) (*Re
 			}
 		}
 		v := Verdict{Check: CheckLedgerWithin, Pass: maxLedger >= 0 && maxLedger <= 1 && preempted == 0, Figure: fmt.Sprintf("max %.2f ≤ 1.00", maxLedger)}
-		if s.Topology.Reserve != string(ledger.ReserveWorstCase) {
+		if s.Topology.elastic() {
 			v.Figure += fmt.Sprintf(", %d preemptions", preempted)
 		}
 		if maxLedger > 1 || preempted > 0 {

@@ -169,6 +169,10 @@ type Topology struct {
 	RouterFlags []string `yaml:"router_flags,omitempty"`
 }
 
+// elastic reports whether the pool reserves elastically (judged on actual
+// demand and preemptions); an unset reserve is the default, elastic.
+func (t Topology) elastic() bool { return t.Reserve != string(ledger.ReserveWorstCase) }
+
 // EngineGroup is Count identical enginesims.
 type EngineGroup struct {
 	Count    int    `yaml:"count,omitempty"` // default 1
