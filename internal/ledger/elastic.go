@@ -43,9 +43,12 @@ type Growth struct {
 	// Delta is the KV tokens added (0: the lease already held as much, and
 	// Grow changes nothing).
 	Delta int64
-	// Overgrown is set when the growth takes the engine's used KV above its
-	// capacity or the tenant's reservations above its quota; it sticks to
-	// the lease.
+	// Passed is set when this growth takes the engine's used KV above its
+	// capacity or the tenant's reservations above its quota (the growths
+	// CounterOvergrowths counts).
+	Passed bool
+	// Overgrown is the lease's flag after the growth: Passed, or set by an
+	// earlier growth (it sticks to the lease).
 	Overgrown bool
 }
 
@@ -72,9 +75,8 @@ func GrowthOf(mode ReserveMode, a Admission, e EngineState, l Lease, newKV int64
 	}
 	kv, _ := e.Used(a.Now)
 	qKV, _ := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
-	if kv+g.Delta > e.CapacityKV() || a.TenantKV+g.Delta > qKV {
-		g.Overgrown = true
-	}
+	g.Passed = kv+g.Delta > e.CapacityKV() || a.TenantKV+g.Delta > qKV
+	g.Overgrown = g.Overgrown || g.Passed
 	return g, nil
 }
 

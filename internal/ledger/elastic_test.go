@@ -87,8 +87,8 @@ func TestGrowthOf(t *testing.T) {
 		t.Errorf("growth to the same size = %+v, %v; want a no-op", g, err)
 	}
 	// Past the tenant's quota (500) but within the engine: recorded, flagged.
-	if g, err := GrowthOf(ReserveElastic, a, elasticEngine(1000, 100), lease, 600); err != nil || !g.Overgrown || g.Delta != 500 {
-		t.Errorf("growth past the tenant quota = %+v, %v; want delta 500, overgrown", g, err)
+	if g, err := GrowthOf(ReserveElastic, a, elasticEngine(1000, 100), lease, 600); err != nil || !g.Overgrown || !g.Passed || g.Delta != 500 {
+		t.Errorf("growth past the tenant quota = %+v, %v; want delta 500, passed, overgrown", g, err)
 	}
 	// Past the engine's capacity: recorded, flagged, even in recovery,
 	// draining and with stale telemetry under block.
@@ -97,14 +97,14 @@ func TestGrowthOf(t *testing.T) {
 	busy.Spec.StaleAfter, busy.Spec.StalePolicy = time.Second, StaleBlock
 	a.RecoveringUntil = a.Now.Add(time.Minute)
 	a.Tenant.KVShare = 1
-	if g, err := GrowthOf(ReserveElastic, a, busy, lease, 250); err != nil || !g.Overgrown || g.Delta != 150 {
-		t.Errorf("growth past the engine = %+v, %v; want delta 150, overgrown", g, err)
+	if g, err := GrowthOf(ReserveElastic, a, busy, lease, 250); err != nil || !g.Overgrown || !g.Passed || g.Delta != 150 {
+		t.Errorf("growth past the engine = %+v, %v; want delta 150, passed, overgrown", g, err)
 	}
 	// The flag sticks.
 	flagged := lease
 	flagged.Overgrown = true
-	if g, _ := GrowthOf(ReserveElastic, a, elasticEngine(1000, 100), flagged, 110); !g.Overgrown {
-		t.Errorf("growth of an overgrown lease lost the flag")
+	if g, _ := GrowthOf(ReserveElastic, a, elasticEngine(1000, 100), flagged, 110); !g.Overgrown || g.Passed {
+		t.Errorf("growth within limits of an overgrown lease = %+v, want the flag kept, not passed", g)
 	}
 	// The engine's own report bounds capacity.
 	small := elasticEngine(1000, 200) // this lease and another of 100

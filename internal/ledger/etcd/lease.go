@@ -292,17 +292,12 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 		if g.Delta == 0 {
 			return nil, nil
 		}
-		// Overgrowths counts the growths that themselves go past capacity
-		// or quota, not every later growth of a lease flagged before.
-		fresh := r.lease(ref.Pool)
-		fresh.Overgrown = false
-		own, _ := ledger.GrowthOf(m.Spec.Mode(), a, e, fresh, kvTokens)
 		r.KVTokens, r.Overgrown = kvTokens, g.Overgrown
 		c.er.ReservedKV += g.Delta
 		c.tr.ReservedKV += g.Delta
 		count(&c.er.Counters, ledger.CounterGrowths, 1)
 		count(&c.er.Counters, ledger.CounterGrownKV, g.Delta)
-		if own.Overgrown {
+		if g.Passed {
 			count(&c.er.Counters, ledger.CounterOvergrowths, 1)
 		}
 		out.Lease = r.lease(ref.Pool)

@@ -162,17 +162,12 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 		}
 		c := *ls
 		if g.Delta > 0 {
-			// Overgrowths counts the growths that themselves went past
-			// capacity or quota, not those of a lease flagged before.
-			fresh := ls.Lease
-			fresh.Overgrown = false
-			own, _ := ledger.GrowthOf(o.pool.Reserve, a, e.state(), fresh, kvTokens)
 			c.KVTokens, c.Overgrown = kvTokens, g.Overgrown
 			o.insert(tableLeases, &c)
 			o.chargeKV(ls, g.Delta)
 			o.count(ledger.CounterGrowths, 1)
 			o.count(ledger.CounterGrownKV, g.Delta)
-			if own.Overgrown {
+			if g.Passed {
 				o.count(ledger.CounterOvergrowths, 1)
 			}
 		}
