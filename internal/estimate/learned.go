@@ -9,8 +9,10 @@ package estimate
 // in the last Window, or of every length the ledger has counted when the
 // window holds fewer than MinSamples, per tenant once the tenant has
 // MinSamples of its own, else the pool's. With fewer than MinSamples in
-// all, the pool is cold: Expected reports none, and the request reserves
-// its worst case. A new router reads the counters on its first poll, so it
+// all, the pool is cold: from ColdSamples on it reserves the longest length
+// counted so far (its histogram's top bucket), which only grows until the
+// pool is warm, and before that Expected reports none and the request
+// reserves its worst case. A new router reads the counters on its first poll, so it
 // starts from what the others learned, and routers that poll the same
 // counters agree.
 //
@@ -28,6 +30,9 @@ import (
 const (
 	DefaultLearnedWindow = 10 * time.Minute
 	DefaultMinSamples    = 64
+	// ColdSamples is the fewest releases a cold pool's longest length is
+	// reserved from (fewer: the worst case).
+	ColdSamples = 8
 	// learnedFloor is the least output a learned estimate reserves.
 	learnedFloor = 16
 	// snapshotsPerWindow bounds the reads kept: the window's base is at
@@ -57,6 +62,7 @@ type Learned struct {
 type estimateOf struct {
 	tokens  int64 // 0: not enough samples
 	samples int64
+	warm    bool // from MinSamples or more (else the cold maximum)
 }
 
 // NewLearned returns a cold estimate: quantile in (0, 1), window and
@@ -98,18 +104,22 @@ func (l *Learned) estimate(all, base ledger.Histogram) estimateOf {
 	if h.Total < l.minSamples {
 		h = all
 	}
-	if h.Total < l.minSamples {
-		return estimateOf{samples: h.Total}
+	switch {
+	case h.Total >= l.minSamples:
+		return estimateOf{tokens: max(h.Quantile(l.quantile), learnedFloor), samples: h.Total, warm: true}
+	case h.Total >= min(ColdSamples, l.minSamples):
+		return estimateOf{tokens: max(h.Quantile(1), learnedFloor), samples: h.Total}
 	}
-	return estimateOf{tokens: max(h.Quantile(l.quantile), learnedFloor), samples: h.Total}
+	return estimateOf{samples: h.Total}
 }
 
 // Expected is the output tokens per sequence a lease of tenant reserves,
-// and whether the pool is warm; a cold pool reserves its worst case.
+// and whether there is one; without, the request reserves its worst case.
+// A tenant's own estimate counts once it is warm.
 func (l *Learned) Expected(tenant ledger.TenantID) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.byTen[tenant]; ok && e.tokens > 0 {
+	if e, ok := l.byTen[tenant]; ok && e.warm {
 		return e.tokens, true
 	}
 	return l.pool.tokens, l.pool.tokens > 0

@@ -28,10 +28,21 @@ func TestLearnedColdThenWarm(t *testing.T) {
 	if _, ok := l.Expected("a"); ok {
 		t.Fatal("a new estimate is warm")
 	}
-	c := releases(nil, "a", 50, 10)
+	cold := NewLearned(0.9, time.Minute, 20)
+	c := releases(nil, "a", 50, ColdSamples-1)
+	cold.Update(now, c)
+	if _, ok := cold.Expected("a"); ok {
+		t.Fatalf("an estimate from %d releases, want the worst case until %d", ColdSamples-1, ColdSamples)
+	}
+	c = releases(releases(c, "a", 30, 2), "b", 90, 1)
+	cold.Update(now.Add(time.Second), c)
+	if got, ok := cold.Expected("a"); !ok || got != ledger.CompletionBucket(90) {
+		t.Fatalf("cold pool with %d releases = %d, %v; want the longest so far, %d", ColdSamples+2, got, ok, ledger.CompletionBucket(90))
+	}
+	c = releases(nil, "a", 50, 10)
 	l.Update(now, c)
-	if _, ok := l.Expected("a"); ok {
-		t.Fatal("warm after 10 releases, want cold until 20")
+	if got, ok := l.Expected("a"); !ok || got != ledger.CompletionBucket(50) {
+		t.Fatalf("10 releases = %d, %v; want the cold pool's longest, %d", got, ok, ledger.CompletionBucket(50))
 	}
 	c = releases(c, "b", 500, 15) // pool: 25 releases, 60% at 500
 	l.Update(now.Add(time.Second), c)
