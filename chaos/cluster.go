@@ -113,6 +113,9 @@ func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, 
 	if err := c.startEngines(ctx); err != nil {
 		return nil, err
 	}
+	if sc.Topology.Admission == AdmissionDirect {
+		return c, nil // the clients talk to the engines
+	}
 	if sc.Topology.Ledger == LedgerRedis {
 		if err := c.startRedis(ctx); err != nil {
 			return nil, err
@@ -167,6 +170,18 @@ func (c *cluster) startEngines(ctx context.Context) error {
 			}
 			if g.DecodeTokensPerSec > 0 {
 				args = append(args, "--decode-tokens-per-sec", strconv.FormatFloat(g.DecodeTokensPerSec, 'g', -1, 64))
+			}
+			if g.OutputTokens > 0 {
+				args = append(args, "--output-tokens", strconv.Itoa(g.OutputTokens))
+			}
+			if g.OutputDist != "" {
+				args = append(args, "--output-dist", g.OutputDist)
+			}
+			if g.OutputSigma > 0 {
+				args = append(args, "--output-sigma", strconv.FormatFloat(g.OutputSigma, 'g', -1, 64))
+			}
+			if g.MaxModelLen > 0 {
+				args = append(args, "--max-model-len", strconv.Itoa(g.MaxModelLen))
 			}
 			e := &engineNode{
 				proc: proc{name: id, bin: c.bins.Enginesim, args: args, logPath: c.logPath(id)},

@@ -24,6 +24,9 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens, Reserve: ledger.ReserveMode(t.Reserve)}
 	if pool.Reserve == ledger.ReserveElastic {
 		pool.GrowthHeadroom = fleet.DefaultGrowthHeadroom
+		if t.GrowthHeadroom != nil {
+			pool.GrowthHeadroom = *t.GrowthHeadroom
+		}
 	}
 	groupOf := func(i int) EngineGroup {
 		for _, g := range t.Engines {

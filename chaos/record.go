@@ -40,6 +40,10 @@ type RequestEvent struct {
 	Err string `json:"err,omitempty"`
 	// Duplicate marks the second copy sent under duplicate_retries.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// TTFTMS is the time to the first generated text of a streamed
+	// request; Completion the completion tokens its usage reported.
+	TTFTMS     float64 `json:"ttft_ms,omitempty"`
+	Completion int     `json:"completion_tokens,omitempty"`
 }
 
 // FaultEvent is one fault step.
@@ -67,11 +71,15 @@ type EngineSample struct {
 	PeakAcceptedSeqs int     `json:"peak_accepted_sequences"`
 	// Actual demand: Σ prompt + tokens generated so far over accepted,
 	// unfinished sequences, what an elastic reservation protects.
-	ActualDemand int64  `json:"actual_demand_tokens"`
-	PeakActual   int64  `json:"peak_actual_demand_tokens"`
-	Preemptions  int64  `json:"preemptions"`
-	Generated    int64  `json:"generation_tokens"`
-	Err          string `json:"err,omitempty"`
+	ActualDemand int64 `json:"actual_demand_tokens"`
+	PeakActual   int64 `json:"peak_actual_demand_tokens"`
+	Preemptions  int64 `json:"preemptions"`
+	Generated    int64 `json:"generation_tokens"`
+	// PeakRunning and PeakKVUsed: the most sequences the engine ran at
+	// once and the most KV tokens its running sequences held.
+	PeakRunning int    `json:"peak_running"`
+	PeakKVUsed  int64  `json:"peak_kv_tokens_used"`
+	Err         string `json:"err,omitempty"`
 }
 
 // AuditSample is the reserver audit at T.

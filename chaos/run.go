@@ -68,6 +68,10 @@ type Result struct {
 	Requests Requests     `json:"requests"`
 	Compare  []CompareRow `json:"compare,omitempty"`
 	Chart    string       `json:"chart,omitempty"`
+	// Router sums the routers' ledger-call counters when the load ended
+	// (nil without routers, or when one could not be read: RouterErr).
+	Router    *RouterCounters `json:"router,omitempty"`
+	RouterErr string          `json:"router_error,omitempty"`
 }
 
 // CompareRow is one variant of a compare scenario.
@@ -364,6 +368,13 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	close(barDone)
 	bwg.Wait()
 	fp.wait()
+	if len(c.routers) > 0 {
+		if rc, err := c.routerCounters(ctx); err != nil {
+			res.RouterErr = err.Error()
+		} else {
+			res.Router = &rc
+		}
+	}
 
 	// Drain: every lease should be released now that the load is over.
 	ev := &evidence{sc: s, endLeases: -1}
@@ -400,7 +411,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	rec.mu.Unlock()
 	res.Pass = true
 	for _, name := range s.Checks {
-		if s.Topology.Admission == AdmissionLocal && isLedgerCheck(name) {
+		if s.Topology.Admission != AdmissionLedger && isLedgerCheck(name) {
 			continue
 		}
 		v := ev.check(name)

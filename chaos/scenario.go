@@ -52,6 +52,10 @@ func expiryLateness(ledger string) time.Duration {
 const (
 	AdmissionLedger = "ledger"
 	AdmissionLocal  = "local"
+	// AdmissionDirect starts no ledger, reserver or router: the clients
+	// send straight to the engines in rotation, which queue and preempt on
+	// their own (the benchmark's baseline; no faults, no ledger checks).
+	AdmissionDirect = "direct"
 )
 
 // Fault kinds.
@@ -139,7 +143,8 @@ type Topology struct {
 	Reservers int `yaml:"reservers,omitempty"`
 	// Routers is how many routers run (default 1).
 	Routers int `yaml:"routers,omitempty"`
-	// Admission is every router's --admission: ledger (default) or local.
+	// Admission is every router's --admission: ledger (default) or local;
+	// or direct: no routers, the clients send straight to the engines.
 	Admission string `yaml:"admission,omitempty"`
 	// Reserve is the pool's reserve: elastic (default) or worst_case. It
 	// decides what no_over_capacity judges: an elastic pool the KV its
@@ -165,6 +170,9 @@ type Topology struct {
 	StaleAfter Duration `yaml:"stale_after,omitempty"`
 	// StalePolicy is every engine's stale_policy (default the fleet's).
 	StalePolicy string `yaml:"stale_policy,omitempty"`
+	// GrowthHeadroom is the elastic pool's growth_headroom (default the
+	// fleet's).
+	GrowthHeadroom *float64 `yaml:"growth_headroom,omitempty"`
 	// RouterFlags are extra flags for every router.
 	RouterFlags []string `yaml:"router_flags,omitempty"`
 }
@@ -183,6 +191,13 @@ type EngineGroup struct {
 	Speed float64 `yaml:"speed,omitempty"`
 	// DecodeTokensPerSec is per-sequence decode speed (default enginesim's).
 	DecodeTokensPerSec float64 `yaml:"decode_tokens_per_sec,omitempty"`
+	// OutputTokens, OutputDist (uniform or lognormal) and OutputSigma are
+	// the engine's natural output lengths, MaxModelLen its context length
+	// (each default enginesim's).
+	OutputTokens int     `yaml:"output_tokens,omitempty"`
+	OutputDist   string  `yaml:"output_dist,omitempty"`
+	OutputSigma  float64 `yaml:"output_sigma,omitempty"`
+	MaxModelLen  int     `yaml:"max_model_len,omitempty"`
 }
 
 // TenantSpec is a fleet tenant; its API key is "sk-<name>".
@@ -216,6 +231,9 @@ type Workload struct {
 	// PromptTokens and OutputTokens (max_tokens) are drawn per request.
 	PromptTokens Dist `yaml:"prompt_tokens"`
 	OutputTokens Dist `yaml:"output_tokens"`
+	// NoMaxTokens is the share of requests sent without max_tokens (the
+	// engine's context bounds them), in [0, 1].
+	NoMaxTokens float64 `yaml:"no_max_tokens,omitempty"`
 	// Tenants and Priorities weight the draw (default: every tenant equally,
 	// no priority sent).
 	Tenants    map[string]float64 `yaml:"tenants,omitempty"`
@@ -232,6 +250,10 @@ type Workload struct {
 	// Backoff: a client honours Retry-After up to this long (default 200ms)
 	// before its next request.
 	Backoff Duration `yaml:"backoff,omitempty"`
+	// CutAtEnd cancels the requests still in flight when Duration ends
+	// (a benchmark's window) instead of waiting for them; they are
+	// recorded with Err "client: cut at end of load".
+	CutAtEnd bool `yaml:"cut_at_end,omitempty"`
 }
 
 // Dist is a token-count distribution: uniform in [min, max], or fixed when

@@ -66,6 +66,13 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"check", "checks: [vibes]\n", "checks[0]"},
 		{"duration", "workload:\n  duration: soon\n", "is not a duration"},
 		{"tenant weight", "workload:\n  tenants: {nobody: 1}\n", "workload.tenants"},
+		{"admission", "topology:\n  admission: yolo\n", "topology.admission"},
+		{"direct faults", "topology:\n  admission: direct\nfaults: [{at: 1s, kind: kill_router}]\n", "admission direct runs no ledger or router to fault"},
+		{"growth headroom", "topology:\n  growth_headroom: 1\n", "topology.growth_headroom"},
+		{"output dist", "topology:\n  engines: [{kv_tokens: 20000, slots: 8, output_dist: pareto}]\n", "topology.engines[0].output_dist"},
+		{"output sigma", "topology:\n  engines: [{kv_tokens: 20000, slots: 8, output_sigma: 6}]\n", "topology.engines[0].output_sigma"},
+		{"max model len", "topology:\n  engines: [{kv_tokens: 20000, slots: 8, max_model_len: 30000}]\n", "topology.engines[0].max_model_len"},
+		{"no max tokens", "workload:\n  no_max_tokens: 1.5\n", "workload.no_max_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(merge(t, minimal, tc.edit)))

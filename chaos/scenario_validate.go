@@ -38,8 +38,14 @@ func (s *Scenario) Validate() error {
 	if t.Routers < 1 || t.Routers > 64 {
 		bad("topology.routers", "%d: want 1..64", t.Routers)
 	}
-	if t.Admission != AdmissionLedger && t.Admission != AdmissionLocal {
-		bad("topology.admission", "%q: want ledger or local", t.Admission)
+	if t.Admission != AdmissionLedger && t.Admission != AdmissionLocal && t.Admission != AdmissionDirect {
+		bad("topology.admission", "%q: want ledger, local or direct", t.Admission)
+	}
+	if t.Admission == AdmissionDirect && len(s.Faults) > 0 {
+		bad("faults", "admission direct runs no ledger or router to fault")
+	}
+	if h := t.GrowthHeadroom; h != nil && (*h < 0 || *h >= 1) {
+		bad("topology.growth_headroom", "%g: want [0, 1)", *h)
 	}
 	if t.Reserve != string(ledger.ReserveElastic) && t.Reserve != string(ledger.ReserveWorstCase) {
 		bad("topology.reserve", "%q: want elastic or worst_case", t.Reserve)
@@ -66,6 +72,18 @@ func (s *Scenario) Validate() error {
 		}
 		if g.Speed <= 0 || g.Speed > 1000 {
 			bad(p+".speed", "%g: want (0, 1000]", g.Speed)
+		}
+		if g.OutputTokens < 0 {
+			bad(p+".output_tokens", "%d: want >= 1 (0: enginesim's)", g.OutputTokens)
+		}
+		if g.OutputDist != "" && g.OutputDist != "uniform" && g.OutputDist != "lognormal" {
+			bad(p+".output_dist", "%q: want uniform or lognormal", g.OutputDist)
+		}
+		if g.OutputSigma < 0 || g.OutputSigma > 5 {
+			bad(p+".output_sigma", "%g: want (0, 5] (0: enginesim's)", g.OutputSigma)
+		}
+		if g.MaxModelLen < 0 || int64(g.MaxModelLen) > g.KVTokens {
+			bad(p+".max_model_len", "%d: want 16..kv_tokens (0: enginesim's)", g.MaxModelLen)
 		}
 	}
 	if len(t.Tenants) == 0 {
@@ -118,6 +136,9 @@ func (s *Scenario) Validate() error {
 		if !prios[name] {
 			bad("workload.priorities", "%q is not a topology priority", name)
 		}
+	}
+	if w.NoMaxTokens < 0 || w.NoMaxTokens > 1 {
+		bad("workload.no_max_tokens", "%g: want [0, 1]", w.NoMaxTokens)
 	}
 	if w.Stream < 0 || w.Stream > 1 {
 		bad("workload.stream", "%g: want [0, 1]", w.Stream)

@@ -30,7 +30,10 @@ type traffic struct {
 	rec    *recorder
 	client *http.Client
 
-	rr atomic.Uint64
+	// targets are the nodes the clients send to: the routers, or with
+	// admission direct the engines (as nodes of their own).
+	targets []*routerNode
+	rr      atomic.Uint64
 	// dupUntil is the end (UnixNano) of a duplicate_retries window.
 	dupUntil atomic.Int64
 	// issued counts requests sent, for the progress bar.
@@ -82,7 +85,14 @@ func newTraffic(sc *Scenario, c *cluster, rec *recorder) *traffic {
 			Proxy: nil, MaxIdleConns: 2 * conc, MaxIdleConnsPerHost: 2 * conc,
 			IdleConnTimeout: 30 * time.Second,
 		}},
-		prios: sortedWeights(w.Priorities),
+		prios:   sortedWeights(w.Priorities),
+		targets: c.routers,
+	}
+	if sc.Topology.Admission == AdmissionDirect {
+		t.targets = nil
+		for _, e := range c.engines {
+			t.targets = append(t.targets, &routerNode{id: e.id, addr: e.addr})
+		}
 	}
 	tw := w.Tenants
 	if len(tw) == 0 {
@@ -125,6 +135,10 @@ func (t *traffic) gen(rng *rand.Rand, id string) request {
 		prompt:   w.PromptTokens.draw(rng),
 		maxTok:   w.OutputTokens.draw(rng),
 	}
+	// Drawn only when set, so the other scenarios' draws stay as they were.
+	if w.NoMaxTokens > 0 && rng.Float64() < w.NoMaxTokens {
+		r.maxTok = 0
+	}
 	// Four-letter words are one token each for the engines' tokenizer.
 	var b strings.Builder
 	b.Grow(r.prompt * 5)
@@ -140,9 +154,9 @@ func (t *traffic) gen(rng *rand.Rand, id string) request {
 	return r
 }
 
-// router picks the next router in rotation that is up.
+// router picks the next router (or engine, direct) in rotation that is up.
 func (t *traffic) router() *routerNode {
-	rs := t.c.routers
+	rs := t.targets
 	for range len(rs) {
 		r := rs[t.rr.Add(1)%uint64(len(rs))]
 		if !r.down.Load() {
@@ -152,9 +166,15 @@ func (t *traffic) router() *routerNode {
 	return nil
 }
 
-// run issues requests until stop, then waits for those in flight.
+// run issues requests until stop, then waits for those in flight (or,
+// with CutAtEnd, cancels them).
 func (t *traffic) run(ctx context.Context, stop time.Time) {
 	w := t.sc.Workload
+	if w.CutAtEnd {
+		lctx, cancel := context.WithDeadline(ctx, stop)
+		defer cancel()
+		ctx = lctx
+	}
 	var wg sync.WaitGroup
 	if w.Concurrency > 0 {
 		for i := range w.Concurrency {
@@ -230,7 +250,10 @@ func (t *traffic) do(ctx context.Context, req request) time.Duration {
 func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool) time.Duration {
 	w := t.sc.Workload
 	model := t.sc.Topology.Model
-	body := map[string]any{"model": model, "max_tokens": req.maxTok}
+	body := map[string]any{"model": model}
+	if req.maxTok > 0 {
+		body["max_tokens"] = req.maxTok
+	}
 	endpoint := "/v1/completions"
 	if req.chat {
 		endpoint = "/v1/chat/completions"
@@ -240,6 +263,7 @@ func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool
 	}
 	if req.stream {
 		body["stream"] = true
+		body["stream_options"] = map[string]any{"include_usage": true}
 	}
 	b, _ := json.Marshal(body)
 	ev := RequestEvent{
@@ -249,14 +273,56 @@ func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, w.Timeout.D())
 	defer cancel()
-	wait := t.exchange(rctx, r, endpoint, b, req, &ev)
+	wait := t.exchange(rctx, r, endpoint, b, req, &ev, start)
 	end := time.Now()
+	if w.CutAtEnd && ctx.Err() != nil && (ev.Err != "" || ev.Status == 0) {
+		ev.Err = errCutAtEnd
+	}
 	ev.T, ev.End, ev.LatencyMS = t.rec.since(start), t.rec.since(end), float64(end.Sub(start).Microseconds())/1000
 	t.rec.request(ev)
 	return wait
 }
 
-func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, body []byte, req request, ev *RequestEvent) time.Duration {
+// errCutAtEnd is the Err of a request CutAtEnd cancelled ("client:"
+// errors are the client's own, not the system's).
+const errCutAtEnd = "client: cut at end of load"
+
+// usageOf reads the completion tokens of a body or stream chunk's usage.
+func usageOf(b []byte) (int, bool) {
+	var u struct {
+		Usage *struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(b, &u) != nil || u.Usage == nil {
+		return 0, false
+	}
+	return u.Usage.CompletionTokens, true
+}
+
+// hasText reports whether a stream chunk carries generated text (a chat
+// delta's content or a completion's text): the first token, for TTFT.
+func hasText(b []byte) bool {
+	var c struct {
+		Choices []struct {
+			Text  string `json:"text"`
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return false
+	}
+	for _, ch := range c.Choices {
+		if ch.Text != "" || ch.Delta.Content != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, body []byte, req request, ev *RequestEvent, start time.Time) time.Duration {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.addr+endpoint, bytes.NewReader(body))
 	if err != nil {
 		ev.Err = err.Error()
@@ -292,17 +358,29 @@ func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, 
 		return t.sc.Workload.Backoff.D()
 	}
 	if !req.stream {
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		rb, err := io.ReadAll(resp.Body)
+		if err != nil {
 			ev.Err = "body: " + err.Error()
 		}
+		ev.Completion, _ = usageOf(rb)
 		return 0
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	done := false
 	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "data: [DONE]" {
+		line := bytes.TrimSpace(sc.Bytes())
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		switch {
+		case !ok:
+		case string(data) == "[DONE]":
 			done = true
+		case ev.TTFTMS == 0 && hasText(data):
+			ev.TTFTMS = float64(time.Since(start).Microseconds()) / 1000
+		case bytes.Contains(data, []byte(`"usage":{`)):
+			if n, ok := usageOf(data); ok {
+				ev.Completion = n
+			}
 		}
 	}
 	if !done {

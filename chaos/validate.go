@@ -35,6 +35,10 @@ type EnginePeak struct {
 	ActualRatio float64 `json:"actual_kv_ratio"`
 	Preemptions int64   `json:"preemptions"`
 	Generated   int64   `json:"generation_tokens"`
+	// PeakRunning and PeakKVUsed are the engine's own peaks of running
+	// sequences and of KV tokens they held.
+	PeakRunning int   `json:"peak_running"`
+	PeakKVUsed  int64 `json:"peak_kv_tokens_used"`
 	// Seconds spans the engine's first and last samples.
 	Seconds float64 `json:"seconds"`
 }
@@ -91,6 +95,8 @@ func enginePeaks(samples []EngineSample) []EnginePeak {
 		p.PeakDemand = max(p.PeakDemand, s.PeakDemand, s.AdmittedDemand)
 		p.PeakSeqs = max(p.PeakSeqs, s.PeakAcceptedSeqs, s.AcceptedSeqs)
 		p.PeakActual = max(p.PeakActual, s.PeakActual, s.ActualDemand)
+		p.PeakRunning = max(p.PeakRunning, s.PeakRunning)
+		p.PeakKVUsed = max(p.PeakKVUsed, s.PeakKVUsed)
 		// Counters since the engine's start (or a restart: then the
 		// later figure is the count since it).
 		f := first[s.Engine]
