@@ -23,7 +23,7 @@ test-short: tools
 BENCH_PHASE ?= 2s
 bench: tools
 	LEASEHOLD_BENCH_PHASE=$(BENCH_PHASE) $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 60m \
-		./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/route/
+		./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/route/ ./chaos/
 
 tools:
 	@./scripts/ensure-redis.sh
