@@ -14,7 +14,7 @@ func releases(counters map[string]int64, tenant ledger.TenantID, tokens int64, n
 	c := map[string]int64{}
 	maps.Copy(c, counters)
 	for range n {
-		for _, name := range ledger.CompletionCounters(ledger.Usage{CompletionTokens: tokens}, tenant) {
+		for _, name := range ledger.CompletionCounters(ledger.Usage{CompletionTokens: tokens, Finished: true}, tenant) {
 			c[name]++
 		}
 		c[ledger.CounterReleases]++

@@ -104,10 +104,14 @@ func CompletionBucket(n int64) int64 {
 }
 
 // CompletionCounters returns the names of the counters a release with
-// usage u by tenant t increments by one.
-func CompletionCounters(u Usage, t TenantID) [2]string {
+// usage u by tenant t increments by one: the pool's bucket and the
+// tenant's, or none when u is not Finished.
+func CompletionCounters(u Usage, t TenantID) []string {
+	if !u.Finished {
+		return nil
+	}
 	b := CompletionCounterPrefix + strconv.FormatInt(CompletionBucket(u.CompletionTokens), 10)
-	return [2]string{b, b + "/" + string(t)}
+	return []string{b, b + "/" + string(t)}
 }
 
 // Histogram is a completion-length distribution: how many released leases

@@ -34,7 +34,7 @@ func TestCompletionHistogram(t *testing.T) {
 	counters := map[string]int64{CounterGrants: 9}
 	add := func(n int64, tenant TenantID, times int) {
 		for range times {
-			for _, c := range CompletionCounters(Usage{CompletionTokens: n}, tenant) {
+			for _, c := range CompletionCounters(Usage{CompletionTokens: n, Finished: true}, tenant) {
 				counters[c]++
 			}
 		}

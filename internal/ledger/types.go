@@ -233,6 +233,13 @@ type Renewal struct {
 type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
+	// Finished: the engine's answer was read to its end, so
+	// CompletionTokens is a whole completion's length, one sample of the
+	// pool's completion-length histogram (CompletionCounters). A failed,
+	// cut or aborted answer, a release before any answer and a block
+	// lease's summed usage leave it false: their lengths would teach the
+	// learned estimates lengths no answer had.
+	Finished bool
 }
 
 // Released is the result of Release.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/enginesim"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/testutil/poll"
 )
@@ -142,5 +143,33 @@ func TestWorstCasePoolNeverGrows(t *testing.T) {
 	})
 	if m := h.metrics(t); strings.Contains(m, "leasehold_router_lease_grows_total{") {
 		t.Errorf("a worst_case pool grew leases:\n%s", m)
+	}
+}
+
+// TestOnlyFinishedAnswersTeachTheLength: answers the engines fail count
+// nothing in the completion-length histogram (they would teach a length
+// of 1); a finished answer counts once.
+func TestOnlyFinishedAnswersTeachTheLength(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 8192, slots: 8, speed: 50, output: 20, extra: tenants})
+	yes, no := true, false
+	h.engines[0].Fail(enginesim.FailChange{Errors: &yes})
+	body := map[string]any{"model": "m", "prompt": "a failing answer", "max_tokens": 100}
+	for i := range 10 {
+		status, _, b, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme", body)
+		if err != nil || status < 500 {
+			t.Fatalf("request %d to a failing engine: %d %s %v, want a 5xx", i, status, b, err)
+		}
+	}
+	h.waitNoLeases(5 * time.Second)
+	if hist := ledger.CompletionHistogram(h.stats().Counters, ""); hist.Total != 0 {
+		t.Fatalf("after 10 failed answers the completion histogram holds %v, want nothing", hist.Counts)
+	}
+	h.engines[0].Fail(enginesim.FailChange{Errors: &no})
+	if status, _, b, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme", body); err != nil || status != http.StatusOK {
+		t.Fatalf("request to the healed engine: %d %s %v", status, b, err)
+	}
+	h.waitNoLeases(5 * time.Second)
+	if hist := ledger.CompletionHistogram(h.stats().Counters, ""); hist.Total != 1 {
+		t.Errorf("after one finished answer the completion histogram holds %v, want one sample", hist.Counts)
 	}
 }

@@ -310,23 +310,22 @@ func (u *usageJSON) ledgerUsage() ledger.Usage {
 // dispatch is one granted request on its way to the engine and back. One
 // handler goroutine uses it.
 type dispatch struct {
-	r      *Router
-	w      http.ResponseWriter
-	hr     *http.Request
-	p      *poolRT
-	req    *request
-	t      lease.Ticket
-	engine ledger.EngineID
-	ctx    context.Context // ends with the client, the upstream timeout, or the lease
-
-	granted  time.Time
-	grow     *lease.Growing // elastic leases only
-	usage    ledger.Usage
-	details  *estimate.PromptDetails // the engine's prompt_tokens_details
-	known    bool                    // usage reported by the engine
-	chunks   int64                   // stream chunks with choices, when usage is unknown
-	sent     bool                    // the engine may have accepted the request
-	finished bool                    // the engine's answer was read to its end
+	r                  *Router
+	w                  http.ResponseWriter
+	hr                 *http.Request
+	p                  *poolRT
+	req                *request
+	t                  lease.Ticket
+	engine             ledger.EngineID
+	ctx                context.Context // ends with the client, the upstream timeout, or the lease
+	granted            time.Time
+	grow               *lease.Growing // elastic leases only
+	usage              ledger.Usage
+	details            *estimate.PromptDetails // the engine's prompt_tokens_details
+	known              bool                    // usage reported by the engine
+	chunks             int64                   // stream chunks with choices, when usage is unknown
+	sent               bool                    // the engine may have accepted the request
+	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
 }
 
 // dispatch proxies req to t's engine and releases t. It always writes the
@@ -357,6 +356,7 @@ func (d *dispatch) finish() {
 	if !d.known {
 		d.usage = ledger.Usage{CompletionTokens: d.chunks}
 	}
+	d.usage.Finished = d.complete
 	if !d.sent || d.finished {
 		// Before the answer ends: a client that sends its next request
 		// once this one is done finds the capacity (and its tenant's
@@ -466,8 +466,8 @@ func (d *dispatch) whole(resp *http.Response) (int, string) {
 	if err != nil {
 		return d.answer(d.failure(err))
 	}
-	d.finished = true
-	if resp.StatusCode == http.StatusOK {
+	d.finished, d.complete = true, resp.StatusCode == http.StatusOK
+	if d.complete {
 		var u struct {
 			Usage *usageJSON `json:"usage"`
 		}
@@ -537,7 +537,7 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && d.ctx.Err() == nil {
-				d.finished = true
+				d.finished, d.complete = true, true
 				_ = rc.Flush()
 				return http.StatusOK, ""
 			}

@@ -3,7 +3,8 @@
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 actual prompt tokens,
 --       5 actual completion tokens, 6 the completion-length counter of the
---       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant).
+--       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant;
+--       empty: the answer did not finish, no histogram sample).
 -- Returns: {'ok', epoch, released (1 or 0)} | {'unknown_pool', ''}
 --        | {'not_holder', epoch}.
 --
@@ -25,7 +26,13 @@ if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
   drop_lease(l, {'revoked', 1}, now)
   return {'ok', m.epoch, 0}
 end
-drop_lease(l, {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
-  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5]),
-  ARGV[6], 1, ARGV[6] .. '/' .. l[L_TENANT], 1}, now)
+local counts = {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
+  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}
+if ARGV[6] ~= '' then
+  counts[#counts + 1] = ARGV[6]
+  counts[#counts + 1] = 1
+  counts[#counts + 1] = ARGV[6] .. '/' .. l[L_TENANT]
+  counts[#counts + 1] = 1
+end
+drop_lease(l, counts, now)
 return {'ok', m.epoch, 1}

@@ -866,8 +866,11 @@ type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens int64                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The answer was read to its end: completion_tokens is one sample of
+	// the pool's completion-length histogram (ledger.Usage.Finished).
+	Finished      bool `protobuf:"varint,3,opt,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -912,6 +915,13 @@ func (x *Usage) GetCompletionTokens() int64 {
 		return x.CompletionTokens
 	}
 	return 0
+}
+
+func (x *Usage) GetFinished() bool {
+	if x != nil {
+		return x.Finished
+	}
+	return false
 }
 
 type Observation struct {
@@ -3018,10 +3028,11 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12!\n" +
 	"\flive_holders\x18\x04 \x01(\x03R\vliveHolders\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12E\n" +
-	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"Y\n" +
+	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"u\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\"\xf8\x01\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12\x1a\n" +
+	"\bfinished\x18\x03 \x01(\bR\bfinished\"\xf8\x01\n" +
 	"\vObservation\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06engine\x18\x02 \x01(\tR\x06engine\x12$\n" +

@@ -469,9 +469,10 @@ func (s *suite) testReportedCapacity(t *testing.T) {
 	})
 }
 
-// testCompletionCounters: each release by the holder counts its completion
-// length once for the pool and once for the tenant; the histogram read
-// back from Stats is the releases'.
+// testCompletionCounters: each release by the holder of a finished answer
+// counts its completion length once for the pool and once for the tenant;
+// an unfinished one counts its usage but no length; the histogram read
+// back from Stats is the finished releases'.
 func (s *suite) testCompletionCounters(t *testing.T) {
 	spec := elasticSpec(growHeadroom, engine(e1, 10000, 40))
 	spec.Tenants = append(spec.Tenants, ledger.TenantSpec{Name: tenantSmall, KVShare: 0.5})
@@ -480,14 +481,17 @@ func (s *suite) testCompletionCounters(t *testing.T) {
 		tenant ledger.TenantID
 		usage  ledger.Usage
 	}{
-		{tenantAll, ledger.Usage{PromptTokens: 100, CompletionTokens: 70}},
-		{tenantAll, ledger.Usage{PromptTokens: 10, CompletionTokens: 70}},
-		{tenantAll, ledger.Usage{PromptTokens: 10, CompletionTokens: 900}},
-		{tenantAll, ledger.Usage{}}, // no completion: bucket 1
-		{tenantSmall, ledger.Usage{PromptTokens: 5, CompletionTokens: 3}},
-		{tenantSmall, ledger.Usage{PromptTokens: 5, CompletionTokens: 71}},
+		{tenantAll, ledger.Usage{PromptTokens: 100, CompletionTokens: 70, Finished: true}},
+		{tenantAll, ledger.Usage{PromptTokens: 10, CompletionTokens: 70, Finished: true}},
+		{tenantAll, ledger.Usage{PromptTokens: 10, CompletionTokens: 900, Finished: true}},
+		{tenantAll, ledger.Usage{Finished: true}},                        // no completion: bucket 1
+		{tenantAll, ledger.Usage{PromptTokens: 10, CompletionTokens: 5}}, // cut: usage, no sample
+		{tenantAll, ledger.Usage{}}, // failed before any answer
+		{tenantSmall, ledger.Usage{PromptTokens: 5, CompletionTokens: 3, Finished: true}},
+		{tenantSmall, ledger.Usage{PromptTokens: 5, CompletionTokens: 71, Finished: true}},
 	}
 	want := map[string]int64{}
+	finished := int64(0)
 	for _, rl := range releases {
 		r := f.req(h1, 100, 1, e1)
 		r.Tenant = rl.tenant
@@ -503,6 +507,10 @@ func (s *suite) testCompletionCounters(t *testing.T) {
 		for _, name := range ledger.CompletionCounters(rl.usage, rl.tenant) {
 			want[name]++
 		}
+		want[ledger.CounterActualComplete] += rl.usage.CompletionTokens
+		if rl.usage.Finished {
+			finished++
+		}
 	}
 	other := f.acquire(f.req(h2, 100, 1, e1), e1)
 	_, err := f.l.Release(f.ctx, ledger.LeaseRef{Pool: pool, ID: other.ID, Holder: h1}, ledger.Usage{CompletionTokens: 5000})
@@ -511,8 +519,8 @@ func (s *suite) testCompletionCounters(t *testing.T) {
 
 	c := f.stats().Counters
 	pool := ledger.CompletionHistogram(c, "")
-	if pool.Total != int64(len(releases)) {
-		t.Errorf("pool completion histogram total = %d, want %d (one per release): %v", pool.Total, len(releases), pool.Counts)
+	if pool.Total != finished {
+		t.Errorf("pool completion histogram total = %d, want %d (one per finished release): %v", pool.Total, finished, pool.Counts)
 	}
 	b70, b900 := ledger.CompletionBucket(70), ledger.CompletionBucket(900)
 	if pool.Counts[b70] != 3 || pool.Counts[b900] != 1 || pool.Counts[1] != 1 || pool.Counts[ledger.CompletionBucket(3)] != 1 {

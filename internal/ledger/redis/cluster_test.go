@@ -62,7 +62,7 @@ func TestCluster(t *testing.T) {
 		if len(ls) != 1 || ls[0] != rn.Lease {
 			t.Errorf("List(%s, h1) = %+v, want %+v", pool, ls, rn.Lease)
 		}
-		_, err = l.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 5, CompletionTokens: 70})
+		_, err = l.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 5, CompletionTokens: 70, Finished: true})
 		must("Release", err)
 		time.Sleep(60 * time.Millisecond) // h2's session dies
 		sw, err := l.Sweep(ctx, pool, 0)
@@ -72,7 +72,7 @@ func TestCluster(t *testing.T) {
 		}
 		st, err := l.Stats(ctx, pool)
 		must("Stats", err)
-		for _, name := range ledger.CompletionCounters(ledger.Usage{CompletionTokens: 70}, "acme") {
+		for _, name := range ledger.CompletionCounters(ledger.Usage{CompletionTokens: 70, Finished: true}, "acme") {
 			if st.Counters[name] != 1 {
 				t.Errorf("Stats(%s) counter %s = %d, want 1", pool, name, st.Counters[name])
 			}

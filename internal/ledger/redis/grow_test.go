@@ -180,7 +180,7 @@ func growChecked(t *testing.T, l ledger.Ledger, rng *rand.Rand, spec ledger.Pool
 // usage counters, the completion-length ones included.
 func releaseCounted(t *testing.T, l ledger.Ledger, rng *rand.Rand, x ledger.Lease) {
 	t.Helper()
-	u := ledger.Usage{PromptTokens: rng.Int64N(100)}
+	u := ledger.Usage{PromptTokens: rng.Int64N(100), Finished: rng.IntN(5) > 0}
 	if rng.IntN(4) > 0 {
 		u.CompletionTokens = 1 + rng.Int64N(3000)
 	}

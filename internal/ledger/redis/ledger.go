@@ -344,12 +344,17 @@ func (l *store) renewal(ctx context.Context, s func(*scripts) *goredis.Script, r
 }
 
 // Release ends a lease; releasing an unknown lease is not an error. A
-// release by the holder counts the usage, and the completion length in the
-// pool's and the tenant's histogram counters (ledger.CompletionCounters;
-// the script appends the lease's tenant to the pool's counter name).
+// release by the holder counts the usage, and a finished answer's
+// completion length in the pool's and the tenant's histogram counters
+// (ledger.CompletionCounters; the script appends the lease's tenant to the
+// pool's counter name, and counts none for an empty name).
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
+	histogram := ""
+	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
+		histogram = c[0]
+	}
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
-		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), ledger.CompletionCounters(usage, "")[0])
+		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram)
 	if err != nil {
 		return ledger.Released{}, err
 	}

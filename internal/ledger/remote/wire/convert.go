@@ -287,12 +287,12 @@ func SessionFromPB(m *pb.Session) (ledger.Session, error) {
 
 // UsageToPB encodes reported usage.
 func UsageToPB(u ledger.Usage) *pb.Usage {
-	return &pb.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+	return &pb.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Finished: u.Finished}
 }
 
 // UsageFromPB decodes reported usage.
 func UsageFromPB(m *pb.Usage) ledger.Usage {
-	return ledger.Usage{PromptTokens: m.GetPromptTokens(), CompletionTokens: m.GetCompletionTokens()}
+	return ledger.Usage{PromptTokens: m.GetPromptTokens(), CompletionTokens: m.GetCompletionTokens(), Finished: m.GetFinished()}
 }
 
 // ObservationToPB encodes an observation.
