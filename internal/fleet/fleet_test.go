@@ -176,6 +176,8 @@ func TestParseErrors(t *testing.T) {
 			return strings.Replace(s, s[strings.Index(s, "    engines:"):strings.Index(s, "tenants:")], "    engines: []\n", 1)
 		}, []string{"pools[0].engines: must list at least one engine"}},
 		{"engine id missing", repl("- id: e0", "- id: \"\""), []string{"pools[0].engines[0].id: is required"}},
+		{"one engine under two ids", repl("slots: 8\n", "slots: 8\n      - {id: e1, url: \"HTTP://127.0.0.1:9001/\", kv_tokens: 5, slots: 1}\n"), []string{`pools[0].engines[1].url: "HTTP://127.0.0.1:9001/" is the engine of pools[0].engines[0] already: one engine under two ids or in two pools is admitted against twice over`}},
+		{"one engine in two pools", repl("tenants:", "  - name: q\n    engines: [{id: e, url: \"http://127.0.0.1:9001\", kv_tokens: 5, slots: 1}]\ntenants:"), []string{`pools[1].engines[0].url: "http://127.0.0.1:9001" is the engine of pools[0].engines[0] already`}},
 		{"duplicate engine", repl("slots: 8\n", "slots: 8\n      - {id: e0, url: http://h:1, kv_tokens: 5, slots: 1}\n"), []string{`pools[0].engines[1].id: "e0" is already the id of pools[0].engines[0]`}},
 		{"url missing", repl("        url: http://127.0.0.1:9001\n", ""), []string{"pools[0].engines[0].url: is required"}},
 		{"url not http", repl("http://127.0.0.1:9001", "grpc://127.0.0.1:9001"), []string{`pools[0].engines[0].url: must be an http:// or https:// URL with a host, got "grpc://127.0.0.1:9001"`}},
@@ -524,5 +526,22 @@ priorities:
 				t.Errorf("PoolSpec error %v does not match ErrCapacityUnknown", ferr)
 			}
 		})
+	}
+}
+
+func TestEngineKey(t *testing.T) {
+	same := [][2]string{
+		{"http://h", "HTTP://H:80/"},
+		{"https://gpu-1.internal/v1/", "https://GPU-1.internal:443/v1"},
+	}
+	for _, p := range same {
+		if a, b := engineKey(p[0]), engineKey(p[1]); a != b || a == "" {
+			t.Errorf("engineKey(%q) = %q, engineKey(%q) = %q: want one engine", p[0], a, p[1], b)
+		}
+	}
+	for _, p := range [][2]string{{"http://h:1", "http://h:2"}, {"http://h", "https://h"}, {"http://h/a", "http://h/b"}} {
+		if engineKey(p[0]) == engineKey(p[1]) {
+			t.Errorf("engineKey(%q) = engineKey(%q): want two engines", p[0], p[1])
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -80,6 +81,22 @@ func (c *checker) httpURL(path, v string) {
 	}
 }
 
+// engineKey is what identifies the engine behind an engine URL: scheme,
+// host (lower-cased) and port (the scheme's default when none is given),
+// and the path without a trailing slash; "" when v is not a URL (the URL
+// check reports it).
+func engineKey(v string) string {
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.Path, "/")
+}
+
 // unique checks the name at list[i].field: a valid name, and not the name
 // of an earlier element (seen maps each name to its first index).
 func unique[N ~string](c *checker, seen map[N]int, list string, i int, field string, name N) {
@@ -99,6 +116,7 @@ func (f *Fleet) check() []error {
 		c.add("pools", "must list at least one pool")
 	}
 	pools := map[ledger.PoolID]int{}
+	engineAt := map[string]string{} // engineKey → the first engine's path
 	for i, p := range f.Pools {
 		pp := fmt.Sprintf("pools[%d]", i)
 		unique(c, pools, "pools", i, "name", p.Name)
@@ -131,6 +149,13 @@ func (f *Fleet) check() []error {
 			ep := fmt.Sprintf("%s.engines[%d]", pp, j)
 			unique(c, ids, pp+".engines", j, "id", e.ID)
 			c.engine(ep, e)
+			if k := engineKey(e.URL); k != "" {
+				if other, dup := engineAt[k]; dup {
+					c.add(ep+".url", "%q is the engine of %s already: one engine under two ids or in two pools is admitted against twice over", e.URL, other)
+				} else {
+					engineAt[k] = ep
+				}
+			}
 		}
 	}
 

@@ -30,10 +30,10 @@ pools:
   - name: m
     engines:
       - {id: gpu-0, url: "http://127.0.0.1:1", kv_tokens: 4096, slots: 8, stale_after: 0s}
-      - {id: gpu-1, url: "http://127.0.0.1:1", slots: 8}
+      - {id: gpu-1, url: "http://127.0.0.1:2", slots: 8}
   - name: solo
     engines:
-      - {id: gpu-2, url: "http://127.0.0.1:1", slots: 8}
+      - {id: gpu-2, url: "http://127.0.0.1:3", slots: 8}
 tenants:
   - {name: acme, api_keys: [sk-acme], kv_share: 1}
 priorities:

@@ -46,7 +46,7 @@ pools:
   - name: llama
     engines:
       - {id: gpu-0, url: "http://127.0.0.1:1", kv_tokens: 10000, slots: 8, stale_after: 0s}
-      - {id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}
+      - {id: gpu-1, url: "http://127.0.0.1:2", kv_tokens: 20000, slots: 8, stale_after: 0s}
 tenants:
   - {name: acme, api_keys: [sk-acme], kv_share: 1}
 ` + fleetPolicy
@@ -513,7 +513,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 // its metrics report a capacity; its telemetry is observed.
 func TestDiscoveredCapacity(t *testing.T) {
 	eng := metricsEngine(t, nil)
-	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
+	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:2", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
 		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
 	r := start(t, writeFile(t, t.TempDir(), "fleet.yaml", yaml), nil)
 	ctx := context.Background()
@@ -573,7 +573,7 @@ func TestRedisWipeReapplied(t *testing.T) {
 // tenant quotas grow with it. A pool with no known engine stays pending.
 func TestPartialPool(t *testing.T) {
 	var up atomic.Bool // the engine is starting
-	eng := metricsEngine(t, &up)
+	eng, solo := metricsEngine(t, &up), metricsEngine(t, &up) // one engine is in one pool only
 	yaml := `
 pools:
   - name: llama
@@ -582,7 +582,7 @@ pools:
       - {id: gpu-1, url: "` + eng.URL + `", slots: 8, stale_after: 10s}
   - name: solo
     engines:
-      - {id: only, url: "` + eng.URL + `", slots: 8, stale_after: 10s}
+      - {id: only, url: "` + solo.URL + `", slots: 8, stale_after: 10s}
 tenants:
   - {name: acme, api_keys: [sk-acme], kv_share: 0.5}
 ` + fleetPolicy
@@ -647,7 +647,7 @@ func TestPartialPoolKeepsOthersEngines(t *testing.T) {
 	var up atomic.Bool
 	up.Store(true)
 	eng := metricsEngine(t, &up)
-	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:1", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
+	yaml := strings.Replace(fleetYAML, `{id: gpu-1, url: "http://127.0.0.1:2", kv_tokens: 20000, slots: 8, stale_after: 0s}`,
 		`{id: gpu-1, url: "`+eng.URL+`", slots: 8, stale_after: 10s}`, 1)
 	fleetFile := writeFile(t, t.TempDir(), "fleet.yaml", yaml)
 	rs := redisserver.Start(t)

@@ -30,7 +30,7 @@ func startSim(t *testing.T, cfg enginesim.Config) string {
 // request without max_tokens reserves the largest, an engine that has not
 // reported counting as --max-model-len.
 func TestContextLengthPerPool(t *testing.T) {
-	dead := "http://" + freeport.AddrT(t)
+	dead, dead2 := "http://"+freeport.AddrT(t), "http://"+freeport.AddrT(t) // two engines that never answer
 	pools := fmt.Sprintf(`  - name: big
     engines:
       - {id: big-0, url: %q, kv_tokens: 8192, slots: 8, stale_after: 0s}
@@ -60,7 +60,7 @@ func TestContextLengthPerPool(t *testing.T) {
 		startSim(t, enginesim.Config{Model: "fixed", KVTokens: 4096, MaxModelLen: 2048}),
 		dead,
 		startSim(t, enginesim.Config{Model: "half", KVTokens: 4096, MaxModelLen: 1024}),
-		dead)
+		dead2)
 	// Pool m's engine (kv 1024) reports 1024. The router counts prompts
 	// with /tokenize: TGI engines are not asked.
 	// Pool m is worst_case: a lease without max_tokens reserves the
