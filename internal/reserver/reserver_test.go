@@ -573,7 +573,8 @@ func TestRedisWipeReapplied(t *testing.T) {
 // tenant quotas grow with it. A pool with no known engine stays pending.
 func TestPartialPool(t *testing.T) {
 	var up atomic.Bool // the engine is starting
-	eng, solo := metricsEngine(t, &up), metricsEngine(t, &up) // one engine is in one pool only
+	// One engine per pool: the same engine in two pools is a fleet error.
+	eng, solo := metricsEngine(t, &up), metricsEngine(t, &up)
 	yaml := `
 pools:
   - name: llama
