@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // RouterCounters sums the routers' own counters at the end of the load.
@@ -207,8 +209,12 @@ func RunVariants(ctx context.Context, vs []Variant, dir string, opts Options) ([
 func (g *GoodputRow) measure(s *Scenario, warmup time.Duration, res *Result, reqs []RequestEvent) {
 	from, to := warmup.Seconds(), s.Workload.Duration.D().Seconds()
 	var tokens int
+	var served int64 // answered 200 over the whole run, for preemptions per request
 	var ttft, censored []float64
 	for _, r := range reqs {
+		if r.Status == 200 {
+			served++
+		}
 		if r.Status == 200 && r.Err == "" && r.End >= from && r.End <= to {
 			tokens += r.Completion
 		}
@@ -252,20 +258,12 @@ func (g *GoodputRow) measure(s *Scenario, warmup time.Duration, res *Result, req
 		// Its true TTFT is higher: p95 stands only if it was above already.
 		g.TTFTLower = g.TTFTLower || c < g.TTFTp95
 	}
-	var served int64
 	for _, p := range res.Engines {
 		g.Preemptions += p.Preemptions
-		if p.KVCapacity > 0 && float64(p.PeakActual)/float64(p.KVCapacity) >= g.PeakActual {
-			g.PeakActual = float64(p.PeakActual) / float64(p.KVCapacity)
-		}
+		g.PeakActual = max(g.PeakActual, p.ActualRatio)
 		g.PeakKVUsed = max(g.PeakKVUsed, p.PeakKVUsed)
 		g.KVCapacity = max(g.KVCapacity, p.KVCapacity)
 		g.PeakRunning = max(g.PeakRunning, p.PeakRunning)
-	}
-	for _, r := range reqs {
-		if r.Status == 200 {
-			served++
-		}
 	}
 	if served > 0 {
 		g.PreemptPerK = 1000 * float64(g.Preemptions) / float64(served)
@@ -337,7 +335,7 @@ func goodputScenario(name, path string, rate float64, warmup, measure time.Durat
 	s := &Scenario{
 		Name: name,
 		Topology: Topology{
-			Ledger: LedgerRedis, Routers: 4, Admission: AdmissionLedger, Reserve: "elastic",
+			Ledger: LedgerRedis, Routers: 4, Admission: AdmissionLedger, Reserve: string(ledger.ReserveElastic),
 			Engines: []EngineGroup{{
 				Count: 3, KVTokens: 16384, Slots: 16, Speed: 2,
 				OutputTokens: 80, OutputDist: "lognormal", OutputSigma: 1.1, MaxModelLen: 4096,
@@ -360,7 +358,7 @@ func goodputScenario(name, path string, rate float64, warmup, measure time.Durat
 	case PathLocal:
 		s.Topology.Admission = AdmissionLocal
 	case PathWorstCase:
-		s.Topology.Reserve = "worst_case"
+		s.Topology.Reserve = string(ledger.ReserveWorstCase)
 	}
 	return s
 }

@@ -51,8 +51,8 @@ func TestGoodputMeasure(t *testing.T) {
 		{T: 8, End: 8, Err: "client: in-flight bound reached, arrival shed"},
 	}
 	res := &Result{Engines: []EnginePeak{
-		{KVCapacity: 1000, PeakActual: 500, Preemptions: 1, PeakRunning: 4, PeakKVUsed: 400},
-		{KVCapacity: 1000, PeakActual: 1200, Preemptions: 2, PeakRunning: 3, PeakKVUsed: 900},
+		{KVCapacity: 1000, PeakActual: 500, ActualRatio: 0.5, Preemptions: 1, PeakRunning: 4, PeakKVUsed: 400},
+		{KVCapacity: 1000, PeakActual: 1200, ActualRatio: 1.2, Preemptions: 2, PeakRunning: 3, PeakKVUsed: 900},
 	}}
 	var g GoodputRow
 	g.measure(s, 2*time.Second, res, reqs)

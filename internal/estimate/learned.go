@@ -12,9 +12,9 @@ package estimate
 // all, the pool is cold: from ColdSamples on it reserves the longest length
 // counted so far (its histogram's top bucket), which only grows until the
 // pool is warm, and before that Expected reports none and the request
-// reserves its worst case. A new router reads the counters on its first poll, so it
-// starts from what the others learned, and routers that poll the same
-// counters agree.
+// reserves its worst case. A new router reads the counters on its first
+// poll, so it starts from what the others learned, and routers that poll
+// the same counters agree.
 //
 // Lengths are counted per lease (all of a request's n sequences), so for
 // n > 1 the quantile errs high per sequence, the safe side.

@@ -90,11 +90,15 @@ func engineKey(v string) string {
 	if err != nil || u.Host == "" {
 		return ""
 	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	scheme, port := strings.ToLower(u.Scheme), u.Port()
+	switch {
+	case port != "":
+	case scheme == "http":
+		port = "80"
+	case scheme == "https":
+		port = "443"
 	}
-	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.Path, "/")
+	return scheme + "://" + strings.ToLower(u.Hostname()) + ":" + port + strings.TrimRight(u.Path, "/")
 }
 
 // unique checks the name at list[i].field: a valid name, and not the name
