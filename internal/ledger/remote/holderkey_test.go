@@ -74,7 +74,10 @@ func TestHolderKeySent(t *testing.T) {
 		func() error { _, err := l.Reassert(ctx, g1.Lease, time.Minute); return err }(),
 		func() error { _, err := l.Release(ctx, g1.Lease.Ref(), ledger.Usage{}); return err }(),
 		l.SetDraining(ctx, "p", "e", false),
-		func() error { _, err := l.Observe(ctx, ledger.Observation{Pool: "p", Engine: "e", ObservedAt: time.Now()}); return err }(),
+		func() error {
+			_, err := l.Observe(ctx, ledger.Observation{Pool: "p", Engine: "e", ObservedAt: time.Now()})
+			return err
+		}(),
 		func() error { _, err := l.Sweep(ctx, "p", 1); return err }(),
 		func() error { _, err := l.Pools(ctx); return err }(),
 		func() error { _, err := l.List(ctx, ledger.Filter{}); return err }(),

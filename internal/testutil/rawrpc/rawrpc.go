@@ -100,7 +100,10 @@ func Calls(conn grpc.ClientConnInterface, md metadata.MD, tg Target) map[string]
 			return err
 		},
 		"Pools": func(ctx context.Context) error { _, err := c.Pools(out(ctx), &pb.PoolsRequest{}); return err },
-		"List":  func(ctx context.Context) error { _, err := c.List(out(ctx), wire.FilterToPB(ledger.Filter{})); return err },
+		"List": func(ctx context.Context) error {
+			_, err := c.List(out(ctx), wire.FilterToPB(ledger.Filter{}))
+			return err
+		},
 		"Stats": func(ctx context.Context) error { _, err := c.Stats(out(ctx), &pb.StatsRequest{Pool: pool}); return err },
 	}
 }
