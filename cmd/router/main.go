@@ -26,7 +26,11 @@
 //
 // Every flag can also be set from the environment: --queue-depth is
 // LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
-// reserver (grpc:// ledgers).
+// reserver (grpc:// ledgers): the router token the reserver accepts in
+// LEASEHOLD_ROUTER_ROLE_TOKENS, never its admin token. The router also
+// draws a holder key at start, derives its holder ids from it and sends it
+// with every holder call, so the reserver lets it touch only its own
+// session's leases (internal/ledger/holderkey).
 //
 // A grpc:// ledger is plaintext unless one of these is set (they are
 // refused with any other scheme):

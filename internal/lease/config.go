@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 )
 
 // Defaults for Config.
@@ -27,8 +28,11 @@ const (
 	MinSessionTTL = 500 * time.Millisecond
 	// jitterFraction spreads every interval and TTL by ±10%.
 	jitterFraction = 0.1
-	// suffixLen is the length of the random holder-id suffix.
-	suffixLen = 16
+	// suffixLen is the length of a holder id's suffix (holderkey.Key.Suffix).
+	suffixLen = holderkey.SuffixLen
+	// MaxHolderNameLen is the longest HolderName: a holder id is the name,
+	// '/' and the suffix, within ledger.MaxIDLen.
+	MaxHolderNameLen = ledger.MaxIDLen - 1 - suffixLen
 
 	DefaultBlockLowWater     = 0.25
 	DefaultBlockMaxPerEngine = 2
@@ -104,9 +108,17 @@ type Config struct {
 	// one keepalive loop each. Required, non-empty, no duplicates.
 	Pools []ledger.PoolID
 	// HolderName is the router's --id. Holder ids are
-	// "<HolderName>/<random suffix>", fresh per Manager and after every
-	// expired session. Required.
+	// "<HolderName>/<tag>.<nonce>": tag is derived from HolderKey, nonce is
+	// random, fresh per Manager and after every expired session. Required,
+	// at most MaxHolderNameLen bytes.
 	HolderName string
+	// HolderKey is the secret the holder ids are derived from
+	// (internal/ledger/holderkey). A reserver lets a router credential act
+	// only for holder ids derived from the key the call presents, so it
+	// must be the key Ledger sends. Zero (the default) means the Ledger's
+	// own key when it presents one (holderkey.Keyed: the grpc:// backend),
+	// else a fresh one (a store the router reaches directly checks none).
+	HolderKey holderkey.Key
 
 	// SessionTTL is the holder session's TTL sent with every KeepAlive.
 	// Default 10s, at least 500ms.
@@ -170,6 +182,13 @@ func (c Config) withDefaults() Config {
 	c.ReleaseTimeout = cmp.Or(c.ReleaseTimeout, DefaultReleaseTimeout)
 	c.AcquireAttempts = cmp.Or(c.AcquireAttempts, DefaultAcquireAttempts)
 	c.Block = c.Block.withDefaults()
+	if c.HolderKey.IsZero() {
+		if k, ok := c.Ledger.(holderkey.Keyed); ok && !k.HolderKey().IsZero() {
+			c.HolderKey = k.HolderKey()
+		} else {
+			c.HolderKey = holderkey.New()
+		}
+	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -189,8 +208,10 @@ func (c Config) Validate() error {
 		return errors.New("lease: config: Pools must name at least one pool")
 	case c.HolderName == "":
 		return errors.New("lease: config: HolderName is required (the router's --id)")
-	case len(c.HolderName)+1+suffixLen > ledger.MaxIDLen:
-		return fmt.Errorf("lease: config: HolderName is %d bytes, at most %d allowed", len(c.HolderName), ledger.MaxIDLen-1-suffixLen)
+	case len(c.HolderName) > MaxHolderNameLen:
+		return fmt.Errorf("lease: config: HolderName is %d bytes, at most %d allowed", len(c.HolderName), MaxHolderNameLen)
+	case !ledgerKeyIs(c.Ledger, c.HolderKey):
+		return errors.New("lease: config: HolderKey is not the key the Ledger presents to its server; leave it zero to use the Ledger's")
 	case c.SessionTTL < MinSessionTTL:
 		return fmt.Errorf("lease: config: SessionTTL %s is below the minimum %s", c.SessionTTL, MinSessionTTL)
 	case c.SafetyMargin <= 0 || c.SafetyMargin >= c.SessionTTL:
@@ -226,4 +247,10 @@ func (c Config) Validate() error {
 		seen[p] = true
 	}
 	return nil
+}
+
+// ledgerKeyIs reports whether l presents no holder key, or presents k.
+func ledgerKeyIs(l ledger.Ledger, k holderkey.Key) bool {
+	kl, ok := l.(holderkey.Keyed)
+	return !ok || kl.HolderKey().IsZero() || kl.HolderKey() == k
 }

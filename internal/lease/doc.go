@@ -8,8 +8,10 @@
 //
 // A Manager keeps one holder session per pool (Config.Pools) alive with
 // one loop each: the cost is per router, not per request. Holder ids are
-// "<HolderName>/<random>", fresh per Manager and after the ledger reports
-// the session expired. A KeepAlive that succeeds confirms the session as
+// "<HolderName>/<tag>.<nonce>", fresh per Manager and after the ledger
+// reports the session expired: tag is derived from Config.HolderKey, the
+// secret a reserver checks them against (internal/ledger/holderkey), and
+// the nonce is random. A KeepAlive that succeeds confirms the session as
 // of its local send time S (monotonic clock); without a later confirmation
 // the pool fences itself at S+SessionTTL-SafetyMargin, before the ledger
 // can expire the session by its own clock: every held lease's Done closes

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 	"github.com/leasehold/leasehold/internal/testutil/poll"
 	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
@@ -20,6 +21,7 @@ import (
 func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
 		cfg := fx.fastConfig()
+		cfg.HolderKey = holderkey.New()
 		m := newManager(t, cfg)
 		h := acquire(t, m, 100)
 		oldHolder := h.Lease().Holder
@@ -66,6 +68,11 @@ func TestSelfFenceWhenLedgerUnreachable(t *testing.T) {
 		st = m.Stats()
 		if st.Counters.ExpiredSessions == 1 && h2.Lease().Holder == oldHolder {
 			t.Errorf("holder %s reused after its session expired", oldHolder)
+		}
+		for _, h := range []ledger.HolderID{oldHolder, h2.Lease().Holder} {
+			if name, err := holderkey.Verify(h, cfg.HolderKey); err != nil || name != cfg.HolderName {
+				t.Errorf("holder %s: Verify = %q, %v; want it derived from Config.HolderKey under %q", h, name, err, cfg.HolderName)
+			}
 		}
 		if st.Counters.Recoveries+st.Counters.ExpiredSessions == 0 {
 			t.Errorf("neither a recovery nor a new incarnation was counted: %+v", st.Counters)

@@ -73,7 +73,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Block.Enabled() {
 		m.blocks = &blockSet{cfg: cfg.Block, keys: map[blockKey]*keyState{}}
 	}
-	suffix := newSuffix()
+	suffix := cfg.HolderKey.Suffix()
 	for _, id := range cfg.Pools {
 		p := newPoolState(id, holderID(cfg.HolderName, suffix))
 		m.pools[id] = p

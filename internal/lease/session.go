@@ -263,7 +263,7 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 	}
 	oldHolder := p.holder
 	p.gen++
-	p.holder = holderID(m.cfg.HolderName, newSuffix())
+	p.holder = holderID(m.cfg.HolderName, m.cfg.HolderKey.Suffix())
 	p.confirmedSend = time.Time{}
 	p.fenced = true
 	p.reassert = false

@@ -22,11 +22,15 @@ const EnvPrefix = "LEASEHOLD_"
 // Secret environment variables. Secrets come from the environment or from
 // files, never from a flag alone, and are never logged.
 const (
-	// EnvToken is the shared bearer token of routers and the reserver.
+	// EnvToken is the shared admin token: the reserver accepts it with
+	// every right, and the command-line clients (reserver audit, reserver
+	// drain) and a router send it. Give routers a router-role token instead.
 	EnvToken = "LEASEHOLD_TOKEN"
-	// EnvAdminTokens and EnvAuditTokens are comma-separated token lists.
-	EnvAdminTokens = "LEASEHOLD_ADMIN_TOKENS"
-	EnvAuditTokens = "LEASEHOLD_AUDIT_TOKENS"
+	// EnvAdminTokens, EnvRouterRoleTokens and EnvAuditTokens are
+	// comma-separated token lists.
+	EnvAdminTokens      = "LEASEHOLD_ADMIN_TOKENS"
+	EnvRouterRoleTokens = "LEASEHOLD_ROUTER_ROLE_TOKENS"
+	EnvAuditTokens      = "LEASEHOLD_AUDIT_TOKENS"
 )
 
 // Config is the reserver process's settings. Register the flags with
@@ -44,6 +48,11 @@ type Config struct {
 
 	// TokenFile, when set, holds the shared token instead of LEASEHOLD_TOKEN.
 	TokenFile string
+	// RouterRoleTokensFile holds router-role tokens, one per line: the
+	// router role under any name, each router confined to the holder ids
+	// of its own session by its holder key. They add to
+	// LEASEHOLD_ROUTER_ROLE_TOKENS. Optional.
+	RouterRoleTokensFile string
 	// RouterTokensFile holds per-router tokens, "NAME: TOKEN" per line.
 	RouterTokensFile string
 	// AdminTokensFile and AuditTokensFile hold one token per line; they add
@@ -90,9 +99,10 @@ type Config struct {
 	LogLevel string
 
 	// Secrets, from LoadSecrets.
-	Token       string
-	AdminTokens []string
-	AuditTokens []string
+	Token            string
+	AdminTokens      []string
+	RouterRoleTokens []string
+	AuditTokens      []string
 	// RouterTokens maps router names to their tokens.
 	RouterTokens map[string]string
 }
@@ -121,6 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "gRPC ledger service listen address")
 	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "HTTP listen address (/metrics, /healthz, /readyz, /v1/audit, /)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the shared token (else env "+EnvToken+")")
+	fs.StringVar(&c.RouterRoleTokensFile, "router-role-tokens-file", c.RouterRoleTokensFile, "router-role tokens, one per line: any router name, confined to its own session's holders (also env "+EnvRouterRoleTokens+", comma-separated)")
 	fs.StringVar(&c.RouterTokensFile, "router-tokens-file", c.RouterTokensFile, `per-router tokens, one "NAME: TOKEN" per line`)
 	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "admin tokens, one per line (also env "+EnvAdminTokens+", comma-separated)")
 	fs.StringVar(&c.AuditTokensFile, "audit-tokens-file", c.AuditTokensFile, "read-only audit tokens, one per line (also env "+EnvAuditTokens+", comma-separated)")
@@ -167,10 +178,15 @@ func (c *Config) LoadSecrets(lookup func(string) (string, bool)) error {
 		c.Token = toks[0]
 	}
 	c.AdminTokens, c.AuditTokens = splitList(lookup, EnvAdminTokens), splitList(lookup, EnvAuditTokens)
+	c.RouterRoleTokens = splitList(lookup, EnvRouterRoleTokens)
 	for _, f := range []struct {
 		flag, path string
 		dst        *[]string
-	}{{"--admin-tokens-file", c.AdminTokensFile, &c.AdminTokens}, {"--audit-tokens-file", c.AuditTokensFile, &c.AuditTokens}} {
+	}{
+		{"--admin-tokens-file", c.AdminTokensFile, &c.AdminTokens},
+		{"--router-role-tokens-file", c.RouterRoleTokensFile, &c.RouterRoleTokens},
+		{"--audit-tokens-file", c.AuditTokensFile, &c.AuditTokens},
+	} {
 		if f.path == "" {
 			continue
 		}
@@ -246,7 +262,7 @@ func readTokens(path string) ([]string, error) {
 // the transport verify client certificates.
 func (c *Config) RPCConfig() rpc.Config {
 	return rpc.Config{
-		Token: c.Token, AdminTokens: c.AdminTokens, RouterTokens: c.RouterTokens, AuditTokens: c.AuditTokens,
+		Token: c.Token, AdminTokens: c.AdminTokens, RouterRoleTokens: c.RouterRoleTokens, RouterTokens: c.RouterTokens, AuditTokens: c.AuditTokens,
 		ClientCerts: c.TLSClientCAFile != "", AdminIdentities: c.AdminIdentities, AuditIdentities: c.AuditIdentities,
 	}
 }

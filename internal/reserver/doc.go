@@ -48,9 +48,9 @@
 //	GET /v1/audit    audit.Report as JSON; ?pool=&engine=&holder=&tenant=
 //	GET /            the same report as an HTML page, refreshed by a meta tag
 //
-// The audit needs a token — the shared LEASEHOLD_TOKEN, an admin, router
-// or audit token — as "Authorization: Bearer <token>" (or as the password
-// of HTTP Basic auth, for browsers). With no token configured it is served
+// The audit needs a token — the shared LEASEHOLD_TOKEN, an admin,
+// router-role, per-router or audit token — as "Authorization: Bearer
+// <token>" (or as the password of HTTP Basic auth, for browsers). With no token configured it is served
 // to loopback clients only. HTTP does not ask for client certificates, so
 // a reserver authenticating gRPC callers by mTLS alone
 // (--tls-client-ca-file, no token) still serves its audit to loopback only.
@@ -62,7 +62,10 @@
 // client certificate's first DNS SAN (else CommonName) is the router of
 // that name, or an admin or audit principal when listed in
 // --admin-identities or --audit-identities; with neither tokens nor a
-// client CA, loopback clients only.
+// client CA, loopback clients only. A router — router-role token
+// (LEASEHOLD_ROUTER_ROLE_TOKENS, --router-role-tokens-file), per-router
+// token or certificate — acts only for the holder ids derived from the
+// holder key its call presents, and calls no admin method.
 //
 // # Hazards
 //

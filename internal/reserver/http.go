@@ -139,7 +139,8 @@ func (r *Reserver) auditJSON(w http.ResponseWriter, req *http.Request) {
 }
 
 // httpAuth checks the audit endpoints' callers: any configured token (the
-// shared, an admin, a router or an audit token; all may read) as
+// shared, an admin, a router-role, a per-router or an audit token; all may
+// read) as
 // "Authorization: Bearer <token>", or as the password of HTTP Basic auth so
 // that a browser can open the page. With no token configured only loopback
 // clients are served. Tokens are kept as SHA-256 digests and compared in
@@ -157,6 +158,9 @@ func newHTTPAuth(c rpc.Config) *httpAuth {
 	}
 	add(c.Token)
 	for _, t := range c.AdminTokens {
+		add(t)
+	}
+	for _, t := range c.RouterRoleTokens {
 		add(t)
 	}
 	for _, t := range c.RouterTokens {

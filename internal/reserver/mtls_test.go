@@ -35,10 +35,12 @@ func TestMTLSWithoutToken(t *testing.T) {
 	}
 	ctx := t.Context()
 	a := dialCert("router-a")
-	keepAlive(t, a, "router-a/x", 10*time.Second)
-	acquire(t, a, "router-a/x", "r1", "gpu-0", 1000)
-	if _, err := a.KeepAlive(ctx, "llama", "router-b/x", time.Second); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("KeepAlive for router-b/x as router-a = %v, want PermissionDenied", err)
+	// Holder ids of a router are derived from the key its connection sends.
+	own := ledger.HolderID("router-a/" + a.HolderKey().Suffix())
+	keepAlive(t, a, own, 10*time.Second)
+	acquire(t, a, own, "r1", "gpu-0", 1000)
+	if _, err := a.KeepAlive(ctx, "llama", ledger.HolderID("router-b/"+a.HolderKey().Suffix()), time.Second); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("KeepAlive for router-b as router-a = %v, want PermissionDenied", err)
 	}
 	spec := ledger.PoolSpec{Name: "other", Engines: []ledger.EngineSpec{{ID: "e", KVTokens: 10, Slots: 1}}}
 	if _, err := a.Configure(ctx, spec); status.Code(err) != codes.PermissionDenied {

@@ -479,6 +479,9 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		"LEASEHOLD_TOKEN_FILE":         tokFile,
 		"LEASEHOLD_AUDIT_TOKENS_FILE":  auditFile,
 		"LEASEHOLD_ADMIN_TOKENS":       "admin-1, admin-2",
+		"LEASEHOLD_ROUTER_ROLE_TOKENS": "router-1",
+		// --router-role-tokens-file adds to LEASEHOLD_ROUTER_ROLE_TOKENS.
+		"LEASEHOLD_ROUTER_ROLE_TOKENS_FILE": writeFile(t, dir, "routers", "router-2\n# next\nrouter-3\n"),
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -486,6 +489,9 @@ func TestParseServeFlagsEnv(t *testing.T) {
 	if cfg.FleetFile != "fleet.yaml" || cfg.GRPCListen != "127.0.0.1:9999" || cfg.HTTPListen != "127.0.0.1:2222" ||
 		cfg.ReconcileInterval != 3*time.Second || cfg.Token != sharedToken || len(cfg.AuditTokens) != 1 || len(cfg.AdminTokens) != 2 {
 		t.Errorf("config = %+v", cfg)
+	}
+	if got, want := strings.Join(cfg.RPCConfig().RouterRoleTokens, "|"), "router-1|router-2|router-3"; got != want {
+		t.Errorf("router-role tokens = %q, want %q", got, want)
 	}
 	for _, c := range []struct {
 		name string
@@ -496,6 +502,8 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		{"bad env duration", nil, map[string]string{"LEASEHOLD_CONFIG": "f", "LEASEHOLD_SWEEP_INTERVAL": "soon"}, "LEASEHOLD_SWEEP_INTERVAL"},
 		{"half TLS", []string{"--config", "f", "--tls-cert-file", "c"}, nil, "--tls-key-file"},
 		{"token twice", []string{"--config", "f"}, map[string]string{"LEASEHOLD_TOKEN": "a", "LEASEHOLD_AUDIT_TOKENS": "a"}, "same token"},
+		{"admin token as router-role token", []string{"--config", "f"}, map[string]string{"LEASEHOLD_TOKEN": "a", "LEASEHOLD_ROUTER_ROLE_TOKENS": "a"}, "router_role_tokens[0] is the same token"},
+		{"missing router-role tokens file", []string{"--config", "f", "--router-role-tokens-file", "/nonexistent/routers"}, nil, "--router-role-tokens-file"},
 		{"missing config", nil, nil, "--config"},
 		{"identities without client CA", []string{"--config", "f", "--admin-identities", "ops"}, nil, "need --tls-client-ca-file"},
 	} {

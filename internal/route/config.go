@@ -212,7 +212,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LedgerServerName, "ledger-server-name", c.LedgerServerName, "grpc:// ledger: name checked in the reserver's certificate (default: the --ledger host)")
 	fs.StringVar(&c.FleetFile, "config", c.FleetFile, "fleet file (YAML); required")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
-	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<random>); required")
+	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<key tag>.<random>); required")
 	fs.StringVar(&c.Admission, "admission", c.Admission, "ledger, or local: the over-admitting BASELINE of today's routers, for comparison only")
 	fs.BoolVar(&c.Overcommit, "overcommit", c.Overcommit, "retired: elastic pools (the fleet file's pools[].reserve, the default) reserve the learned completion length and grow")
 	fs.Float64Var(&c.ReserveQuantile, "reserve-quantile", c.ReserveQuantile, "elastic pools: the completion-length quantile a lease reserves before it grows, in (0, 1)")
@@ -287,8 +287,8 @@ func (c *Config) Validate() error {
 		bad("--admission = %q: want ledger or local", c.Admission)
 	}
 	c.validateLedgerTLS(bad)
-	if c.ID == "" || len(c.ID) > ledger.MaxIDLen-17 || strings.ContainsAny(c.ID, " \t\r\n") {
-		bad("--id = %q: required, 1..%d bytes, no spaces", c.ID, ledger.MaxIDLen-17)
+	if c.ID == "" || len(c.ID) > lease.MaxHolderNameLen || strings.ContainsAny(c.ID, " \t\r\n") {
+		bad("--id = %q: required, 1..%d bytes, no spaces", c.ID, lease.MaxHolderNameLen)
 	}
 	if c.Listen == "" {
 		bad("--listen: must not be empty")

@@ -15,6 +15,16 @@
 // ledger.ErrPermissionDenied (the token may not make this call, or not for
 // this holder; or the reserver has no token and serves loopback only).
 //
+// # Holder key
+//
+// Every Ledger has a holder key (Options.HolderKey, else a fresh one drawn
+// by Dial; package holderkey), sent as metadata holderkey.MetadataKey with
+// the holder-scoped calls only (KeepAlive, Acquire, Renew, Resize, Grow,
+// Release, Reassert). A reserver lets a router credential act only for
+// holder ids derived from the key its call presents, so a caller that
+// makes its own holder ids must derive them from Ledger.HolderKey (a
+// lease.Manager on the Ledger does); an admin credential needs none.
+//
 // # What it does not do
 //
 // It does not retry. An error that matches no sentinel (connection refused,
@@ -32,9 +42,9 @@
 //
 // # Hazards
 //
-// Without TLS the bearer token crosses the network in the clear; set
-// Options.CAFile (and CertFile/KeyFile for mTLS) wherever the path is not
-// trusted. With mTLS the client certificate alone can authenticate a router
+// Without TLS the bearer token and the holder key cross the network in the
+// clear; set Options.CAFile (and CertFile/KeyFile for mTLS) wherever the
+// path is not trusted. With mTLS the client certificate alone can authenticate a router
 // (the reserver's rpc package), so no token need be sent at all. Identifiers must be valid UTF-8 to cross the wire (protobuf
 // strings); others fail with ledger.ErrInvalidArgument.
 package remote

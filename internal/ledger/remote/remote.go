@@ -22,6 +22,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
@@ -87,6 +88,13 @@ type Options struct {
 	// DialOptions are appended to the ones Dial builds (interceptors,
 	// keepalive parameters, a custom dialer).
 	DialOptions []grpc.DialOption
+	// HolderKey is sent with every holder-scoped call (KeepAlive, Acquire,
+	// Renew, Resize, Grow, Release, Reassert) as metadata
+	// holderkey.MetadataKey: a reserver lets a router credential act only
+	// for holder ids derived from it. Zero (the default) means a fresh
+	// one, drawn by Dial; Ledger.HolderKey returns it, and a lease.Manager
+	// on the Ledger derives its holder ids from it. Never logged.
+	HolderKey holderkey.Key
 }
 
 // Ledger is a ledger.Ledger served by a remote reserver. It is safe for
@@ -94,10 +102,14 @@ type Options struct {
 type Ledger struct {
 	conn   *grpc.ClientConn
 	c      pb.LedgerClient
+	key    holderkey.Key
 	closed atomic.Bool
 }
 
-var _ ledger.Ledger = (*Ledger)(nil)
+var (
+	_ ledger.Ledger   = (*Ledger)(nil)
+	_ holderkey.Keyed = (*Ledger)(nil)
+)
 
 // ParseTarget returns host:port from a "grpc://host:port" URL.
 func ParseTarget(target string) (string, error) {
@@ -141,13 +153,23 @@ func Dial(target string, opts Options) (*Ledger, error) {
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearerToken(opts.Token)))
 	}
+	key := opts.HolderKey
+	if key.IsZero() {
+		key = holderkey.New()
+	}
+	dopts = append(dopts, grpc.WithPerRPCCredentials(holderKeyCreds(key.Encode())))
 	dopts = append(dopts, opts.DialOptions...)
 	conn, err := grpc.NewClient("dns:///"+addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("remote: dial %s: %w", target, err)
 	}
-	return &Ledger{conn: conn, c: pb.NewLedgerClient(conn)}, nil
+	return &Ledger{conn: conn, c: pb.NewLedgerClient(conn), key: key}, nil
 }
+
+// HolderKey returns the key sent with holder-scoped calls
+// (Options.HolderKey, or the one Dial drew). Holder ids a router credential
+// uses through this Ledger must be derived from it.
+func (l *Ledger) HolderKey() holderkey.Key { return l.key }
 
 func transportCredentials(addr string, o Options) (credentials.TransportCredentials, error) {
 	if !o.TLS && o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" {
@@ -221,6 +243,31 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 
 func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// holderMethods are the holder-scoped methods, the only ones that carry
+// the holder key.
+var holderMethods = map[string]bool{
+	pb.Ledger_KeepAlive_FullMethodName: true, pb.Ledger_Acquire_FullMethodName: true,
+	pb.Ledger_Renew_FullMethodName: true, pb.Ledger_Resize_FullMethodName: true,
+	pb.Ledger_Grow_FullMethodName: true, pb.Ledger_Release_FullMethodName: true,
+	pb.Ledger_Reassert_FullMethodName: true,
+}
+
+// holderKeyCreds sends the encoded holder key as metadata
+// holderkey.MetadataKey with holder-scoped calls only. As call
+// credentials it is added below the interceptors, so a logging
+// interceptor in Options.DialOptions never sees it. Plaintext is allowed,
+// like bearerToken.
+type holderKeyCreds string
+
+func (k holderKeyCreds) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	if ri, ok := credentials.RequestInfoFromContext(ctx); !ok || !holderMethods[ri.Method] {
+		return nil, nil
+	}
+	return map[string]string{holderkey.MetadataKey: string(k)}, nil
+}
+
+func (holderKeyCreds) RequireTransportSecurity() bool { return false }
 
 // Close closes the connection. It does not close the reserver's ledger nor
 // release any lease.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 )
 
@@ -38,8 +39,10 @@ const (
 
 // principal is an authenticated caller.
 type principal struct {
-	role   role
-	router string // for roleRouter
+	role role
+	// router is a named router's name (per-router token, certificate
+	// identity); "" for a router token, which may use any name.
+	router string
 }
 
 // credential is one configured token, kept only as its SHA-256 digest so
@@ -81,6 +84,9 @@ func newAuthenticator(c Config) *authenticator {
 	}
 	for name, t := range c.RouterTokens {
 		add(t, principal{role: roleRouter, router: name})
+	}
+	for _, t := range c.RouterRoleTokens {
+		add(t, principal{role: roleRouter})
 	}
 	for _, t := range c.AuditTokens {
 		add(t, principal{role: roleAudit})
@@ -225,23 +231,57 @@ func isLoopback(addr net.Addr) bool {
 }
 
 // authorize checks that p may make a call needing acc; holder is the holder
-// id the call acts for (accessHolder only).
-func authorize(p principal, method string, acc access, holder ledger.HolderID) *status.Status {
+// id the call acts for (accessHolder only). A router must also prove that
+// holder is its session's own: ctx carries the holder key it was derived
+// from (routerHolder).
+func authorize(ctx context.Context, p principal, method string, acc access, holder ledger.HolderID) *status.Status {
 	switch {
 	case p.role == roleAdmin:
 		return nil
 	case acc == accessRead:
 		return nil
 	case acc == accessHolder && p.role == roleRouter:
-		h := string(holder)
-		if h == p.router || strings.HasPrefix(h, p.router+"/") {
-			return nil
-		}
-		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf(
-			"reserver: %s: router %q may act only for holder %q or %q, not %q", method, p.router, p.router, p.router+"/...", h))
+		return routerHolder(ctx, p, method, holder)
 	case acc == accessHolder:
 		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s: an audit token or identity may only read (Pools, List, Stats)", method))
 	default:
 		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s needs the shared (LEASEHOLD_TOKEN) or an admin token, or an admin certificate identity", method))
 	}
+}
+
+// routerHolder checks that router p may act for holder: the call presents
+// a holder key (metadata holderkey.MetadataKey), holder is "NAME/SUFFIX"
+// with SUFFIX derived from that key (holderkey.Verify: constant-time),
+// and, for a named router, NAME is its name. The key is a secret of the
+// router's session and holder ids are public, so a router credential,
+// even one shared by many routers, reaches only its own session's leases.
+// Messages quote the holder id, never the key.
+func routerHolder(ctx context.Context, p principal, method string, holder ledger.HolderID) *status.Status {
+	who := "a router token"
+	if p.router != "" {
+		who = fmt.Sprintf("router %q", p.router)
+	}
+	refuse := func(format string, args ...any) *status.Status {
+		return wire.AuthStatus(wire.ReasonForbidden, fmt.Sprintf("reserver: %s: %s ", method, who)+fmt.Sprintf(format, args...))
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(holderkey.MetadataKey)
+	if len(vals) == 0 {
+		return refuse("sent no holder key (metadata %q): a router may act only for the holder ids of its own session, derived from the key it sends (the grpc:// ledger backend sends it)", holderkey.MetadataKey)
+	}
+	if len(vals) != 1 {
+		return refuse("sent %d holder keys (metadata %q); send exactly one", len(vals), holderkey.MetadataKey)
+	}
+	key, err := holderkey.Parse(vals[0])
+	if err != nil {
+		return refuse("sent a malformed holder key: %v", err)
+	}
+	name, err := holderkey.Verify(holder, key)
+	if err != nil {
+		return refuse("may act only for holder ids derived from the holder key it sends, and holder %q is not (another session's holder, or not NAME/<key tag>...)", holder)
+	}
+	if p.router != "" && name != p.router {
+		return refuse("may act only for holder ids %q, not %q", p.router+"/<key tag>...", holder)
+	}
+	return nil
 }

@@ -77,7 +77,14 @@ func calls(c ledger.Ledger, holder ledger.HolderID, lease ledger.Lease) map[stri
 	}
 }
 
-// fixture serves a configured pool where router-b/1 holds one lease.
+// holderOf is a holder id of name derived from c's holder key, as a
+// lease.Manager on c makes them.
+func holderOf(c *remote.Ledger, name string) ledger.HolderID {
+	return ledger.HolderID(name + "/" + c.HolderKey().Suffix())
+}
+
+// fixture serves a configured pool where router-b holds one lease, under a
+// holder derived from its client's key.
 func fixture(t *testing.T) (*memory.Ledger, string, ledger.Lease) {
 	t.Helper()
 	l, url := serve(t, authConfig(), "127.0.0.1:0")
@@ -86,10 +93,11 @@ func fixture(t *testing.T) (*memory.Ledger, string, ledger.Lease) {
 	if _, err := client(t, url, sharedToken).Configure(ctx, spec); err != nil {
 		t.Fatalf("Configure with the shared token: %v", err)
 	}
-	if _, err := b.KeepAlive(ctx, "p", "router-b/1", time.Minute); err != nil {
+	hb := holderOf(b, "router-b")
+	if _, err := b.KeepAlive(ctx, "p", hb, time.Minute); err != nil {
 		t.Fatalf("KeepAlive with router-b's token: %v", err)
 	}
-	g, err := b.Acquire(ctx, acquireReq("router-b/1", "b-1"))
+	g, err := b.Acquire(ctx, acquireReq(hb, "b-1"))
 	if err != nil {
 		t.Fatalf("Acquire with router-b's token: %v", err)
 	}
@@ -135,7 +143,7 @@ func TestUnauthenticated(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := client(t, url, tc.token)
-			for name, call := range calls(c, "router-b/1", lease) {
+			for name, call := range calls(c, lease.Holder, lease) {
 				err := call(t.Context())
 				wantCode(t, name, err, codes.Unauthenticated, remote.ErrUnauthenticated)
 				if tc.token != "" && strings.Contains(fmt.Sprint(err), tc.token) {
@@ -152,10 +160,15 @@ func TestUnauthenticated(t *testing.T) {
 func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	l, url, lease := fixture(t)
 	a := client(t, url, tokA)
+	ha := holderOf(a, "router-a")
+	// Another client with router-a's token: another session of router-a.
+	a2 := client(t, url, tokA)
 	before := state(t, l)
-	// router-a acting for router-b's holder, or for a holder that merely
-	// starts with "router-a", is refused before the ledger sees the call.
-	for _, holder := range []ledger.HolderID{"router-b/1", "router-b", "router-ab", "router-ab/1", "router", ""} {
+	// router-a acting for router-b's holder, for a holder that merely starts
+	// with "router-a", or for a router-a holder its key did not derive, is
+	// refused before the ledger sees the call.
+	for _, holder := range []ledger.HolderID{lease.Holder, "router-b", "router-ab", ledger.HolderID("router-ab/" + a.HolderKey().Suffix()),
+		"router", "", "router-a", "router-a/1", holderOf(a2, "router-a")} {
 		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Grow", "Release", "Reassert"} {
 			err := calls(a, holder, lease)[name](t.Context())
 			wantCode(t, fmt.Sprintf("%s for holder %q with router-a's token", name, holder), err, codes.PermissionDenied, ledger.ErrPermissionDenied)
@@ -163,7 +176,7 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 	}
 	// Admin methods are refused too.
 	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
-		err := calls(a, "router-a", lease)[name](t.Context())
+		err := calls(a, ha, lease)[name](t.Context())
 		wantCode(t, name+" with a router token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}
 	if after := state(t, l); after != before {
@@ -172,32 +185,30 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 
 	// router-a naming its own holder on router-b's lease: the ledger refuses.
 	ctx := t.Context()
-	if _, err := a.KeepAlive(ctx, "p", "router-a/1", time.Minute); err != nil {
-		t.Fatalf("KeepAlive for router-a/1: %v", err)
+	if _, err := a.KeepAlive(ctx, "p", ha, time.Minute); err != nil {
+		t.Fatalf("KeepAlive for its own holder: %v", err)
 	}
 	before = state(t, l)
 	ref := lease.Ref()
-	ref.Holder = "router-a/1"
+	ref.Holder = ha
 	_, err := a.Release(ctx, ref, ledger.Usage{})
-	wantCode(t, "Release of router-b's lease as router-a/1", err, codes.PermissionDenied, ledger.ErrNotHolder)
+	wantCode(t, "Release of router-b's lease as router-a's holder", err, codes.PermissionDenied, ledger.ErrNotHolder)
 	if errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("ErrNotHolder also matches ErrPermissionDenied; want the two told apart")
 	}
 	_, err = a.Grow(ctx, ref, lease.KVTokens+50)
-	wantCode(t, "Grow of router-b's lease as router-a/1", err, codes.PermissionDenied, ledger.ErrNotHolder)
+	wantCode(t, "Grow of router-b's lease as router-a's holder", err, codes.PermissionDenied, ledger.ErrNotHolder)
 	if after := state(t, l); after != before {
 		t.Errorf("a refused release and growth changed the ledger:\n got %s\nwant %s", after, before)
 	}
 
-	// Its own holders work, with or without a suffix, and reads are allowed.
-	for _, h := range []ledger.HolderID{"router-a", "router-a/2"} {
-		if _, err := a.KeepAlive(ctx, "p", h, time.Minute); err != nil {
-			t.Errorf("KeepAlive(%s) with router-a's token: %v", h, err)
-		}
+	// Its own holders work (any nonce of its key), and reads are allowed.
+	if _, err := a.KeepAlive(ctx, "p", holderOf(a, "router-a"), time.Minute); err != nil {
+		t.Errorf("KeepAlive for another incarnation of its own: %v", err)
 	}
-	g, err := a.Acquire(ctx, acquireReq("router-a/1", "a-1"))
+	g, err := a.Acquire(ctx, acquireReq(ha, "a-1"))
 	if err != nil {
-		t.Fatalf("Acquire for router-a/1: %v", err)
+		t.Fatalf("Acquire for its own holder: %v", err)
 	}
 	if rn, err := a.Grow(ctx, g.Lease.Ref(), g.Lease.KVTokens+50); err != nil || rn.Lease.KVTokens != g.Lease.KVTokens+50 {
 		t.Errorf("Grow of its own lease = %d kv_tokens, %v; want %d", rn.Lease.KVTokens, err, g.Lease.KVTokens+50)
@@ -206,7 +217,7 @@ func TestRouterTokenOwnHoldersOnly(t *testing.T) {
 		t.Errorf("Release of its own lease: %v", err)
 	}
 	for _, name := range []string{"Pools", "List", "Stats"} {
-		if err := calls(a, "router-a", lease)[name](ctx); err != nil {
+		if err := calls(a, ha, lease)[name](ctx); err != nil {
 			t.Errorf("%s with a router token: %v", name, err)
 		}
 	}
@@ -216,7 +227,7 @@ func TestAuditTokenReadOnly(t *testing.T) {
 	l, url, lease := fixture(t)
 	c := client(t, url, auditToken)
 	before := state(t, l)
-	for name, call := range calls(c, "router-b/1", lease) {
+	for name, call := range calls(c, lease.Holder, lease) {
 		err := call(t.Context())
 		switch name {
 		case "Pools", "List", "Stats":

@@ -17,14 +17,20 @@ type Config struct {
 	// minute (peer address, who it was taken for, why; never a token).
 	// Nil discards them.
 	Logger *slog.Logger
-	// Token is the shared router token (env LEASEHOLD_TOKEN). It may do
-	// everything, including the admin methods. Optional.
+	// Token is the shared admin token (env LEASEHOLD_TOKEN). It may do
+	// everything, including the admin methods: give it to the reserver and
+	// the operator's tools, not to routers. Optional.
 	Token string
 	// AdminTokens may do everything, like Token. Optional.
 	AdminTokens []string
-	// RouterTokens maps a router name to its own token, which may act only on
-	// holder ids equal to the name or starting with name + "/". Load them
-	// with LoadRouterTokens. Optional.
+	// RouterRoleTokens have the router role under any router name, so that
+	// identical replicas (a Kubernetes Deployment) can share one: they may
+	// read and act for holder ids derived from the holder key each call
+	// presents (package holderkey), never call an admin method. Optional.
+	RouterRoleTokens []string
+	// RouterTokens maps a router name to its own token, which may act only
+	// for holder ids "NAME/..." derived from the holder key the call
+	// presents. Load them with LoadRouterTokens. Optional.
 	RouterTokens map[string]string
 	// AuditTokens may only read (Pools, List, Stats). Optional.
 	AuditTokens []string
@@ -50,7 +56,7 @@ type Config struct {
 
 // hasTokens reports whether any bearer token is configured.
 func (c Config) hasTokens() bool {
-	return c.Token != "" || len(c.AdminTokens) > 0 || len(c.RouterTokens) > 0 || len(c.AuditTokens) > 0
+	return c.Token != "" || len(c.AdminTokens) > 0 || len(c.RouterRoleTokens) > 0 || len(c.RouterTokens) > 0 || len(c.AuditTokens) > 0
 }
 
 // Validate rejects empty tokens, a token given to two principals, router
@@ -79,6 +85,11 @@ func (c Config) Validate() error {
 	}
 	for i, t := range c.AdminTokens {
 		if err := add(fmt.Sprintf("admin_tokens[%d]", i), t); err != nil {
+			return err
+		}
+	}
+	for i, t := range c.RouterRoleTokens {
+		if err := add(fmt.Sprintf("router_role_tokens[%d]", i), t); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 )
 
 func ledgerHolder(h string) ledger.HolderID { return ledger.HolderID(h) }
@@ -27,7 +28,9 @@ func TestConfigValidate(t *testing.T) {
 		cfg        Config
 	}{
 		{"zero is loopback only", "", Config{}},
-		{"all roles", "", Config{Token: "a", AdminTokens: []string{"b"}, RouterTokens: map[string]string{"r": "c"}, AuditTokens: []string{"d"}}},
+		{"all roles", "", Config{Token: "a", AdminTokens: []string{"b"}, RouterRoleTokens: []string{"e"}, RouterTokens: map[string]string{"r": "c"}, AuditTokens: []string{"d"}}},
+		{"empty router role token", "router_role_tokens[0] is empty", Config{RouterRoleTokens: []string{""}}},
+		{"admin token as router role token", "router_role_tokens[0] is the same token as token (LEASEHOLD_TOKEN)", Config{Token: "a", RouterRoleTokens: []string{"a"}}},
 		{"empty admin token", "admin_tokens[0] is empty", Config{AdminTokens: []string{""}}},
 		{"empty router token", "router_tokens[r] is empty", Config{RouterTokens: map[string]string{"r": ""}}},
 		{"shared reused", "same token as token (LEASEHOLD_TOKEN)", Config{Token: "a", AuditTokens: []string{"a"}}},
@@ -102,7 +105,7 @@ func TestAuthenticate(t *testing.T) {
 	v6loop := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv6loopback, Port: 1}}
 	unix := &peer.Peer{Addr: &net.UnixAddr{Name: "/run/reserver.sock", Net: "unix"}}
 	none := newAuthenticator(Config{})
-	with := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, AuditTokens: []string{"au"}})
+	with := newAuthenticator(Config{Token: "s", RouterTokens: map[string]string{"r": "rt"}, RouterRoleTokens: []string{"any"}, AuditTokens: []string{"au"}})
 	runAuthCases(t, []authCase{
 		{"no token, loopback v4", none, incoming(loop), codes.OK, principal{role: roleAdmin}},
 		{"no token, loopback v6", none, incoming(v6loop), codes.OK, principal{role: roleAdmin}},
@@ -114,6 +117,7 @@ func TestAuthenticate(t *testing.T) {
 		{"shared", with, incoming(remote, "Bearer s"), codes.OK, principal{role: roleAdmin}},
 		{"lower-case scheme", with, incoming(remote, "bearer s"), codes.OK, principal{role: roleAdmin}},
 		{"router", with, incoming(remote, "Bearer rt"), codes.OK, principal{role: roleRouter, router: "r"}},
+		{"router token", with, incoming(remote, "Bearer any"), codes.OK, principal{role: roleRouter}},
 		{"audit", with, incoming(remote, "Bearer au"), codes.OK, principal{role: roleAudit}},
 		{"basic scheme", with, incoming(remote, "Basic s"), codes.Unauthenticated, principal{}},
 		{"bare token", with, incoming(remote, "s"), codes.Unauthenticated, principal{}},
@@ -200,30 +204,64 @@ func TestAuthenticateClientCert(t *testing.T) {
 
 func TestAuthorize(t *testing.T) {
 	admin, router, audit := principal{role: roleAdmin}, principal{role: roleRouter, router: "r"}, principal{role: roleAudit}
+	anyRouter := principal{role: roleRouter}
+	k, other := holderkey.New(), holderkey.New()
+	own := "r/" + k.Suffix()
+	withKey := func(vals ...string) context.Context {
+		md := metadata.MD{}
+		for _, v := range vals {
+			md.Append(holderkey.MetadataKey, v)
+		}
+		return metadata.NewIncomingContext(context.Background(), md)
+	}
+	kctx, none := withKey(k.Encode()), context.Background()
 	for _, tc := range []struct {
 		name   string
 		p      principal
+		ctx    context.Context
 		acc    access
 		holder string
-		ok     bool
+		want   string // "" allowed, else a part of the PermissionDenied message
 	}{
-		{"admin admin", admin, accessAdmin, "", true},
-		{"admin any holder", admin, accessHolder, "x/1", true},
-		{"router own name", router, accessHolder, "r", true},
-		{"router own prefix", router, accessHolder, "r/1/2", true},
-		{"router other", router, accessHolder, "s/1", false},
-		{"router name prefix only", router, accessHolder, "rr/1", false},
-		{"router empty holder", router, accessHolder, "", false},
-		{"router read", router, accessRead, "", true},
-		{"router admin", router, accessAdmin, "", false},
-		{"audit read", audit, accessRead, "", true},
-		{"audit holder", audit, accessHolder, "r", false},
-		{"audit admin", audit, accessAdmin, "", false},
+		{"admin admin", admin, none, accessAdmin, "", ""},
+		{"admin any holder without a key", admin, none, accessHolder, "x/1", ""},
+		{"router own holder", router, kctx, accessHolder, own, ""},
+		{"router own tag, another nonce", router, kctx, accessHolder, "r/" + k.Suffix(), ""},
+		{"router own holder, key in upper case", router, withKey(strings.ToUpper(k.Encode())), accessHolder, own, ""},
+		{"router no key", router, none, accessHolder, own, "sent no holder key"},
+		{"router two keys", router, withKey(k.Encode(), k.Encode()), accessHolder, own, "sent 2 holder keys"},
+		{"router malformed key", router, withKey("abc"), accessHolder, own, "malformed holder key"},
+		{"router wrong key", router, withKey(other.Encode()), accessHolder, own, "is not"},
+		{"router other router's holder", router, kctx, accessHolder, "s/" + other.Suffix(), "is not"},
+		{"router wrong prefix, own key", router, kctx, accessHolder, "s/" + k.Suffix(), `not "s/`},
+		{"router name prefix only", router, kctx, accessHolder, "rr/" + k.Suffix(), `not "rr/`},
+		{"router nested name", router, kctx, accessHolder, "r/x/" + k.Suffix(), `not "r/x/`},
+		{"router bare name", router, kctx, accessHolder, "r", "is not"},
+		{"router random suffix", router, kctx, accessHolder, "r/0123456789abcdef", "is not"},
+		{"router empty holder", router, kctx, accessHolder, "", "is not"},
+		{"router read", router, none, accessRead, "", ""},
+		{"router admin", router, kctx, accessAdmin, "", "needs the shared"},
+		{"router token any name", anyRouter, kctx, accessHolder, "whoever/" + k.Suffix(), ""},
+		{"router token no key", anyRouter, none, accessHolder, "whoever/" + k.Suffix(), "sent no holder key"},
+		{"router token other session", anyRouter, kctx, accessHolder, "whoever/" + other.Suffix(), "is not"},
+		{"router token admin", anyRouter, kctx, accessAdmin, "", "needs the shared"},
+		{"audit read", audit, none, accessRead, "", ""},
+		{"audit holder with a key", audit, kctx, accessHolder, own, "may only read"},
+		{"audit admin", audit, none, accessAdmin, "", "needs the shared"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := authorize(tc.p, "M", tc.acc, ledgerHolder(tc.holder))
-			if (st == nil) != tc.ok || (st != nil && st.Code() != codes.PermissionDenied) {
-				t.Fatalf("authorize = %v, want allowed=%v (else PermissionDenied)", st.Err(), tc.ok)
+			st := authorize(tc.ctx, tc.p, "M", tc.acc, ledgerHolder(tc.holder))
+			if tc.want == "" {
+				if st != nil {
+					t.Fatalf("authorize = %v, want allowed", st.Err())
+				}
+				return
+			}
+			if st == nil || st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), tc.want) {
+				t.Fatalf("authorize = %v, want PermissionDenied containing %q", st.Err(), tc.want)
+			}
+			if strings.Contains(strings.ToLower(st.Message()), k.Encode()) {
+				t.Errorf("message %q contains the key", st.Message())
 			}
 		})
 	}

@@ -26,33 +26,49 @@
 //
 // # Authorization
 //
-//	principal                                         may call
-//	shared token (LEASEHOLD_TOKEN), admin token,      every method, any holder
-//	  admin certificate identity
-//	router NAME: its per-router token, or a           KeepAlive, Acquire, Renew, Resize, Grow,
-//	  certificate whose identity is NAME              Release, Reassert for holder NAME or NAME/...;
-//	                                                  Pools, List, Stats
-//	audit token, audit certificate identity           Pools, List, Stats
+//	principal                                   may call
+//	admin: shared token (LEASEHOLD_TOKEN),      every method, any holder, no holder key needed
+//	  admin token, admin certificate identity
+//	router, any name: router-role token         KeepAlive, Acquire, Renew, Resize, Grow, Release,
+//	  (Config.RouterRoleTokens)                 Reassert for a holder NAME/SUFFIX (any NAME) whose
+//	                                            SUFFIX is derived from the holder key the call
+//	                                            presents; Pools, List, Stats
+//	router NAME: its per-router token, or a     the same, with NAME its own name;
+//	  certificate whose identity is NAME        Pools, List, Stats
+//	audit token, audit certificate identity     Pools, List, Stats
 //
 // Configure, SetDraining, Observe and Sweep need an admin principal. A
-// known principal used beyond its role is PermissionDenied and the ledger
-// is not called. The ledger itself refuses a lease reference whose holder
-// does not own the lease (ErrNotHolder), so a router confined to its own
-// holder ids can touch only its own leases. A certificate identity that is
-// not an admin or audit identity and is not a usable router name (it
-// contains '/', a space or a control character) is PermissionDenied.
+// known principal used beyond its role is PermissionDenied, with the
+// reason, and the ledger is not called.
+//
+// A router's holder key (package holderkey) is a secret it draws at start:
+// the call carries it as metadata holderkey.MetadataKey (the remote backend
+// sends it with every holder-scoped call) and the holder id carries the
+// key's tag, a hash of it. A router call that sends no key, a malformed
+// one, or a key the holder id was not derived from (holderkey.Verify, in
+// constant time) is PermissionDenied. Holder ids are public (List, the
+// audit), keys are not, so a router credential, even one every replica
+// shares, reaches only the holder ids of its own session; and the ledger
+// refuses a lease reference whose holder does not own the lease
+// (ErrNotHolder), so only that session's leases. The check needs nothing
+// but the call, so reservers in front of one store agree without sharing
+// state. A certificate identity that is not an admin or audit identity
+// and is not a usable router name (it contains '/', a space or a control
+// character) is PermissionDenied.
 //
 // # Hazards
 //
-// Bearer tokens sent over plaintext gRPC can be read on the network: serve
-// TLS (grpc.Creds) wherever the path is not trusted. The loopback rule trusts
-// the peer address, so a local proxy that forwards remote traffic would pass
-// it; configure a token or a client CA in any such setup. Every certificate
-// the client CA signs is a principal — at least a router — so use a CA
-// dedicated to the reserver's clients, and issue a router's certificate with
-// its name as the first DNS SAN: two routers given the same name can touch
-// each other's leases. Config.ClientCerts must match the transport: the
-// Server does not configure TLS, it only reads what the handshake verified.
-// The Server holds no goroutines and does not own the ledger: whoever made
-// the ledger closes it.
+// Bearer tokens and holder keys sent over plaintext gRPC can be read on the
+// network, and replayed to act for that router's session until it ends:
+// serve TLS (grpc.Creds) wherever the path is not trusted. The loopback
+// rule trusts the peer address, so a local proxy that forwards remote
+// traffic would pass it; configure a token or a client CA in any such
+// setup. Every certificate the client CA signs is a principal — at least a
+// router — so use a CA dedicated to the reserver's clients, and issue a
+// router's certificate with its name as the first DNS SAN. An admin
+// credential needs no holder key and can act for any holder: keep it off
+// routers. Config.ClientCerts must match the transport: the Server does not
+// configure TLS, it only reads what the handshake verified. The Server
+// holds no goroutines and does not own the ledger: whoever made the ledger
+// closes it.
 package rpc

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -65,34 +66,39 @@ func TestMTLSIdentities(t *testing.T) {
 		t.Fatalf("Configure with an admin identity: %v", err)
 	}
 	b := tlsClient(t, url, ca, bCert, bKey, "")
-	if _, err := b.KeepAlive(ctx, "p", "router-b/x", time.Minute); err != nil {
-		t.Fatalf("KeepAlive for router-b/x as router-b: %v", err)
+	hb := holderOf(b, "router-b")
+	if _, err := b.KeepAlive(ctx, "p", hb, time.Minute); err != nil {
+		t.Fatalf("KeepAlive for %s as router-b: %v", hb, err)
 	}
-	bg, err := b.Acquire(ctx, acquireReq("router-b/x", "b-1"))
+	bg, err := b.Acquire(ctx, acquireReq(hb, "b-1"))
 	if err != nil {
-		t.Fatalf("Acquire for router-b/x as router-b: %v", err)
+		t.Fatalf("Acquire for %s as router-b: %v", hb, err)
 	}
 
 	a := tlsClient(t, url, ca, aCert, aKey, "")
+	ha := holderOf(a, "router-a")
 	before := state(t, l)
-	for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Grow", "Release", "Reassert"} {
-		err := calls(a, "router-b/x", bg.Lease)[name](ctx)
-		wantCode(t, name+" for router-b/x as router-a", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
+	// router-b's holder, and a router-b holder from router-a's own key.
+	for _, h := range []ledger.HolderID{hb, holderOf(a, "router-b")} {
+		for _, name := range []string{"KeepAlive", "Acquire", "Renew", "Resize", "Grow", "Release", "Reassert"} {
+			err := calls(a, h, bg.Lease)[name](ctx)
+			wantCode(t, fmt.Sprintf("%s for %s as router-a", name, h), err, codes.PermissionDenied, ledger.ErrPermissionDenied)
+		}
 	}
 	for _, name := range []string{"Configure", "SetDraining", "Observe", "Sweep"} {
-		err := calls(a, "router-a/x", bg.Lease)[name](ctx)
+		err := calls(a, ha, bg.Lease)[name](ctx)
 		wantCode(t, name+" as router-a", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
 	}
 	if after := state(t, l); after != before {
 		t.Errorf("refused calls changed the ledger:\n got %s\nwant %s", after, before)
 	}
 
-	if _, err := a.KeepAlive(ctx, "p", "router-a/x", time.Minute); err != nil {
-		t.Fatalf("KeepAlive for router-a/x as router-a: %v", err)
+	if _, err := a.KeepAlive(ctx, "p", ha, time.Minute); err != nil {
+		t.Fatalf("KeepAlive for %s as router-a: %v", ha, err)
 	}
-	g, err := a.Acquire(ctx, acquireReq("router-a/x", "a-1"))
+	g, err := a.Acquire(ctx, acquireReq(ha, "a-1"))
 	if err != nil {
-		t.Fatalf("Acquire for router-a/x as router-a: %v", err)
+		t.Fatalf("Acquire for %s as router-a: %v", ha, err)
 	}
 	if _, err := a.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil {
 		t.Errorf("Release of its own lease as router-a: %v", err)
@@ -130,15 +136,17 @@ func TestMTLSTokenWins(t *testing.T) {
 		t.Fatalf("Configure with router-a's certificate and the shared token: %v", err)
 	}
 	asB := tlsClient(t, url, ca, aCert, aKey, tokB)
-	if _, err := asB.KeepAlive(ctx, "p", "router-b/1", time.Minute); err != nil {
-		t.Errorf("KeepAlive for router-b/1 with router-b's token over router-a's certificate: %v", err)
+	if _, err := asB.KeepAlive(ctx, "p", holderOf(asB, "router-b"), time.Minute); err != nil {
+		t.Errorf("KeepAlive for router-b with router-b's token over router-a's certificate: %v", err)
 	}
-	_, err := asB.KeepAlive(ctx, "p", "router-a/1", time.Minute)
-	wantCode(t, "KeepAlive for router-a/1 with router-b's token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
-	_, err = tlsClient(t, url, ca, aCert, aKey, "not-a-token").KeepAlive(ctx, "p", "router-a/1", time.Minute)
+	_, err := asB.KeepAlive(ctx, "p", holderOf(asB, "router-a"), time.Minute)
+	wantCode(t, "KeepAlive for router-a with router-b's token", err, codes.PermissionDenied, ledger.ErrPermissionDenied)
+	bad := tlsClient(t, url, ca, aCert, aKey, "not-a-token")
+	_, err = bad.KeepAlive(ctx, "p", holderOf(bad, "router-a"), time.Minute)
 	wantCode(t, "KeepAlive with an unknown token and a good certificate", err, codes.Unauthenticated, remote.ErrUnauthenticated)
-	if _, err := tlsClient(t, url, ca, aCert, aKey, "").KeepAlive(ctx, "p", "router-a/1", time.Minute); err != nil {
-		t.Errorf("KeepAlive for router-a/1 with router-a's certificate alone: %v", err)
+	asA := tlsClient(t, url, ca, aCert, aKey, "")
+	if _, err := asA.KeepAlive(ctx, "p", holderOf(asA, "router-a"), time.Minute); err != nil {
+		t.Errorf("KeepAlive for router-a with router-a's certificate alone: %v", err)
 	}
 }
 

@@ -59,6 +59,8 @@ func (r *refusalLog) note(ctx context.Context, method string, p principal, st *s
 	r.mu.Unlock()
 	attrs := []any{"method", method, "code", st.Code().String(), "peer", addr, "reason", st.Message()}
 	switch {
+	case p.role == roleRouter && p.router == "":
+		attrs = append(attrs, "as", "router token")
 	case p.role == roleRouter:
 		attrs = append(attrs, "as", "router "+p.router)
 	case p.role == roleAudit:

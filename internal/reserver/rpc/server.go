@@ -58,7 +58,7 @@ func NewGRPCServer(l ledger.Ledger, cfg Config, opts ...grpc.ServerOption) (*grp
 func (s *Server) check(ctx context.Context, method string, acc access, holder ledger.HolderID) error {
 	p, st := s.auth.authenticate(ctx)
 	if st == nil {
-		st = authorize(p, method, acc, holder)
+		st = authorize(ctx, p, method, acc, holder)
 	}
 	if st != nil {
 		s.refused.note(ctx, method, p, st)

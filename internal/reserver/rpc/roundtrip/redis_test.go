@@ -66,7 +66,8 @@ func TestRedisEndToEnd(t *testing.T) {
 	if _, err := router.Configure(ctx, spec); !errors.Is(err, ledger.ErrPermissionDenied) {
 		t.Errorf("Configure with a router token error = %v, want ErrPermissionDenied", err)
 	}
-	holder := ledger.HolderID("router-a/1")
+	// A router's holder ids are derived from the key its connection sends.
+	holder := ledger.HolderID("router-a/" + router.HolderKey().Suffix())
 	if _, err := router.KeepAlive(ctx, "llama", holder, time.Minute); err != nil {
 		t.Fatalf("KeepAlive: %v", err)
 	}
