@@ -3,6 +3,7 @@ package httpguard
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/testutil/testpki"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -499,4 +502,79 @@ func count(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// Over TLS (http.Server.ServeTLS wraps the Guard's listener, and HTTP/2 is
+// negotiated) connections are tracked through the TLS connection, the
+// credential is checked first and a held connection counts while it
+// serves.
+func TestTLSAndHTTP2(t *testing.T) {
+	ca := testpki.New(t, "guard-ca")
+	_, _, pair := ca.Server(t, "guard")
+	release, entered := make(chan struct{}), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/hold", func(w http.ResponseWriter, _ *http.Request) {
+		entered <- struct{}{}
+		<-release
+		fmt.Fprintln(w, "held")
+	})
+	cfg := fast()
+	cfg.MaxConns = 2
+	g := New(cfg, Options{Authenticate: func(r *http.Request) error {
+		if Bearer(r) != "good" {
+			return errBadKey
+		}
+		return nil
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := g.Server(mux, nil)
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	doneC := make(chan struct{})
+	go func() { defer close(doneC); _ = srv.ServeTLS(g.Listener(ln), "", "") }()
+	defer func() { _ = srv.Close(); <-doneC }()
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2: true}}
+	defer client.CloseIdleConnections()
+	url := "https://" + ln.Addr().String() + "/v1/hold"
+	get := func(key string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		return client.Do(req)
+	}
+	resp, err := get("bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.ProtoMajor != 2 {
+		t.Errorf("bad key: %d over HTTP/%d, want 401 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
+	}
+	held := make(chan error, 1)
+	go func() {
+		resp, err := get("good")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		held <- err
+	}()
+	<-entered
+	waitFor(t, func() bool {
+		g.t.mu.Lock()
+		defer g.t.mu.Unlock()
+		for c := range g.t.conns {
+			if c.serving > 0 {
+				return true
+			}
+		}
+		return false
+	}, "the TLS connection serving")
+	close(release)
+	if err := <-held; err != nil {
+		t.Errorf("held request over TLS: %v", err)
+	}
 }
