@@ -65,8 +65,8 @@ func (t *tracker) admit(c net.Conn) *trackedConn {
 	if len(t.conns) >= t.limit {
 		if victim = t.stalestLocked(); victim == nil {
 			t.mu.Unlock()
+			t.shed.WithLabelValues(shedRefused).Inc() // counted before the client can see it
 			_ = c.Close()
-			t.shed.WithLabelValues(shedRefused).Inc()
 			return nil
 		}
 		if victim.state == http.StateActive {
@@ -77,8 +77,8 @@ func (t *tracker) admit(c net.Conn) *trackedConn {
 	t.conns[tc] = struct{}{}
 	t.mu.Unlock()
 	if victim != nil {
-		_ = victim.Conn.Close()
 		t.shed.WithLabelValues(reason).Inc()
+		_ = victim.Conn.Close()
 	}
 	return tc
 }

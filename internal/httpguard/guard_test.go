@@ -385,7 +385,8 @@ func TestShedding(t *testing.T) {
 		t.Error("a fifth connection while four are answered was not refused")
 	}
 	if got := count(s.g.t.shed.WithLabelValues(shedRefused)); got < 1 {
-		t.Errorf("connections_shed_total{reason=refused} = %v, want at least 1", got)
+		t.Errorf("connections_shed_total{reason=refused} = %v, want at least 1 (idle %v, reading %v, open %d)", got,
+			count(s.g.t.shed.WithLabelValues(shedIdle)), count(s.g.t.shed.WithLabelValues(shedReading)), s.g.t.open())
 	}
 	close(release)
 	for range 4 {
