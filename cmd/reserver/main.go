@@ -8,6 +8,13 @@
 //	reserver --ledger URL --config FLEET.yaml --grpc-listen ADDR --http-listen ADDR
 //	reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]
 //	reserver drain --server ADDR --pool P --engine E [--undrain]
+//
+// --http-read-header-timeout, --http-body-timeout, --http-write-timeout,
+// --http-idle-timeout, --http-max-conns (default from RLIMIT_NOFILE) and
+// --http-max-unauthenticated bound the HTTP side's clients;
+// --grpc-max-recv-bytes, --grpc-max-streams, --grpc-idle-timeout and
+// --grpc-handshake-timeout the gRPC side's (docs/operations.md, "Limits on
+// clients").
 package main
 
 import (

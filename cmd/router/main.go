@@ -47,6 +47,14 @@
 // reserver with --tls-client-ca-file: its first DNS SAN (else CN) must be
 // --id. A token that is sent decides instead.
 //
+// --http-read-header-timeout, --http-body-timeout, --http-write-timeout,
+// --http-idle-timeout, --http-max-conns and --http-max-unauthenticated
+// bound the proxy's clients (internal/httpguard): the API key is checked
+// on the headers, before the body; a stalled client is cut without
+// bounding a stream that is read; at --http-max-conns (default
+// (RLIMIT_NOFILE-64)/2, logged at start) a new connection sheds the
+// stalest idle or still-sending one instead of waiting.
+//
 // --debug-listen ADDR (off by default) serves Go's profiler, /debug/pprof/,
 // on its own listener, stopped after the router at shutdown: bind it to
 // loopback.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/audit"
 	"github.com/leasehold/leasehold/internal/flagenv"
+	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
@@ -97,6 +98,12 @@ type Config struct {
 	LeakAfter time.Duration
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string
+	// HTTP bounds the HTTP side's clients (--http-*; internal/httpguard).
+	HTTP httpguard.Config
+	// GRPC bounds the gRPC side's clients (--grpc-max-recv-bytes,
+	// --grpc-max-streams, --grpc-idle-timeout, --grpc-handshake-timeout;
+	// rpc.Limits).
+	GRPC rpc.Limits
 
 	// Secrets, from LoadSecrets.
 	Token            string
@@ -121,6 +128,8 @@ func Defaults() Config {
 		PageRefresh:       5 * time.Second,
 		LeakAfter:         audit.DefaultLeakAfter,
 		LogLevel:          "info",
+		HTTP:              httpguard.Defaults(),
+		GRPC:              rpc.DefaultLimits(),
 	}
 }
 
@@ -149,6 +158,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PageRefresh, "page-refresh", c.PageRefresh, "auto-refresh period of the audit page")
 	fs.DurationVar(&c.LeakAfter, "leak-after", c.LeakAfter, "audit: leases this old must show in the engine's reported usage, else leak_suspected")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	c.HTTP.RegisterFlags(fs)
+	c.GRPC.RegisterFlags(fs)
 }
 
 // EnvName returns the environment variable of a flag.
@@ -314,6 +325,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("--log-level = %q: want debug, info, warn or error", c.LogLevel)
 	}
+	errs = append(errs, c.HTTP.Validate(), c.GRPC.Validate())
 	rc := c.RPCConfig()
 	if !rc.ClientCerts && len(rc.AdminIdentities)+len(rc.AuditIdentities) > 0 {
 		bad("--admin-identities and --audit-identities: name client certificates, so they need --tls-client-ca-file")

@@ -54,6 +54,11 @@
 // to loopback clients only. HTTP does not ask for client certificates, so
 // a reserver authenticating gRPC callers by mTLS alone
 // (--tls-client-ca-file, no token) still serves its audit to loopback only.
+// HTTP serves through internal/httpguard (--http-* flags): any path but the
+// three open ones is authenticated on its headers and refused at once,
+// and slow, idle or excess connections are bounded. gRPC runs under
+// rpc.Limits (--grpc-* flags): message size, streams per connection, idle
+// connections, handshake time and keepalive enforcement.
 //
 // # gRPC authentication
 //

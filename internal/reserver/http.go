@@ -176,27 +176,50 @@ func (a *httpAuth) loopbackOnly() bool { return len(a.digests) == 0 }
 
 func (a *httpAuth) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if a.loopbackOnly() {
-			if !loopbackRemote(req.RemoteAddr) {
-				http.Error(w, "reserver: no token is configured (set LEASEHOLD_TOKEN or audit tokens), so the audit is served to loopback clients only", http.StatusForbidden)
-				return
-			}
-			next.ServeHTTP(w, req)
-			return
-		}
-		tok, ok := requestToken(req)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold", Basic realm="leasehold audit (any user, token as password)"`)
-			http.Error(w, "reserver: missing token: send Authorization: Bearer <token>", http.StatusUnauthorized)
-			return
-		}
-		if !a.known(tok) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold", Basic realm="leasehold audit (any user, token as password)"`)
-			http.Error(w, "reserver: unknown token", http.StatusUnauthorized)
+		if err := a.check(req); err != nil {
+			a.refuse(w, req, err)
 			return
 		}
 		next.ServeHTTP(w, req)
 	})
+}
+
+// authError is a refused audit caller: the status and what it is told.
+type authError struct {
+	status int
+	msg    string
+}
+
+func (e *authError) Error() string { return e.msg }
+
+// check authenticates req on its headers alone (an *authError when
+// refused): the HTTP guard calls it before any body is read, and wrap
+// again in front of the audit endpoints.
+func (a *httpAuth) check(req *http.Request) error {
+	if a.loopbackOnly() {
+		if !loopbackRemote(req.RemoteAddr) {
+			return &authError{http.StatusForbidden, "reserver: no token is configured (set LEASEHOLD_TOKEN or audit tokens), so the audit is served to loopback clients only"}
+		}
+		return nil
+	}
+	tok, ok := requestToken(req)
+	if !ok {
+		return &authError{http.StatusUnauthorized, "reserver: missing token: send Authorization: Bearer <token>"}
+	}
+	if !a.known(tok) {
+		return &authError{http.StatusUnauthorized, "reserver: unknown token"}
+	}
+	return nil
+}
+
+// refuse answers a request check refused.
+func (a *httpAuth) refuse(w http.ResponseWriter, _ *http.Request, err error) {
+	ae := &authError{http.StatusUnauthorized, err.Error()}
+	errors.As(err, &ae)
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="leasehold", Basic realm="leasehold audit (any user, token as password)"`)
+	}
+	http.Error(w, ae.msg, ae.status)
 }
 
 func (a *httpAuth) known(tok string) bool {

@@ -13,13 +13,13 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/leasehold/leasehold/internal/audit"
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgerurl"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
@@ -104,7 +104,7 @@ func New(cfg Config, log *slog.Logger) (_ *Reserver, err error) {
 	}
 	r.metrics.reg.MustRegister(newAuditCollector(r.buildReport, log))
 
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(r.metrics.unary(r.sessions))}
+	opts := append(cfg.GRPC.ServerOptions(), grpc.ChainUnaryInterceptor(r.metrics.unary(r.sessions)))
 	var tlsCfg *tls.Config
 	if cfg.TLSCertFile != "" {
 		if tlsCfg, err = serverTLS(cfg); err != nil {
@@ -125,7 +125,11 @@ func New(cfg Config, log *slog.Logger) (_ *Reserver, err error) {
 		return nil, fmt.Errorf("--http-listen: %w", err)
 	}
 	closers = append(closers, func() { _ = r.httpLis.Close() })
-	r.http = &http.Server{Handler: r.handler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// Tokens are checked on the headers, before any body (internal/httpguard).
+	g := httpguard.New(cfg.HTTP, httpguard.Options{Probes: []string{"/healthz", "/readyz"}, Public: []string{"/metrics"},
+		Authenticate: r.httpAuth.check, Refuse: r.httpAuth.refuse, Logger: log, Registerer: r.metrics.reg})
+	r.httpLis = g.Listener(r.httpLis)
+	r.http = g.Server(r.handler(), slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	if cfg.HTTPTLS {
 		h := tlsCfg.Clone()
 		h.ClientAuth, h.ClientCAs = tls.NoClientCert, nil // browsers and the CLI authenticate with tokens

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/flagenv"
+	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -166,11 +167,14 @@ type Config struct {
 	// loopback: profiles reveal internals.
 	DebugListen string
 
+	// HTTP bounds the proxy's clients (--http-*; internal/httpguard).
+	HTTP httpguard.Config
+
 	// ClockOffset skews the router's wall clock by this much (default 0).
 	// A fault-injection and testing knob only: the chaos clock_offset fault
 	// sets it (LEASEHOLD_CLOCK_OFFSET) to show that clock skew between
 	// routers has no effect. Intervals keep the monotonic clock; see
-	// OffsetClock.
+	// skewclock.Offset.
 	ClockOffset time.Duration
 }
 
@@ -199,6 +203,7 @@ func Defaults() Config {
 		ViewInterval:    250 * time.Millisecond,
 		BlockLeaseIdle:  lease.DefaultBlockIdle,
 		LogLevel:        "info",
+		HTTP:            httpguard.Defaults(),
 	}
 }
 
@@ -239,6 +244,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BlockLeaseIdle, "block-lease-idle", c.BlockLeaseIdle, "how long an idle block lease is kept before it goes back to the ledger")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.DebugListen, "debug-listen", c.DebugListen, "serve Go's profiler (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (default off)")
+	c.HTTP.RegisterFlags(fs)
 	fs.DurationVar(&c.ClockOffset, "clock-offset", c.ClockOffset, "fault injection/testing only: skew this router's wall clock by this much (e.g. 30s, -30s); intervals are unaffected")
 }
 
@@ -361,7 +367,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("--log-level = %q: want debug, info, warn or error", c.LogLevel)
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.HTTP.Validate())...)
 }
 
 // grpcScheme is the --ledger scheme of a reserver (remote.Scheme; route

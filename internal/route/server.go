@@ -21,8 +21,10 @@ import (
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/fleetview"
+	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/waitq"
 )
@@ -161,7 +163,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		cfg: cfg, fleet: opts.Fleet, ledger: opts.Ledger, log: opts.Logger, opts: opts,
 		client: &http.Client{Transport: tr},
 		met:    newMetrics(),
-		clock:  OffsetClock(opts.Clock, cfg.ClockOffset),
+		clock:  skewclock.Offset(opts.Clock, cfg.ClockOffset),
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}), cutC: make(chan struct{}),
 	}
@@ -273,9 +275,11 @@ func (r *Router) Start(ctx context.Context) error {
 		_ = r.adm.close(ctx)
 		return fmt.Errorf("listen on %s: %w", r.cfg.Listen, err)
 	}
-	r.ln = ln
-	r.srv = &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelDebug)}
-	go func() { r.errC <- r.srv.Serve(ln) }()
+	g := httpguard.New(r.cfg.HTTP, httpguard.Options{Probes: []string{"/healthz", "/readyz"}, Public: []string{"/metrics"}, Logger: r.log, Registerer: r.met.reg,
+		Authenticate: func(hr *http.Request) error { _, err := r.authenticate(hr); return err },
+		Refuse:       func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, toAPIError(err)) }})
+	r.ln, r.srv = g.Listener(ln), g.Server(r.Handler(), slog.NewLogLogger(r.log.Handler(), slog.LevelDebug))
+	go func() { r.errC <- r.srv.Serve(r.ln) }()
 	attrs := []any{"addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools)}
 	if r.cfg.ClockOffset != 0 {
 		attrs = append(attrs, "clock_offset", r.cfg.ClockOffset.String())
@@ -354,15 +358,10 @@ func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 
 // authenticate maps the bearer key to its tenant.
 func (r *Router) authenticate(hr *http.Request) (ledger.TenantID, error) {
-	key, ok := strings.CutPrefix(hr.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return "", ErrUnauthorized
+	if t, ok := r.fleet.TenantForKey(httpguard.Bearer(hr)); ok {
+		return t, nil
 	}
-	t, ok := r.fleet.TenantForKey(strings.TrimSpace(key))
-	if !ok {
-		return "", ErrUnauthorized
-	}
-	return t, nil
+	return "", ErrUnauthorized
 }
 
 func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {

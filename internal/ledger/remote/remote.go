@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
@@ -35,6 +36,17 @@ var (
 
 // Scheme is the --ledger URL scheme of this backend.
 const Scheme = "grpc"
+
+// KeepaliveTime is how often a connection with no traffic is pinged, calls
+// in flight or not, so that a reserver gone without a FIN (a partition, a
+// dead host) is noticed within KeepaliveTime plus keepaliveTimeout instead
+// of at the next call's deadline. The reserver sends GOAWAY
+// (too_many_pings) to a client pinging more often than its enforcement
+// policy allows (rpc.KeepaliveMinTime, 10s): keep it at least that.
+const (
+	KeepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 10 * time.Second
+)
 
 // The Options fields that name files, as FileError.Option reports them.
 const (
@@ -149,6 +161,7 @@ func Dial(target string, opts Options) (*Ledger, error) {
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(tc),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 	}
 	if opts.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearerToken(opts.Token)))

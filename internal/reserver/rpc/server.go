@@ -43,13 +43,14 @@ func (s *Server) LoopbackOnly() bool { return s.auth.loopbackOnly() }
 func (s *Server) Register(g grpc.ServiceRegistrar) { pb.RegisterLedgerServer(g, s) }
 
 // NewGRPCServer returns a grpc.Server with opts (credentials, interceptors,
-// limits) serving l. The caller serves it and stops it.
+// Limits.ServerOptions) serving l, under DefaultLimits where opts set no
+// other. The caller serves it and stops it.
 func NewGRPCServer(l ledger.Ledger, cfg Config, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	s, err := New(l, cfg)
 	if err != nil {
 		return nil, err
 	}
-	g := grpc.NewServer(opts...)
+	g := grpc.NewServer(append(DefaultLimits().ServerOptions(), opts...)...)
 	s.Register(g)
 	return g, nil
 }

@@ -1,4 +1,6 @@
-package route
+// Package skewclock skews a clock's wall time for fault injection: the
+// router's --clock-offset (internal/route) and the chaos clock_offset fault.
+package skewclock
 
 import (
 	"time"
@@ -6,14 +8,14 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// OffsetClock returns c with its wall clock skewed by offset: Now reads
+// Offset returns c with its wall clock skewed by offset: Now reads
 // c.Now() + offset, as a router whose system clock is set wrong would.
 // Go's monotonic reading is shifted by the same amount, so the difference
 // of two readings (and Since, Until, timers and tickers) is exactly what it
 // is on c: intervals, and so session fencing and renewal, are unaffected.
 // Only readings of this clock compare correctly with each other; code that
 // mixes them with time.Now() would see the offset, which is why every
-// reading of the time and every timer in the router (Router.clock: request
+// reading of the time and every timer in the router (route.Router.clock: request
 // timing, the request path's waits for queue timeouts, retry hints and
 // --abort-grace, the lease manager, the fleet applier and view, the local
 // baseline's scrapes, and estimate.ContextLens) comes from one clock; a
@@ -25,7 +27,7 @@ import (
 // It exists for fault injection (--clock-offset, the chaos clock_offset
 // fault): the ledger decides by its own clock, so a skewed router must
 // behave exactly as an unskewed one.
-func OffsetClock(c clockwork.Clock, offset time.Duration) clockwork.Clock {
+func Offset(c clockwork.Clock, offset time.Duration) clockwork.Clock {
 	if offset == 0 {
 		return c
 	}
