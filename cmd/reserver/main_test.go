@@ -18,10 +18,10 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/gobuild"
 )
 
-// binDir holds the reserver binary TestMain built.
+// binDir holds the reserver and enginesim binaries TestMain built.
 var binDir string
 
-func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".") }
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../enginesim") }
 
 func binary() string { return filepath.Join(binDir, "reserver") }
 
