@@ -8,6 +8,13 @@
 //	reserver --ledger URL --config FLEET.yaml --grpc-listen ADDR --http-listen ADDR
 //	reserver audit --server ADDR [--json] [--pool P] [--engine E] [--holder H] [--tenant T]
 //	reserver drain --server ADDR --pool P --engine E [--undrain]
+//
+// Signals: SIGTERM or SIGINT shut down in order at any point, a start or a
+// reload that waits on the ledger included (each of its ledger calls ends
+// with the cancel or its own deadline); SIGHUP reloads the fleet file.
+// --startup-timeout (default 15s) bounds the first fleet application: then
+// the reserver serves, unready while its ledger does not answer, and
+// retries.
 package main
 
 import (
