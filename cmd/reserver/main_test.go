@@ -145,6 +145,9 @@ func TestSignals(t *testing.T) {
 	if strings.Contains(stderr.String(), "tok-1") {
 		t.Errorf("the token was logged: %s", stderr.String())
 	}
+	if strings.Contains(stderr.String(), "--startup-timeout") {
+		t.Errorf("a start with the ledger up logged that it ran out of --startup-timeout: %s", stderr.String())
+	}
 }
 
 func waitFor(t *testing.T, ok func() bool, format string, args ...any) {

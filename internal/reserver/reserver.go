@@ -194,11 +194,12 @@ func (r *Reserver) Start(ctx context.Context) error {
 
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartupTimeout)
 	r.fleetSt.startup(sctx)
+	timedOut := sctx.Err() != nil
 	cancel()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("reserver: start interrupted before serving: %w", err)
 	}
-	if sctx.Err() != nil {
+	if timedOut {
 		r.log.Warn("first fleet application did not finish within --startup-timeout; serving, and retrying pools not configured every --reapply-interval",
 			"startup_timeout", r.cfg.StartupTimeout, "pending", len(r.fleetSt.pendingPools()))
 	}

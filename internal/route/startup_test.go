@@ -320,10 +320,18 @@ func TestRouterSIGTERMInOrder(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := readyz(); code == http.StatusOK {
-		t.Errorf("/readyz = 200 after SIGTERM with a stream in flight, want unready (or closed)")
+	// Unready first, while the stream (about 2s) is still in flight.
+	var res result
+	for unready := false; !unready; {
+		select {
+		case res = <-resC:
+			t.Fatalf("the stream ended (%d) while /readyz still answered 200 after SIGTERM", res.status)
+		default:
+		}
+		unready = readyz() != http.StatusOK
+		time.Sleep(10 * time.Millisecond)
 	}
-	res := <-resC
+	res = <-resC
 	if res.err != nil || res.status != http.StatusOK || !strings.Contains(string(res.body), "data: [DONE]") {
 		t.Errorf("stream in flight at SIGTERM: %d (%v) %s; want it whole", res.status, res.err, tail(string(res.body), 300))
 	}
