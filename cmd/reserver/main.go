@@ -15,6 +15,13 @@
 // --grpc-max-recv-bytes, --grpc-max-streams, --grpc-idle-timeout and
 // --grpc-handshake-timeout the gRPC side's (docs/operations.md, "Limits on
 // clients").
+//
+// Signals: SIGTERM or SIGINT shut down in order at any point, a start or a
+// reload that waits on the ledger included (each of its ledger calls ends
+// with the cancel or its own deadline); SIGHUP reloads the fleet file.
+// --startup-timeout (default 15s) bounds the first fleet application: then
+// the reserver serves, unready while its ledger does not answer, and
+// retries.
 package main
 
 import (
@@ -60,28 +67,55 @@ func serve() int {
 		fmt.Fprintln(os.Stderr, "reserver:", err)
 		return 1
 	}
-	ctx := context.Background()
-	if err := r.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "reserver:", err)
-		_ = r.Shutdown(ctx)
-		return 1
-	}
-	code := 0
+	// Start applies the fleet before serving and a reload applies it
+	// again, both waiting on the ledger (each call bounded, the start by
+	// --startup-timeout too), so they run beside this loop, one at a time:
+	// SIGTERM or SIGINT cancels the one in progress and shuts down at
+	// once, and a SIGHUP meanwhile reloads after it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	doneC := make(chan error, 1)
+	run := func(job func(context.Context) error) { go func() { doneC <- job(ctx) }() }
+	run(r.Start)
+	code, starting, busy, again := 0, true, true, false
 wait:
 	for {
 		select {
-		case sig := <-sigC:
-			if sig == syscall.SIGHUP {
-				_ = r.Reload(ctx) // logged; the old fleet stays on error
-				continue
+		case err := <-doneC:
+			busy = false
+			if starting {
+				starting = false
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "reserver:", err)
+					code = 1
+					break wait
+				}
 			}
-			log.Info("shutting down", "signal", sig.String())
-			break wait
+			if again {
+				again, busy = false, true
+				run(r.Reload) // logged; the old fleet stays on error
+			}
+		case sig := <-sigC:
+			if sig != syscall.SIGHUP {
+				log.Info("shutting down", "signal", sig.String())
+				break wait
+			}
+			if busy {
+				log.Info("SIGHUP: the fleet file is reloaded once the start or the reload in progress is done")
+				again = true
+			} else {
+				busy = true
+				run(r.Reload) // logged; the old fleet stays on error
+			}
 		case err := <-r.Err():
 			log.Error("server failed; shutting down", "err", err)
 			code = 1
 			break wait
 		}
+	}
+	cancel()
+	if busy {
+		<-doneC // prompt: each ledger call honours the cancel or its own deadline
 	}
 	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
 }

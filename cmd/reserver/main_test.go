@@ -18,10 +18,10 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/gobuild"
 )
 
-// binDir holds the reserver binary TestMain built.
+// binDir holds the reserver and enginesim binaries TestMain built.
 var binDir string
 
-func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".") }
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../enginesim") }
 
 func binary() string { return filepath.Join(binDir, "reserver") }
 
@@ -144,6 +144,9 @@ func TestSignals(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "tok-1") {
 		t.Errorf("the token was logged: %s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "--startup-timeout") {
+		t.Errorf("a start with the ledger up logged that it ran out of --startup-timeout: %s", stderr.String())
 	}
 }
 

@@ -59,6 +59,16 @@
 // on its own listener, stopped after the router at shutdown: bind it to
 // loopback.
 //
+// --ledger memory:// is refused (exit status 2): that ledger would be this
+// router's own, and each router on one would admit the whole fleet. Only
+// --test-memory-ledger (LEASEHOLD_TEST_MEMORY_LEDGER) allows it, for a test
+// with one router, and the router then logs a warning.
+//
+// Signals: SIGTERM or SIGINT shut down in order (unready, stop accepting,
+// drain, release, end the sessions), at any point, the ledger reachable or
+// not: every ledger call has its own deadline. SIGHUP is ignored, with a
+// log line: a router reads its fleet file only at start.
+//
 // --clock-offset DURATION (LEASEHOLD_CLOCK_OFFSET) is a fault-injection and
 // testing knob, default 0: it skews the router's wall clock (the lease
 // manager's included) by DURATION, e.g. 30s or -30s, keeping the monotonic
@@ -75,6 +85,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -93,6 +104,11 @@ func run() int {
 		return cli.ParseFailed(os.Stderr, "router", err)
 	}
 	log := cli.Logger(os.Stderr, cfg.LogLevel).With("router", cfg.ID)
+	// Subscribed first, so that no signal is missed; SIGHUP too, so that it
+	// does not kill the router.
+	sigC := make(chan os.Signal, 4)
+	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
+	defer signal.Stop(sigC)
 
 	f, err := fleet.Load(cfg.FleetFile)
 	if err != nil {
@@ -108,11 +124,11 @@ func run() int {
 			return 2
 		}
 		defer l.Close()
+		if cfg.TestMemoryLedger && strings.HasPrefix(cfg.Ledger, "memory://") {
+			log.Warn("--test-memory-ledger: THIS ROUTER'S LEDGER IS ITS OWN (memory://). Any other router admits the same engines " +
+				"again, over capacity. For a test with one router only; use a reserver (grpc://), redis:// or etcd:// otherwise.")
+		}
 	}
-
-	sigC := make(chan os.Signal, 2)
-	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt)
-	defer signal.Stop(sigC)
 
 	r, err := route.New(cfg, route.Options{Fleet: f, Ledger: l, Logger: log})
 	if err != nil {
@@ -135,12 +151,21 @@ func run() int {
 		return 1
 	}
 	code := 0
-	select {
-	case sig := <-sigC:
-		log.Info("shutting down", "signal", sig.String())
-	case err := <-r.Err():
-		log.Error("server failed; shutting down", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case sig := <-sigC:
+			if sig == syscall.SIGHUP {
+				log.Info("SIGHUP ignored: a router reads its fleet file only at start; restart it (one router at a time) to apply a changed file")
+				continue
+			}
+			log.Info("shutting down", "signal", sig.String())
+			break wait
+		case err := <-r.Err():
+			log.Error("server failed; shutting down", "err", err)
+			code = 1
+			break wait
+		}
 	}
 	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
 }

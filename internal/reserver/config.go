@@ -92,6 +92,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// ShutdownTimeout bounds the graceful stop of gRPC and HTTP (default 10s).
 	ShutdownTimeout time.Duration
+	// StartupTimeout bounds the first application of the fleet at Start
+	// (configure every pool, one telemetry round when capacities must be
+	// discovered, configure again), on top of the bound on each ledger
+	// call (fleetapply.CallTimeout). When it passes the reserver serves
+	// anyway: /readyz answers 503 while the ledger does not, and pools not
+	// configured are retried every ReapplyInterval (default 15s).
+	StartupTimeout time.Duration
 	// PageRefresh is the audit page's auto-refresh period (default 5s).
 	PageRefresh time.Duration
 	// LeakAfter is audit.Options.LeakAfter (default 2m).
@@ -125,6 +132,7 @@ func Defaults() Config {
 		ReapplyInterval:   5 * time.Second,
 		SweepInterval:     time.Second,
 		ShutdownTimeout:   10 * time.Second,
+		StartupTimeout:    15 * time.Second,
 		PageRefresh:       5 * time.Second,
 		LeakAfter:         audit.DefaultLeakAfter,
 		LogLevel:          "info",
@@ -155,6 +163,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReapplyInterval, "reapply-interval", c.ReapplyInterval, "how often pools are checked for a new epoch and unconfigured pools retried")
 	fs.DurationVar(&c.SweepInterval, "sweep-interval", c.SweepInterval, "how often every pool is swept (0: only by ledger calls)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful stop of gRPC and HTTP")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", c.StartupTimeout, "bound on the first fleet application at start; then it serves, unready while the ledger does not answer, and retries")
 	fs.DurationVar(&c.PageRefresh, "page-refresh", c.PageRefresh, "auto-refresh period of the audit page")
 	fs.DurationVar(&c.LeakAfter, "leak-after", c.LeakAfter, "audit: leases this old must show in the engine's reported usage, else leak_suspected")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -310,6 +319,7 @@ func (c *Config) Validate() error {
 		{"--scrape-timeout", c.ScrapeTimeout, time.Millisecond},
 		{"--reapply-interval", c.ReapplyInterval, 10 * time.Millisecond},
 		{"--shutdown-timeout", c.ShutdownTimeout, 0},
+		{"--startup-timeout", c.StartupTimeout, 0},
 		{"--page-refresh", c.PageRefresh, time.Second},
 		{"--leak-after", c.LeakAfter, time.Second},
 	} {

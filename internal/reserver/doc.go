@@ -15,7 +15,10 @@
 // report, and tenant quotas, a share of the configured engines, grow then.
 // An engine another reserver on the same store already configured is kept,
 // never removed by this reserver's narrower view. A pool with no known
-// engine stays pending and is retried — then serves gRPC and HTTP and
+// engine stays pending and is retried. That first application is bounded
+// by StartupTimeout, every ledger call in it by its own deadline, and ends
+// with Start's ctx (a signal: Start then returns without serving). Start
+// then serves gRPC and HTTP, unready while the ledger does not answer, and
 // starts the loops:
 //
 //   - reconcile: every ReconcileInterval one round of scrapes, each sample

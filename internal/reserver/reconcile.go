@@ -83,7 +83,9 @@ func (fs *fleetState) newReconciler(fl *fleet.Fleet) (*telemetry.Reconciler, err
 type observer struct{ fs *fleetState }
 
 func (o observer) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	res, err := o.fs.r.ledger.Observe(ctx, obs)
+	cctx, cancel := context.WithTimeout(ctx, fleetapply.CallTimeout) // an unreachable ledger holds no round
+	res, err := o.fs.r.ledger.Observe(cctx, obs)
+	cancel()
 	unknownPool, unknownEngine := errors.Is(err, ledger.ErrUnknownPool), errors.Is(err, ledger.ErrUnknownEngine)
 	if !unknownPool && !unknownEngine {
 		if err == nil && res.Applied {

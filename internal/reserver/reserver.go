@@ -183,8 +183,11 @@ func (r *Reserver) Err() <-chan error { return r.errC }
 
 // Start applies the fleet (running one telemetry round first when some
 // engine's capacity must be discovered), serves gRPC and HTTP, starts the
-// reconcile and maintenance loops and marks the reserver ready. Pools that
-// cannot be configured yet are retried by the maintenance loop.
+// reconcile and maintenance loops and marks the reserver ready. The first
+// application is bounded by --startup-timeout (each ledger call by its
+// own deadline); pools that cannot be configured by then are retried by
+// the maintenance loop. When ctx ends first (a signal) Start returns its
+// error without serving; call Shutdown then.
 func (r *Reserver) Start(ctx context.Context) error {
 	r.lifeMu.Lock()
 	defer r.lifeMu.Unlock()
@@ -193,7 +196,17 @@ func (r *Reserver) Start(ctx context.Context) error {
 	}
 	r.started = true
 
-	r.fleetSt.startup(ctx)
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.StartupTimeout)
+	r.fleetSt.startup(sctx)
+	timedOut := sctx.Err() != nil
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("reserver: start interrupted before serving: %w", err)
+	}
+	if timedOut {
+		r.log.Warn("first fleet application did not finish within --startup-timeout; serving, and retrying pools not configured every --reapply-interval",
+			"startup_timeout", r.cfg.StartupTimeout, "pending", len(r.fleetSt.pendingPools()))
+	}
 
 	r.serveWG.Add(2)
 	go func() {

@@ -476,6 +476,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		"LEASEHOLD_GRPC_LISTEN":        "127.0.0.1:1111", // the flag wins
 		"LEASEHOLD_HTTP_LISTEN":        "127.0.0.1:2222",
 		"LEASEHOLD_RECONCILE_INTERVAL": "3s",
+		"LEASEHOLD_STARTUP_TIMEOUT":    "40s",
 		"LEASEHOLD_TOKEN_FILE":         tokFile,
 		"LEASEHOLD_AUDIT_TOKENS_FILE":  auditFile,
 		"LEASEHOLD_ADMIN_TOKENS":       "admin-1, admin-2",
@@ -487,7 +488,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.FleetFile != "fleet.yaml" || cfg.GRPCListen != "127.0.0.1:9999" || cfg.HTTPListen != "127.0.0.1:2222" ||
-		cfg.ReconcileInterval != 3*time.Second || cfg.Token != sharedToken || len(cfg.AuditTokens) != 1 || len(cfg.AdminTokens) != 2 {
+		cfg.ReconcileInterval != 3*time.Second || cfg.StartupTimeout != 40*time.Second || cfg.Token != sharedToken || len(cfg.AuditTokens) != 1 || len(cfg.AdminTokens) != 2 {
 		t.Errorf("config = %+v", cfg)
 	}
 	if got, want := strings.Join(cfg.RPCConfig().RouterRoleTokens, "|"), "router-1|router-2|router-3"; got != want {
@@ -505,6 +506,7 @@ func TestParseServeFlagsEnv(t *testing.T) {
 		{"admin token as router-role token", []string{"--config", "f"}, map[string]string{"LEASEHOLD_TOKEN": "a", "LEASEHOLD_ROUTER_ROLE_TOKENS": "a"}, "router_role_tokens[0] is the same token"},
 		{"missing router-role tokens file", []string{"--config", "f", "--router-role-tokens-file", "/nonexistent/routers"}, nil, "--router-role-tokens-file"},
 		{"missing config", nil, nil, "--config"},
+		{"no startup bound", []string{"--config", "f", "--startup-timeout", "0s"}, nil, "--startup-timeout = 0s: must be at least"},
 		{"identities without client CA", []string{"--config", "f", "--admin-identities", "ops"}, nil, "need --tls-client-ca-file"},
 	} {
 		_, err := reserver.ParseServeFlags(c.args, env(c.env), io.Discard)

@@ -11,7 +11,7 @@ import (
 )
 
 func TestBlockLeaseFlags(t *testing.T) {
-	base := []string{"--config", "f.yaml", "--ledger", "memory://", "--id", "r"}
+	base := []string{"--config", "f.yaml", "--ledger", "grpc://reserver:7400", "--id", "r"}
 	c, err := ParseFlags(base, func(string) (string, bool) { return "", false }, &strings.Builder{})
 	if err != nil || c.BlockLeaseKV != 0 || c.BlockLeaseSlots != 0 {
 		t.Fatalf("default: kv=%d slots=%d, %v; want off", c.BlockLeaseKV, c.BlockLeaseSlots, err)

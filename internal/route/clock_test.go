@@ -8,7 +8,7 @@ import (
 )
 
 func TestClockOffsetFlagAndEnv(t *testing.T) {
-	base := []string{"--config", "f.yaml", "--ledger", "memory://", "--id", "r"}
+	base := []string{"--config", "f.yaml", "--ledger", "grpc://reserver:7400", "--id", "r"}
 	env := func(m map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}

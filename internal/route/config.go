@@ -48,6 +48,8 @@ const (
 type Config struct {
 	// Ledger is the --ledger URL (required in ledger admission).
 	Ledger string
+	// TestMemoryLedger allows a memory:// Ledger, this router's own: tests only (--test-memory-ledger).
+	TestMemoryLedger bool
 	// LedgerTLS connects to a grpc:// ledger (a reserver) over TLS,
 	// verifying its certificate against the system roots unless
 	// LedgerCAFile is set (--ledger-tls; default false, plaintext). The
@@ -209,7 +211,8 @@ func Defaults() Config {
 
 // RegisterFlags registers c's flags on fs, with c's values as defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Ledger, "ledger", c.Ledger, "ledger URL: memory://, redis://host:port/db, etcd://host:port, grpc://host:port")
+	fs.StringVar(&c.Ledger, "ledger", c.Ledger, "ledger URL: grpc://host:port (a reserver), redis://host:port/db, etcd://host:port (memory:// only with --test-memory-ledger)")
+	fs.BoolVar(&c.TestMemoryLedger, "test-memory-ledger", c.TestMemoryLedger, "tests only: allow --ledger memory://, a ledger of this router's own that no other router sees")
 	fs.BoolVar(&c.LedgerTLS, "ledger-tls", c.LedgerTLS, "grpc:// ledger: connect over TLS, verifying the reserver against the system roots (implied by the other --ledger-*-file flags)")
 	fs.StringVar(&c.LedgerCAFile, "ledger-ca-file", c.LedgerCAFile, "grpc:// ledger: PEM CAs that sign the reserver's certificate (implies TLS)")
 	fs.StringVar(&c.LedgerCertFile, "ledger-cert-file", c.LedgerCertFile, "grpc:// ledger: PEM client certificate for mTLS, with --ledger-key-file; without LEASEHOLD_TOKEN its first DNS SAN (else CN) is this router's identity and must equal --id")
@@ -286,7 +289,9 @@ func (c *Config) Validate() error {
 	switch c.Admission {
 	case AdmissionLedger:
 		if c.Ledger == "" {
-			bad("--ledger: required with --admission=ledger (memory://, redis://host:port/db, etcd://host:port, grpc://host:port)")
+			bad("--ledger: required with --admission=ledger (grpc://host:port, redis://host:port/db, etcd://host:port)")
+		} else if strings.HasPrefix(c.Ledger, "memory://") && !c.TestMemoryLedger {
+			bad("--ledger = %q: refused: each router on memory:// keeps a ledger of its own and admits the whole fleet, so routers together over-admit it; use a shared ledger: a reserver (grpc://host:port), redis://host:port/db or etcd://host:port (--test-memory-ledger or %s=true allows it, for a test with one router)", c.Ledger, EnvName("test-memory-ledger"))
 		}
 	case AdmissionLocal:
 	default:

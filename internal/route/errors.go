@@ -1,7 +1,6 @@
 package route
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -152,6 +151,3 @@ func errorBody(ae *apiError) map[string]any {
 	}
 	return map[string]any{"error": map[string]any{"message": ae.msg, "type": ae.typ, "code": ae.code, "param": param}}
 }
-
-// isTimeout reports whether err is a context deadline.
-func isTimeout(err error) bool { return errors.Is(err, context.DeadlineExceeded) }

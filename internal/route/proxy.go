@@ -194,13 +194,11 @@ func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, 
 	if name == "" {
 		return r.fleet.DefaultPriority, nil
 	}
+	names := make([]string, 0, len(r.fleet.Priorities))
 	for _, p := range r.fleet.Priorities {
 		if p.Name == name {
 			return name, nil
 		}
-	}
-	names := make([]string, 0, len(r.fleet.Priorities))
-	for _, p := range r.fleet.Priorities {
 		names = append(names, string(p.Name))
 	}
 	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
@@ -398,11 +396,12 @@ func (d *dispatch) release() {
 	}
 }
 
-// failure classifies an upstream error by what ended ctx.
+// failure classifies an upstream error by what ended ctx; the log, never the answer, has the URL.
 func (d *dispatch) failure(err error) error {
 	switch cause := context.Cause(d.ctx); {
 	case d.ctx.Err() == nil:
-		return fmt.Errorf("%w: engine %s: %v", ErrUpstream, d.engine, err)
+		d.r.log.Warn("upstream engine failed", "pool", d.req.model, "engine", d.engine, "url", d.p.urls[d.engine], "err", err)
+		return fmt.Errorf("%w: engine %s", ErrUpstream, d.engine)
 	case d.t.Err() != nil:
 		return fmt.Errorf("lease on engine %s ended while dispatching: %w", d.engine, d.t.Err())
 	case errors.Is(cause, ErrUpstreamTimeout):
@@ -435,7 +434,7 @@ func (d *dispatch) send() (int, string) {
 	}
 	ureq, err := http.NewRequestWithContext(d.ctx, http.MethodPost, d.p.urls[d.engine]+path, bytes.NewReader(body))
 	if err != nil {
-		return d.answer(fmt.Errorf("%w: %v", ErrUpstream, err))
+		return d.answer(d.failure(err))
 	}
 	ureq.Header.Set("Content-Type", "application/json")
 	if id := d.hr.Header.Get("X-Request-Id"); id != "" {

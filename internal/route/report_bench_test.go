@@ -490,7 +490,8 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	waitHTTP(b, eng.url()+"/health", 10*time.Second)
 	fleetPath := benchFleet(b, eng.url())
 	rs := redisserver.Start(b)
-	memRouter := startBenchRouter(b, "router-memory", "memory://", fleetPath)
+	// One router on a ledger of its own: the ledger's cost without a store.
+	memRouter := startBenchRouter(b, "router-memory", "memory://", fleetPath, "--test-memory-ledger")
 	defer memRouter.stop(5 * time.Second)
 	redisRouter := startBenchRouter(b, "router-redis", rs.URL(), fleetPath)
 	defer redisRouter.stop(5 * time.Second)

@@ -92,13 +92,13 @@ func TestConfigValidateNamesFlags(t *testing.T) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
-	env := map[string]string{"LEASEHOLD_LEDGER": "memory://", "LEASEHOLD_QUEUE_DEPTH": "7", "LEASEHOLD_PROMPT_TOKENS": "tokenize", "LEASEHOLD_TOKENIZE_TIMEOUT": "750ms"}
+	env := map[string]string{"LEASEHOLD_LEDGER": "grpc://reserver:7400", "LEASEHOLD_QUEUE_DEPTH": "7", "LEASEHOLD_PROMPT_TOKENS": "tokenize", "LEASEHOLD_TOKENIZE_TIMEOUT": "750ms"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c, err = ParseFlags([]string{"--config", "f.yaml", "--id", "r1"}, lookup, &strings.Builder{})
-	if err != nil || c.Ledger != "memory://" || c.QueueDepth != 7 || c.PromptTokens != PromptTokenize || c.TokenizeTimeout != 750*time.Millisecond {
+	if err != nil || c.Ledger != "grpc://reserver:7400" || c.QueueDepth != 7 || c.PromptTokens != PromptTokenize || c.TokenizeTimeout != 750*time.Millisecond {
 		t.Errorf("env config: %+v, %v", c, err)
 	}
-	if c, _ := ParseFlags([]string{"--config", "f.yaml", "--id", "r1", "--ledger", "memory://"}, func(string) (string, bool) { return "", false }, &strings.Builder{}); c.PromptTokens != PromptEstimate {
+	if c, _ := ParseFlags([]string{"--config", "f.yaml", "--id", "r1", "--ledger", "grpc://reserver:7400"}, func(string) (string, bool) { return "", false }, &strings.Builder{}); c.PromptTokens != PromptEstimate {
 		t.Errorf("--prompt-tokens defaults to %q, want %q", c.PromptTokens, PromptEstimate)
 	}
 	env["LEASEHOLD_PROMPT_TOKENS"] = "bytes"

@@ -121,6 +121,11 @@ func Open(rawURL string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
 	}
+	// Every call's deadline bounds its socket reads and writes too, so a
+	// Redis that accepts connections and never answers holds a call no
+	// longer than its context allows (go-redis otherwise waits out its
+	// own 5s read timeout, and retries).
+	copts.ContextTimeoutEnabled = true
 	s := newStore(goredis.NewClient(copts), opts)
 	s.ownsC = true
 	if s.err != nil {
