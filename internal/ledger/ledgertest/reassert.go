@@ -131,14 +131,20 @@ func (s *suite) testReassertBounds(t *testing.T) {
 }
 
 // testIDsStayUnique reasserts the furthest current-epoch lease the rule
-// allows and one of an earlier epoch at MaxFenceSeq, then grants from many
-// goroutines at once: no id repeats, every fence is later than the
-// reasserted one, and totals equal the rows throughout.
+// allows and one of an earlier epoch at MaxFenceSeq, has the sequences the
+// red team used refused, then grants from many goroutines at once: no id
+// repeats, every fence is later than the reasserted one, and totals equal
+// the rows.
 func (s *suite) testIDsStayUnique(t *testing.T) {
 	f := s.setup(t, poolSpec(pool, engine(e1, 100000, 1000), engine(e2, 100000, 1000)), noWindow)
 	first := f.acquire(f.req(h1, 10, 1, e1), e1)
 	top := f.reassert(f.fabricate(h1, e1, 10, 1, ledger.Fence{Epoch: f.epoch, Seq: first.Fence.Seq + ledger.MaxReassertAhead}))
 	old := f.reassert(f.fabricate(h2, e2, 10, 1, ledger.Fence{Epoch: f.epoch - 1, Seq: ledger.MaxFenceSeq}))
+	// What made later grants reuse ids (Redis) or wrap (memory): refused.
+	for _, seq := range []uint64{ledger.MaxFenceSeq, 1<<64 - 1} {
+		_, err := f.l.Reassert(f.ctx, f.fabricate(h1, e1, 10, 1, ledger.Fence{Epoch: f.epoch, Seq: seq}), longTTL)
+		wantErr(t, fmt.Sprintf("Reassert at sequence %d of the current epoch", seq), err, ledger.ErrInvalidArgument)
+	}
 	const workers, each = 16, 8
 	leases := make([][]ledger.Lease, workers)
 	errs := make([]error, workers)
