@@ -1,6 +1,9 @@
 package redteam_test
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -217,8 +220,18 @@ func TestReassertAttack(t *testing.T) {
 	}
 	defer conn.Close()
 	c := pb.NewLedgerClient(conn)
-	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+routerToken)
-	const evil = routerName + "/evil"
+	// A router credential may create holder sessions of its own: a holder
+	// key of the attacker's and a holder id derived from it, as
+	// internal/ledger/holderkey defines them (a reserver that does not
+	// check holder keys ignores the metadata).
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		t.Fatal(err)
+	}
+	tag := sha256.Sum256(append([]byte("leasehold holder key v1\x00"), key[:]...))
+	evil := routerName + "/" + hex.EncodeToString(tag[:])[:32] + ".e0e0e0e0e0e0e0e0"
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+routerToken,
+		"x-leasehold-holder-key", hex.EncodeToString(key[:]))
 	ka, err := c.KeepAlive(ctx, &pb.KeepAliveRequest{Pool: "llama", Holder: evil, Ttl: durationpb.New(time.Minute)})
 	if err != nil {
 		t.Fatalf("KeepAlive with the router's token: %v", err)
