@@ -24,10 +24,17 @@ const (
 	KindUnaccountedLoad  Kind = "unaccounted_load"
 	KindStaleTelemetry   Kind = "stale_telemetry"
 	KindCapacityMismatch Kind = "capacity_mismatch"
+	// KindReassertUnconfirmed: a reasserted lease its engine's telemetry
+	// has not shown (ledger.Lease.Unconfirmed).
+	KindReassertUnconfirmed Kind = "reassert_unconfirmed"
+	// KindTotalsMismatch: the ledger's reserved totals of an engine or
+	// tenant differ from the sum of its lease rows.
+	KindTotalsMismatch Kind = "totals_mismatch"
 )
 
 // Kinds lists every Kind.
-var Kinds = []Kind{KindExpiredHolder, KindDeadlinePassed, KindLeakSuspected, KindUnaccountedLoad, KindStaleTelemetry, KindCapacityMismatch}
+var Kinds = []Kind{KindExpiredHolder, KindDeadlinePassed, KindLeakSuspected, KindUnaccountedLoad, KindStaleTelemetry,
+	KindCapacityMismatch, KindReassertUnconfirmed, KindTotalsMismatch}
 
 // Lease flags shown in a LeaseRow.
 const (
@@ -35,6 +42,7 @@ const (
 	FlagOvergrown      = "overgrown"
 	FlagDeadlinePassed = "deadline_passed"
 	FlagHolderExpired  = "holder_expired"
+	FlagUnconfirmed    = "unconfirmed"
 )
 
 // Defaults for Options.
@@ -47,7 +55,9 @@ const (
 	DefaultMaxLeases = 10000
 )
 
-// Reader is the part of ledger.Ledger Collect reads.
+// Reader is the part of ledger.Ledger Collect reads. A Reader that is also
+// a ledger.TotalsChecker (every backend is) has its totals compared with
+// its lease rows too.
 type Reader interface {
 	Pools(ctx context.Context) ([]ledger.PoolID, error)
 	List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error)
@@ -75,6 +85,10 @@ type PoolInput struct {
 	Leases []ledger.Lease
 	// Truncated is set when Leases stopped at the read limit.
 	Truncated bool
+	// Mismatches are the engines and tenants whose totals differ from
+	// their lease rows (ledger.TotalsChecker), in one atomic read of the
+	// ledger; none when the Reader cannot check.
+	Mismatches []ledger.TotalsMismatch
 }
 
 // Input is everything Build judges.
@@ -160,7 +174,17 @@ func Collect(ctx context.Context, r Reader, f ledger.Filter) (Input, error) {
 				return Input{}, fmt.Errorf("audit: list pool %s: %w", p, err)
 			}
 		}
-		in.Pools = append(in.Pools, PoolInput{Stats: st, Leases: ls, Truncated: truncated})
+		var mismatches []ledger.TotalsMismatch
+		if tc, ok := r.(ledger.TotalsChecker); ok {
+			mismatches, err = tc.CheckTotals(ctx, p)
+			if errors.Is(err, ledger.ErrUnknownPool) && f.Pool == "" {
+				continue
+			}
+			if err != nil {
+				return Input{}, fmt.Errorf("audit: check totals of pool %s: %w", p, err)
+			}
+		}
+		in.Pools = append(in.Pools, PoolInput{Stats: st, Leases: ls, Truncated: truncated, Mismatches: mismatches})
 	}
 	return in, nil
 }
@@ -338,6 +362,14 @@ func Build(in Input, f ledger.Filter, o Options) Report {
 			if l.Overgrown {
 				row.Flags = append(row.Flags, FlagOvergrown)
 			}
+			if l.Unconfirmed {
+				row.Flags = append(row.Flags, FlagUnconfirmed)
+				r.Anomalies = append(r.Anomalies, Anomaly{
+					Kind: KindReassertUnconfirmed, Pool: l.Pool, Engine: l.Engine, Lease: l.ID, Holder: l.Holder,
+					Detail: fmt.Sprintf("re-asserted %d KV tokens and %d slots its engine's telemetry has not shown; it ends at its deadline in %s unless an observation confirms it",
+						l.KVTokens, l.Slots, dur(l.Deadline.Sub(now))),
+				})
+			}
 			if now.After(l.Deadline) {
 				row.Flags = append(row.Flags, FlagDeadlinePassed)
 				r.Anomalies = append(r.Anomalies, Anomaly{
@@ -355,6 +387,12 @@ func Build(in Input, f ledger.Filter, o Options) Report {
 			r.Leases = append(r.Leases, row)
 		}
 
+		for _, m := range p.Mismatches {
+			if f.Engine != "" && m.Engine != f.Engine {
+				continue
+			}
+			r.Anomalies = append(r.Anomalies, Anomaly{Kind: KindTotalsMismatch, Pool: st.Pool, Engine: m.Engine, Detail: mismatchDetail(m)})
+		}
 		for _, e := range st.Engines {
 			if f.Engine != "" && e.Spec.ID != f.Engine {
 				continue
@@ -436,6 +474,17 @@ func engineRow(st ledger.PoolStats, e ledger.EngineStats, agedKV int64, scrapes 
 			o.LeakAfter, agedKV, obs.KVTokensUsed, gap)
 	}
 	return row, out
+}
+
+// mismatchDetail describes a totals mismatch: whose, what the ledger
+// counts, what its rows sum to.
+func mismatchDetail(m ledger.TotalsMismatch) string {
+	who := "engine " + string(m.Engine)
+	if m.Engine == "" {
+		who = "tenant " + string(m.Tenant)
+	}
+	return fmt.Sprintf("%s: the ledger counts %s reserved, its lease rows sum to %s; admission reads the counts",
+		who, m.Recorded, m.Rows)
 }
 
 // seconds is d in seconds, to the millisecond.

@@ -52,15 +52,17 @@ func plantedInput() audit.Input {
 	re.Reasserted = true
 	re.Priority = "batch"
 	q := lease("q", 1, "q-0", "router-c", 800, 1, 90*time.Second, 5*time.Second)
+	unconfirmed := lease("p", 6, "e-load", "router-a", 400, 1, 3*time.Second, 20*time.Second)
+	unconfirmed.Reasserted, unconfirmed.Unconfirmed = true, true
 
 	stale := engine("e-stale", 60000, 32)
 	stale.StalePolicy = ledger.StaleBlock
 	p := ledger.PoolStats{
-		Pool: "p", Epoch: 1000, Now: t0, CapacityKV: 310000, CapacitySlots: 160, LiveHolders: 1, Leases: 5,
+		Pool: "p", Epoch: 1000, Now: t0, CapacityKV: 310000, CapacitySlots: 160, LiveHolders: 1, Leases: 6,
 		Engines: []ledger.EngineStats{
 			{Spec: engine("e-leak", 100000, 64), ReservedKV: 40000, ReservedSlots: 4, Leases: 1,
 				LastObservation: ledger.Observation{KVTokensUsed: 2000, KVTokensTotal: 80000, Running: 4}, ObservedAt: t0.Add(-time.Second)},
-			{Spec: engine("e-load", 50000, 32), ReservedKV: 1500, ReservedSlots: 2, Leases: 2, CorrectionKV: 18500, CorrectionSlots: 7,
+			{Spec: engine("e-load", 50000, 32), ReservedKV: 1900, ReservedSlots: 3, Leases: 3, CorrectionKV: 18100, CorrectionSlots: 6,
 				OrphanKV: 6000, OrphanSlots: 1, OrphanUntil: t0.Add(3 * time.Second),
 				LastObservation: ledger.Observation{KVTokensUsed: 20000, Running: 9, Waiting: 3}, ObservedAt: t0.Add(-2 * time.Second)},
 			{Spec: engine("e-never", 100000, 32), ReservedKV: 300, ReservedSlots: 1, Leases: 1, Stale: true},
@@ -77,7 +79,9 @@ func plantedInput() audit.Input {
 	}
 	return audit.Input{
 		Pools: []audit.PoolInput{
-			{Stats: p, Leases: []ledger.Lease{leaked, fresh, late, orphan, re}},
+			{Stats: p, Leases: []ledger.Lease{leaked, fresh, late, orphan, re, unconfirmed},
+				Mismatches: []ledger.TotalsMismatch{{Pool: "p", Engine: "e-stale",
+					Recorded: ledger.Totals{KVTokens: 2000, Slots: 2, Leases: 1}, Rows: ledger.Totals{KVTokens: 2000, Slots: 2, Leases: 2}}}},
 			{Stats: qs, Leases: []ledger.Lease{q}},
 		},
 		Sessions: map[audit.SessionKey]time.Time{
@@ -142,20 +146,22 @@ func TestBuildPlantsEveryKind(t *testing.T) {
 		got[a.Kind] = append(got[a.Kind], string(a.Engine)+"/"+string(a.Lease))
 	}
 	want := map[audit.Kind][]string{
-		audit.KindExpiredHolder:    {"e-stale/3e8-4"},
-		audit.KindDeadlinePassed:   {"e-load/3e8-3"},
-		audit.KindLeakSuspected:    {"e-leak/"},
-		audit.KindUnaccountedLoad:  {"e-load/"},
-		audit.KindStaleTelemetry:   {"e-never/", "e-stale/"},
-		audit.KindCapacityMismatch: {"e-leak/"},
+		audit.KindExpiredHolder:       {"e-stale/3e8-4"},
+		audit.KindDeadlinePassed:      {"e-load/3e8-3"},
+		audit.KindLeakSuspected:       {"e-leak/"},
+		audit.KindUnaccountedLoad:     {"e-load/"},
+		audit.KindStaleTelemetry:      {"e-never/", "e-stale/"},
+		audit.KindCapacityMismatch:    {"e-leak/"},
+		audit.KindReassertUnconfirmed: {"e-load/3e8-6"},
+		audit.KindTotalsMismatch:      {"e-stale/"},
 	}
 	for _, k := range audit.Kinds {
 		if !slices.Equal(got[k], want[k]) {
 			t.Errorf("%s: got %v, want %v", k, got[k], want[k])
 		}
 	}
-	if len(r.Leases) != 6 || len(r.Engines) != 5 || len(r.Pools) != 2 {
-		t.Errorf("got %d leases, %d engines, %d pools; want 6, 5, 2", len(r.Leases), len(r.Engines), len(r.Pools))
+	if len(r.Leases) != 7 || len(r.Engines) != 5 || len(r.Pools) != 2 {
+		t.Errorf("got %d leases, %d engines, %d pools; want 7, 5, 2", len(r.Leases), len(r.Engines), len(r.Pools))
 	}
 }
 
@@ -294,5 +300,45 @@ func TestCollectFilteredPastTheCap(t *testing.T) {
 	if len(r.Leases) != 1 || r.Leases[0].Holder != "h2" || !in.Pools[0].Truncated {
 		t.Errorf("filtered to h2 with a cap of 3: %d leases %+v, truncated %v; want h2's one lease and the pool truncated",
 			len(r.Leases), r.Leases, in.Pools[0].Truncated)
+	}
+}
+
+// TestCollectUnconfirmedReassert: a lease reasserted on an observed engine
+// that no observation has shown is reported reassert_unconfirmed and
+// flagged; a memory ledger's totals are checked and agree.
+func TestCollectUnconfirmedReassert(t *testing.T) {
+	ctx := context.Background()
+	clk := &fixedClock{now: t0}
+	l := poolLedger(t, clk, 4)
+	if _, err := l.KeepAlive(ctx, "p", "h1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Observe(ctx, ledger.Observation{Pool: "p", Engine: "e1", ObservedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	fence := ledger.Fence{Epoch: 1, Seq: 9}
+	g, err := l.Reassert(ctx, ledger.Lease{ID: ledger.MakeLeaseID(fence), Fence: fence, Pool: "p", Engine: "e1", Tenant: "acme",
+		Priority: "standard", KVTokens: 500, Slots: 2, Holder: "h1", RequestID: "lost"}, time.Minute)
+	if err != nil || !g.Lease.Unconfirmed {
+		t.Fatalf("Reassert = %+v, %v; want an Unconfirmed lease", g.Lease, err)
+	}
+	in, err := audit.Collect(ctx, l, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Pools) != 1 || len(in.Pools[0].Mismatches) != 0 {
+		t.Errorf("Collect mismatches = %+v, want none", in.Pools)
+	}
+	r := audit.Build(in, ledger.Filter{}, audit.Options{})
+	var got []audit.Anomaly
+	for _, a := range r.Anomalies {
+		if a.Kind == audit.KindReassertUnconfirmed {
+			got = append(got, a)
+		}
+	}
+	if len(got) != 1 || got[0].Lease != g.Lease.ID || got[0].Holder != "h1" || len(r.Leases) != 1 ||
+		!slices.Contains(r.Leases[0].Flags, audit.FlagUnconfirmed) {
+		t.Errorf("anomalies %+v, leases %+v; want one reassert_unconfirmed for %s and the lease flagged %s",
+			r.Anomalies, r.Leases, g.Lease.ID, audit.FlagUnconfirmed)
 	}
 }

@@ -3,8 +3,8 @@
 // of it looks wrong. The HTTP endpoint GET /v1/audit, the human page and the
 // `reserver audit` CLI all show the same Report.
 //
-// Collect reads a ledger (Pools, Stats and List: read-only calls that never
-// sweep) into an Input; Build turns an Input, at the ledger's clock, into a
+// Collect reads a ledger (Pools, Stats, List and, where the ledger has it,
+// CheckTotals: read-only calls that never sweep) into an Input; Build turns an Input, at the ledger's clock, into a
 // Report. Build is a pure function of its Input and Options, so the golden
 // tests feed it synthetic Stats and leases with a fixed clock.
 //
@@ -31,6 +31,16 @@
 //	capacity_mismatch        the engine's last observation reports less KV
 //	                         capacity than the fleet file configures: the
 //	                         ledger admits against the engine's figure.
+//	reassert_unconfirmed     a lease re-asserted on an engine with telemetry
+//	                         that no observation has shown yet
+//	                         (ledger.Lease.Unconfirmed): it ends at its
+//	                         deadline, no later than its reassert time plus
+//	                         ConfirmWithin, unless one does.
+//	totals_mismatch          an engine's or tenant's reserved totals differ
+//	                         from the sum of its lease rows, compared in one
+//	                         atomic read (ledger.TotalsChecker): the store's
+//	                         state is inconsistent; admission reads the
+//	                         totals.
 //
 // Every age and time-to-deadline is computed against the pool's ledger
 // clock (PoolStats.Now), never the caller's.

@@ -354,7 +354,7 @@ func backoff(attempt int) time.Duration {
 var domainErrors = []error{
 	ledger.ErrRejected, ledger.ErrInvalidArgument, ledger.ErrUnknownPool, ledger.ErrUnknownEngine,
 	ledger.ErrUnknownTenant, ledger.ErrUnknownPriority, ledger.ErrNoSession, ledger.ErrSessionExpired,
-	ledger.ErrLeaseNotFound, ledger.ErrNotHolder, ledger.ErrClosed,
+	ledger.ErrLeaseNotFound, ledger.ErrNotHolder, ledger.ErrClosed, ledger.ErrFenceExhausted,
 }
 
 // unknownOutcome reports whether err leaves it unknown whether the ledger

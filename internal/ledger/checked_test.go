@@ -93,7 +93,7 @@ type checkedCall struct {
 func checkedCalls(bad bool) []checkedCall {
 	pool, holder := PoolID("p"), HolderID("h")
 	ref := LeaseRef{Pool: pool, ID: MakeLeaseID(Fence{Epoch: 1, Seq: 2}), Holder: holder}
-	lease := Lease{ID: ref.ID, Pool: pool, Engine: "e", Tenant: "t", Priority: "i", KVTokens: 1, Slots: 1, Holder: holder, RequestID: "r"}
+	lease := Lease{ID: ref.ID, Fence: Fence{Epoch: 1, Seq: 2}, Pool: pool, Engine: "e", Tenant: "t", Priority: "i", KVTokens: 1, Slots: 1, Holder: holder, RequestID: "r"}
 	req := AcquireRequest{Pool: pool, Candidates: []EngineID{"e"}, Tenant: "t", Priority: "i", KVTokens: 1, Slots: 1, Holder: holder, RequestID: "r", TTL: time.Second}
 	spec := PoolSpec{Name: pool, Engines: []EngineSpec{{ID: "e", KVTokens: 10, Slots: 1}}}
 	obs := Observation{Pool: pool, Engine: "e", ObservedAt: time.Unix(1, 0)}

@@ -116,14 +116,62 @@
 // lease's tenant, so every holder reads one fleet-wide distribution from
 // Stats and a new holder starts from what the others learned.
 //
+// # Reassert
+//
 // Reassert re-inserts a lease a live holder still uses after the ledger lost
 // it (new epoch, failover). It is accepted above capacity — it is real load —
 // flagged Reasserted, and the overload it causes blocks new grants until it
 // drains. Reassert of a lease id that still exists returns the existing lease
-// (Replayed). A reasserted lease keeps its id and fencing token; when its
-// epoch is the current one, the pool's sequence is raised to at least its
-// sequence so no later grant can reuse the id. Reassert requires a live
-// session, a configured engine, tenant and priority.
+// (Replayed) to its holder and fails with ErrNotHolder for any other; no call
+// ever overwrites a lease. A reasserted lease keeps its id and fencing token;
+// when its epoch is the current one, the pool's sequence is raised to at
+// least its sequence so no later grant can reuse the id. Reassert requires a
+// live session, a configured engine, tenant and priority.
+//
+// A reassert may claim only what its holder could have held (CheckReassert,
+// atomically against the pool's epoch E and last sequence S; else
+// ErrInvalidArgument naming the bound, and nothing changes):
+//
+//	lease.ID == MakeLeaseID(lease.Fence)     (ValidateReassert)
+//	1 <= Fence.Epoch <= E                    (no fence from the future)
+//	1 <= Fence.Seq <= MaxFenceSeq = 2^53-1   (ValidateReassert)
+//	Fence.Epoch == E: Fence.Seq <= S + MaxReassertAhead (2^20: a failover
+//	                  that kept the epoch lost only its replication lag)
+//	KVTokens <= cap_kv, Slots <= the engine's slots (one lease is never
+//	                  larger than its engine; cap_kv as in "Capacity truth")
+//
+// No backend issues a sequence past MaxFenceSeq or wraps one: a grant that
+// would, or that would mint an id a lease holds, fails with
+// ErrFenceExhausted and changes nothing (a new epoch starts afresh).
+//
+// Telemetry checks what was re-asserted. A lease reasserted on an engine
+// that has been observed is Unconfirmed from its reassert time r: every
+// deadline it gets (at Reassert, at Renew) is at most r + ConfirmWithin
+// (Options, default 30 s). An applied observation of its engine arriving
+// (ledger clock) at a confirms every Unconfirmed lease of the engine with
+// r <= a - ConfirmGrace (default 1 s) when running + waiting is at least
+// the slots of the engine's leases ExpectedAt a: every reasserted lease,
+// and every other lease granted at or before a - ConfirmGrace (newer ones
+// may not have reached the engine). KV tokens cannot prove a lease
+// (reservations exceed use by design); sequences can. A confirmed lease is
+// renewed as any other. An Unconfirmed lease the engine never shows ends
+// at its capped deadline, and as any lease the ledger ends on an observed
+// engine it is then charged as an orphan until an observation measures
+// the engine. On an engine never observed nothing can check a reassert:
+// it is taken as claimed, never Unconfirmed (its amounts still bounded).
+// A holder may reassert an ended lease again (its session is live), which
+// starts a new bound: ConfirmWithin bounds how long one reassert can lie,
+// not how often a holder with a live session lies; the audit reports each
+// Unconfirmed lease (reassert_unconfirmed) with its holder.
+//
+// # Totals
+//
+// The per-engine and per-tenant reserved totals admission reads always
+// equal the sums of the lease rows that name them: every call changes both
+// in one atomic step. TotalsChecker (every backend, and Checked and the
+// remote backend passing it through) compares them in one atomic read.
+//
+// # Epochs and fencing
 //
 // Epochs: every response carries the pool's epoch. A pool whose state was
 // lost (flushed Redis, wiped etcd, restarted reserver) gets a new epoch when
@@ -132,8 +180,11 @@
 // and Release keep working.
 //
 // Every grant carries a fencing token: the epoch and a sequence number that
-// strictly increases per pool within an epoch. Epochs are ledger-clock
-// microseconds at creation, so (epoch, sequence) increases across epochs too.
+// strictly increases per pool within an epoch, at most MaxFenceSeq. Epochs
+// are ledger-clock microseconds at creation, so (epoch, sequence) increases
+// across epochs too.
+//
+// # Observe
 //
 // Observe records engine telemetry. Observations with ObservedAt not after the
 // last applied one are ignored (several reconcilers may report the same

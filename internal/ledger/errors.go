@@ -37,6 +37,11 @@ var (
 	// Declared here, where the contract lives, so callers test it without
 	// importing a transport.
 	ErrPermissionDenied = errors.New("ledger: permission denied")
+	// ErrFenceExhausted: the pool cannot mint a fresh fencing token: its
+	// sequence reached MaxFenceSeq, or the next lease id is already taken
+	// (state no grant can have written). Nothing was changed; retrying does
+	// not help, a new epoch does (re-create the pool).
+	ErrFenceExhausted = errors.New("ledger: no fresh fencing token")
 )
 
 // Reason is why an acquisition or growth was refused.

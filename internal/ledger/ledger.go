@@ -80,6 +80,10 @@ const (
 	MaxCandidates = 256
 	// MaxIDLen bounds every identifier's length in bytes.
 	MaxIDLen = 256
+	// DefaultConfirmWithin is Options.ConfirmWithin's default.
+	DefaultConfirmWithin = 30 * time.Second
+	// DefaultConfirmGrace is Options.ConfirmGrace's default.
+	DefaultConfirmGrace = time.Second
 )
 
 // Options are the settings every backend shares. The zero value is the
@@ -96,6 +100,19 @@ type Options struct {
 	// the package doc, "Observe"); 0, the default, charges it until the
 	// next observation only. Negative is 0.
 	OrphanHold time.Duration
+	// ConfirmWithin bounds how long a lease reasserted on an engine that
+	// has telemetry may stay Unconfirmed: its deadline (at Reassert and at
+	// every Renew) is never set past its reassert time plus ConfirmWithin
+	// until an observation of its engine confirms it (see the package doc,
+	// "Reassert"). 0 means DefaultConfirmWithin; negative is the default.
+	ConfirmWithin time.Duration
+	// ConfirmGrace is how long after its grant a lease may still be missing
+	// from its engine's report (dispatch and scrape latency): an
+	// observation arriving less than ConfirmGrace after a lease was granted
+	// does not expect to see it, and one arriving less than ConfirmGrace
+	// after a reassert does not confirm it. 0 means DefaultConfirmGrace;
+	// negative is the default.
+	ConfirmGrace time.Duration
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -110,5 +127,11 @@ func (o Options) WithDefaults() Options {
 		o.SweepBatch = DefaultSweepBatch
 	}
 	o.OrphanHold = max(o.OrphanHold, 0)
+	if o.ConfirmWithin <= 0 {
+		o.ConfirmWithin = DefaultConfirmWithin
+	}
+	if o.ConfirmGrace <= 0 {
+		o.ConfirmGrace = DefaultConfirmGrace
+	}
 	return o
 }

@@ -178,6 +178,11 @@ type Lease struct {
 	// Overgrown marks a lease whose Grow took its engine above capacity or
 	// its tenant above quota: load the ledger records but did not admit.
 	Overgrown bool
+	// Unconfirmed marks a reasserted lease on an engine that has telemetry
+	// whose engine has not yet shown it (see the package doc, "Reassert"):
+	// its deadline never passes its reassert time plus
+	// Options.ConfirmWithin. Ignored by Reassert.
+	Unconfirmed bool
 }
 
 // Ref returns the reference used to renew, resize or release l.

@@ -236,9 +236,14 @@ func ValidateUsage(u Usage) error {
 	return nil
 }
 
-// ValidateReassert checks a lease being re-asserted.
+// ValidateReassert checks a lease being re-asserted: its id is the one
+// its fence makes, and the fence has an epoch and a sequence in
+// 1..MaxFenceSeq (the bounds that need the pool are CheckReassert's).
 func ValidateReassert(l Lease, ttl time.Duration) error {
 	if err := ValidateRef(l.Ref()); err != nil {
+		return err
+	}
+	if err := checkFence(l.ID, l.Fence); err != nil {
 		return err
 	}
 	if err := checkIDs("engine", string(l.Engine), "tenant", string(l.Tenant),

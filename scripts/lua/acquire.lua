@@ -6,7 +6,8 @@
 -- Returns: {'ok' | 'replayed', epoch, lease...}   (lease fields as in lib.lua)
 --        | {'rejected', epoch, reason, engine or '', retry-after ms}
 --        | {'unknown_pool', ''} | {'no_session' | 'session_expired', epoch}
---        | {'unknown_tenant' | 'unknown_priority' | 'unknown_engine', epoch, name}.
+--        | {'unknown_tenant' | 'unknown_priority' | 'unknown_engine', epoch, name}
+--        | {'fence_exhausted', epoch, why}.
 --
 -- The admission rule is ledger.Admit (internal/ledger/admit.go), check for
 -- check: recovery window, too large for the tenant's quota or for every
@@ -112,11 +113,21 @@ for j = 1, n do
 end
 if not chosen then return reject(m, first, cands[1].id, m.retry) end
 
-local seq = num(v[3]) + 1
+-- ledger.NextSeq: never past MAX_SEQ, and never an id a lease holds.
+local seq = num(v[3])
+if seq >= MAX_SEQ then
+  return {'fence_exhausted', m.epoch, 'the pool\'s fencing sequence ' .. int(seq) .. ' reached its maximum ' .. int(MAX_SEQ)}
+end
+seq = seq + 1
 local id = string.format('%x-%x', tonumber(m.epoch), seq)
+local taken = redis.call('HGET', K_LEASES, id)
+if taken then
+  return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. parse_lease(taken)[L_HOLDER]}
+end
 local deadline = now + ttl
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
-  int(now), int(deadline), m.epoch, int(seq), '0', '0'}
+  int(now), int(deadline), m.epoch, int(seq), '0', '0', '0'}
+l[L_SINCE] = '0'
 put_lease(l)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),

@@ -13,9 +13,11 @@
 --   7 leases     HASH  lease id -> lease record (see get_lease)
 --   8 holder key prefix  (.. holder id -> SET of lease ids)
 -- ARGV[1], the "sweep batch" of each script's header, is always
--- "<sweep batch> <orphan hold ms>", parsed below into SWEEP_BATCH and
--- ORPHAN_HOLD (ledger.Options.SweepBatch, or Sweep's max, and OrphanHold);
--- a script's own arguments start at ARGV[2].
+-- "<sweep batch> <orphan hold ms> <confirm within ms> <confirm grace ms>",
+-- parsed below into SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN and
+-- CONFIRM_GRACE (ledger.Options.SweepBatch, or Sweep's max, OrphanHold,
+-- ConfirmWithin and ConfirmGrace); a script's own arguments start at
+-- ARGV[2].
 --
 -- State fields. Values of several parts are joined by single spaces (ids,
 -- names and numbers never contain one), so a hot script reads a pool in one
@@ -37,6 +39,9 @@
 --               until an observation arrives at or after until_ms, see
 --               drop_lease and observe.lua)
 --   e:<id>:url; e:<id>:obs "used total running waiting sec nsec"
+--   e:<id>:u    ms of the latest Reassert that left an unconfirmed lease
+--               on the engine; present while observations should look for
+--               leases to confirm (see observe.lua)
 --   t:<name>    "configured kv_share slot_share"
 --   t:<name>:r  "rkv rslots nleases"
 --   p:<name>    max_fill
@@ -48,9 +53,11 @@
 
 local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SWEEP_BATCH, ORPHAN_HOLD = string.match(ARGV[1], '^(%S+) (%S+)$')
+local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE = string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+)$')
 SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
+CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
+local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
 
 local function int(x) return string.format('%.0f', x) end
 local function num(s) return tonumber(s) or 0 end
@@ -84,27 +91,35 @@ end
 local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
--- order scripts.go decodes, then owns_req ('1' when the lease set its req
--- entry). Its record is fields 1..13, owns_req, overgrown: the flag came
--- last, so a record written before it (no overgrown) reads as '0'.
+-- order scripts.go decodes (the last, unconfirmed, is '1' while L_SINCE is
+-- not '0'), then owns_req ('1' when the lease set its req entry) and
+-- since. Its record is fields 1..13, owns_req, overgrown, since: since is
+-- the ms of the Reassert that left the lease unconfirmed, '0' for every
+-- other lease (ledger.Lease.Unconfirmed). The flags came last, each in its
+-- turn, so a record written before overgrown (14 fields) or before since
+-- (15) reads them as '0'.
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
-local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_OWNS = 9, 10, 11, 12, 13, 14, 15
-local L_N = 14
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*)$'
+local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_UNCONF = 9, 10, 11, 12, 13, 14, 15
+local L_OWNS, L_SINCE = 16, 17
+local L_N = 15
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*)$'
 
 -- parse_lease reads a lease record; nil when s is.
 local function parse_lease(s)
   if not s then return nil end
   local l = {string.match(s, LEASE_PATTERN)}
-  l[L_OVERGROWN], l[L_OWNS] = l[15], l[14]
+  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE] = l[15], l[14], l[16]
   if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
+  if num(l[L_SINCE]) <= 0 then l[L_SINCE] = '0' end
+  l[L_UNCONF] = l[L_SINCE] == '0' and '0' or '1'
   return l
 end
 
 local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)) end
 
 local function set_lease(l)
-  redis.call('HSET', K_LEASES, l[L_ID], table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN])
+  redis.call('HSET', K_LEASES, l[L_ID],
+    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE])
 end
 
 -- put_lease stores a new lease (without charging it).
@@ -119,7 +134,7 @@ end
 -- forget removes a removed engine's or tenant's fields with its last lease.
 local function forget_engine(id)
   local f = 'e:' .. id
-  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs')
+  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs', f .. ':u')
   redis.call('SREM', K_ENGINES, id)
 end
 

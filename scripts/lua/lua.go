@@ -20,7 +20,7 @@ var files embed.FS
 // Operations lists the scripts Source serves.
 var Operations = []string{
 	"configure", "drain", "keepalive", "acquire", "renew", "resize", "grow",
-	"release", "reassert", "observe", "sweep", "stats", "list",
+	"release", "reassert", "observe", "sweep", "stats", "list", "totals",
 }
 
 // admits lists the operations that carry lib_admit.lua.

@@ -11,12 +11,20 @@
 -- running sequences, and the arrival time (ledger clock) for staleness. It
 -- clears the engine's orphan charge (see drop_lease in lib.lua) when it
 -- arrives at or after the charge's until ms, and leaves it otherwise.
+--
+-- While the engine is marked (e:<id>:u, set by reassert.lua) an applied
+-- observation confirms its unconfirmed leases (ledger.Confirms): when it
+-- shows at least as many sequences (running + waiting) as the slots of the
+-- engine's leases ledger.ExpectedAt now (every reasserted one, every other
+-- granted CONFIRM_GRACE or more ago), the leases reasserted CONFIRM_GRACE
+-- or more ago are confirmed (since '0'). That reads every lease of the
+-- pool, which only a marked engine costs; the mark goes once none is left.
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id = ARGV[2]
 local ef = 'e:' .. id
-local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o')
+local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o', ef .. ':u')
 if not engine(id, x[1]) then return {'unknown_engine', m.epoch, id} end
 if x[3] then
   local ls, lns = string.match(x[3], '(%S+) (%S+)$')
@@ -32,5 +40,29 @@ redis.call('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
 if x[4] then
   local _, _, until_ms = triple(x[4])
   if now >= until_ms then redis.call('HDEL', K_STATE, ef .. ':o') end
+end
+if x[5] then
+  local expected, pending = 0, {}
+  local by = now - CONFIRM_GRACE
+  for _, rec in ipairs(redis.call('HVALS', K_LEASES)) do
+    local l = parse_lease(rec)
+    if l[L_ENGINE] == id then
+      if l[L_REASSERTED] == '1' or num(l[L_CREATED]) <= by then expected = expected + num(l[L_SLOTS]) end
+      if l[L_SINCE] ~= '0' then pending[#pending + 1] = l end
+    end
+  end
+  local left = #pending > 0
+  if left and tonumber(ARGV[5]) + tonumber(ARGV[6]) >= expected then
+    left = false
+    for _, l in ipairs(pending) do
+      if num(l[L_SINCE]) <= by then
+        l[L_SINCE] = '0'
+        set_lease(l)
+      else
+        left = true
+      end
+    end
+  end
+  if not left then redis.call('HDEL', K_STATE, ef .. ':u') end
 end
 return {'ok', m.epoch, 1}

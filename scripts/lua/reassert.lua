@@ -11,8 +11,18 @@
 --        | {'unknown_engine' | 'unknown_tenant' | 'unknown_priority', epoch, name}.
 --
 -- No capacity check: the load is real, so it counts even above capacity and
--- the overload blocks new grants until it drains. When the fence is of the
--- current epoch the pool's sequence is raised to at least its sequence.
+-- the overload blocks new grants until it drains. But ledger.CheckReassert
+-- first: a fence of the current epoch at most MAX_AHEAD past the pool's
+-- sequence (then the sequence is raised to it), none from a later epoch,
+-- and amounts no larger than the engine (its smaller of configured and
+-- reported KV capacity, its slots). The id (ARGV[2]) is the one its fence
+-- makes (ledger.ValidateReassert checked it) and no other lease's: an
+-- existing id is replayed to its holder and refused to anyone else. On an
+-- engine that has been observed the lease is unconfirmed (since = now),
+-- its deadline at most now + CONFIRM_WITHIN, and the engine marked (e:<id>:u)
+-- so that observe.lua looks for it.
+
+local MAX_AHEAD = 1048576 -- ledger.MaxReassertAhead
 
 local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'seq')
 local m = meta(v[1], v[2])
@@ -39,25 +49,54 @@ end
 
 local engine_id, tenant_name, prio = ARGV[4], ARGV[5], ARGV[6]
 local ef, tf = 'e:' .. engine_id, 't:' .. tenant_name
-local x = redis.call('HMGET', K_STATE, ef, tf, 'p:' .. prio)
-if not engine(engine_id, x[1]) then return {'unknown_engine', m.epoch, engine_id} end
+local x = redis.call('HMGET', K_STATE, ef, tf, 'p:' .. prio, ef .. ':obs', ef .. ':c')
+local e = engine(engine_id, x[1])
+if not e then return {'unknown_engine', m.epoch, engine_id} end
 if not tenant(tenant_name, x[2]) then return {'unknown_tenant', m.epoch, tenant_name} end
 if not x[3] then return {'unknown_priority', m.epoch, prio} end
 
--- A current-epoch sequence the pool's counter (exact in Lua below 2^53)
--- could not carry would make later grants fail or collide.
-if ARGV[11] == m.epoch and tonumber(ARGV[12]) >= 2 ^ 53 then
-  return {'invalid_argument', m.epoch, 'fence sequence ' .. ARGV[12] .. ' of the current epoch is too large'}
+-- ledger.CheckReassert. Epochs are decimal strings of up to 16 digits and
+-- sequences at most MAX_SEQ: both exact as Lua numbers.
+local fepoch, fseq, epoch = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(m.epoch)
+local seq = num(v[3])
+local function invalid(why) return {'invalid_argument', m.epoch, why} end
+if fepoch > epoch then
+  return invalid('fence ' .. ARGV[11] .. '.' .. ARGV[12] .. ' is from epoch ' .. ARGV[11] ..
+    ', after the pool\'s current epoch ' .. m.epoch)
 end
+if fepoch == epoch and fseq > seq + MAX_AHEAD then
+  return invalid('fence ' .. ARGV[11] .. '.' .. ARGV[12] .. ' is ' .. int(fseq - seq) .. ' past the pool\'s sequence ' ..
+    int(seq) .. ' in the current epoch, more than ' .. MAX_AHEAD .. ' (MaxReassertAhead)')
+end
+local cap = e.kv
+local total = num(x[4] and string.match(x[4], '^%S+ (%S+)'))
+if total > 0 and total < cap then cap = total end
+if tonumber(ARGV[7]) > cap then
+  return invalid('kv_tokens = ' .. ARGV[7] .. ', more than engine ' .. engine_id .. '\'s capacity ' .. int(cap))
+end
+if tonumber(ARGV[8]) > e.slots then
+  return invalid('slots = ' .. ARGV[8] .. ', more than engine ' .. engine_id .. '\'s ' .. int(e.slots))
+end
+
 local extra = {}
-if ARGV[11] == m.epoch and tonumber(ARGV[12]) > num(v[3]) then
+if fepoch == epoch and fseq > seq then
   extra = {'seq', ARGV[12]}
 end
 local created = ARGV[10]
 if created == '0' then created = int(now) end
+local _, _, arrived = triple(x[5])
+local checked = arrived > 0
 local deadline = now + tonumber(ARGV[13])
+local since = '0'
+if checked then
+  deadline = math.min(deadline, now + CONFIRM_WITHIN)
+  since = int(now)
+  extra[#extra + 1] = ef .. ':u'
+  extra[#extra + 1] = since
+end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
-  created, int(deadline), ARGV[11], ARGV[12], '1', '0'}
+  created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0'}
+l[L_SINCE] = since
 put_lease(l)
 if deadline < m.sweep_at then
   extra[#extra + 1] = 'sweep_at'

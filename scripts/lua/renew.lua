@@ -6,7 +6,9 @@
 --        | {'lease_not_found' | 'not_holder', epoch}.
 --
 -- A lease past its deadline, or whose holder's session is no longer live,
--- has ended: lease_not_found, even before a sweep removes it.
+-- has ended: lease_not_found, even before a sweep removes it. An
+-- unconfirmed lease's deadline is never set past its since + CONFIRM_WITHIN
+-- (ledger.CappedDeadline).
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -14,6 +16,7 @@ local id, holder = ARGV[2], ARGV[3]
 local l, status = held_lease(m, now, id, holder)
 if not l then return {status, m.epoch} end
 local deadline = now + tonumber(ARGV[4])
+if l[L_SINCE] ~= '0' then deadline = math.min(deadline, num(l[L_SINCE]) + CONFIRM_WITHIN) end
 l[L_DEADLINE] = int(deadline)
 set_lease(l)
 redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)

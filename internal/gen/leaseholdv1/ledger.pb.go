@@ -401,7 +401,10 @@ type Lease struct {
 	Fence      *Fence                 `protobuf:"bytes,12,opt,name=fence,proto3" json:"fence,omitempty"`
 	Reasserted bool                   `protobuf:"varint,13,opt,name=reasserted,proto3" json:"reasserted,omitempty"`
 	// Grow took the lease's engine above capacity or its tenant above quota.
-	Overgrown     bool `protobuf:"varint,14,opt,name=overgrown,proto3" json:"overgrown,omitempty"`
+	Overgrown bool `protobuf:"varint,14,opt,name=overgrown,proto3" json:"overgrown,omitempty"`
+	// A reasserted lease its engine's telemetry has not shown yet; its
+	// deadline is capped (ledger.Lease.Unconfirmed). Ignored by Reassert.
+	Unconfirmed   bool `protobuf:"varint,15,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +533,13 @@ func (x *Lease) GetReasserted() bool {
 func (x *Lease) GetOvergrown() bool {
 	if x != nil {
 		return x.Overgrown
+	}
+	return false
+}
+
+func (x *Lease) GetUnconfirmed() bool {
+	if x != nil {
+		return x.Unconfirmed
 	}
 	return false
 }
@@ -2949,6 +2959,235 @@ func (x *StatsResponse) GetStats() *PoolStats {
 	return nil
 }
 
+type CheckTotalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTotalsRequest) Reset() {
+	*x = CheckTotalsRequest{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTotalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTotalsRequest) ProtoMessage() {}
+
+func (x *CheckTotalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTotalsRequest.ProtoReflect.Descriptor instead.
+func (*CheckTotalsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CheckTotalsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+// Totals are what the ledger counts for an engine or a tenant.
+type Totals struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	KvTokens      int64                  `protobuf:"varint,1,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
+	Slots         int64                  `protobuf:"varint,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	Leases        int64                  `protobuf:"varint,3,opt,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Totals) Reset() {
+	*x = Totals{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Totals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Totals) ProtoMessage() {}
+
+func (x *Totals) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Totals.ProtoReflect.Descriptor instead.
+func (*Totals) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Totals) GetKvTokens() int64 {
+	if x != nil {
+		return x.KvTokens
+	}
+	return 0
+}
+
+func (x *Totals) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *Totals) GetLeases() int64 {
+	if x != nil {
+		return x.Leases
+	}
+	return 0
+}
+
+// TotalsMismatch is an engine (or a tenant) whose recorded totals differ
+// from the sum of its lease rows.
+type TotalsMismatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Exactly one of engine and tenant is set.
+	Engine        string  `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`
+	Tenant        string  `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Recorded      *Totals `protobuf:"bytes,4,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	Rows          *Totals `protobuf:"bytes,5,opt,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TotalsMismatch) Reset() {
+	*x = TotalsMismatch{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TotalsMismatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TotalsMismatch) ProtoMessage() {}
+
+func (x *TotalsMismatch) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TotalsMismatch.ProtoReflect.Descriptor instead.
+func (*TotalsMismatch) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *TotalsMismatch) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *TotalsMismatch) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+func (x *TotalsMismatch) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TotalsMismatch) GetRecorded() *Totals {
+	if x != nil {
+		return x.Recorded
+	}
+	return nil
+}
+
+func (x *TotalsMismatch) GetRows() *Totals {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+type CheckTotalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty when every total equals its rows.
+	Mismatches    []*TotalsMismatch `protobuf:"bytes,1,rep,name=mismatches,proto3" json:"mismatches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckTotalsResponse) Reset() {
+	*x = CheckTotalsResponse{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckTotalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckTotalsResponse) ProtoMessage() {}
+
+func (x *CheckTotalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckTotalsResponse.ProtoReflect.Descriptor instead.
+func (*CheckTotalsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CheckTotalsResponse) GetMismatches() []*TotalsMismatch {
+	if x != nil {
+		return x.Mismatches
+	}
+	return nil
+}
+
 var File_leasehold_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_ledger_proto_rawDesc = "" +
@@ -2985,7 +3224,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x0fgrowth_headroom\x18\a \x01(\x01R\x0egrowthHeadroom\"/\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xb8\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xda\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3004,7 +3243,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\n" +
 	"reasserted\x18\r \x01(\bR\n" +
 	"reasserted\x12\x1c\n" +
-	"\tovergrown\x18\x0e \x01(\bR\tovergrown\"F\n" +
+	"\tovergrown\x18\x0e \x01(\bR\tovergrown\x12 \n" +
+	"\vunconfirmed\x18\x0f \x01(\bR\vunconfirmed\"F\n" +
 	"\bLeaseRef\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -3180,7 +3420,23 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\">\n" +
 	"\rStatsResponse\x12-\n" +
-	"\x05stats\x18\x01 \x01(\v2\x17.leasehold.v1.PoolStatsR\x05stats2\xe6\a\n" +
+	"\x05stats\x18\x01 \x01(\v2\x17.leasehold.v1.PoolStatsR\x05stats\"(\n" +
+	"\x12CheckTotalsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"S\n" +
+	"\x06Totals\x12\x1b\n" +
+	"\tkv_tokens\x18\x01 \x01(\x03R\bkvTokens\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\x03R\x05slots\x12\x16\n" +
+	"\x06leases\x18\x03 \x01(\x03R\x06leases\"\xb0\x01\n" +
+	"\x0eTotalsMismatch\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06engine\x18\x02 \x01(\tR\x06engine\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x120\n" +
+	"\brecorded\x18\x04 \x01(\v2\x14.leasehold.v1.TotalsR\brecorded\x12(\n" +
+	"\x04rows\x18\x05 \x01(\v2\x14.leasehold.v1.TotalsR\x04rows\"S\n" +
+	"\x13CheckTotalsResponse\x12<\n" +
+	"\n" +
+	"mismatches\x18\x01 \x03(\v2\x1c.leasehold.v1.TotalsMismatchR\n" +
+	"mismatches2\xba\b\n" +
 	"\x06Ledger\x12L\n" +
 	"\tConfigure\x12\x1e.leasehold.v1.ConfigureRequest\x1a\x1f.leasehold.v1.ConfigureResponse\x12R\n" +
 	"\vSetDraining\x12 .leasehold.v1.SetDrainingRequest\x1a!.leasehold.v1.SetDrainingResponse\x12L\n" +
@@ -3195,7 +3451,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x05Sweep\x12\x1a.leasehold.v1.SweepRequest\x1a\x1b.leasehold.v1.SweepResponse\x12@\n" +
 	"\x05Pools\x12\x1a.leasehold.v1.PoolsRequest\x1a\x1b.leasehold.v1.PoolsResponse\x12=\n" +
 	"\x04List\x12\x19.leasehold.v1.ListRequest\x1a\x1a.leasehold.v1.ListResponse\x12@\n" +
-	"\x05Stats\x12\x1a.leasehold.v1.StatsRequest\x1a\x1b.leasehold.v1.StatsResponseBEZCgithub.com/leasehold/leasehold/internal/gen/leaseholdv1;leaseholdv1b\x06proto3"
+	"\x05Stats\x12\x1a.leasehold.v1.StatsRequest\x1a\x1b.leasehold.v1.StatsResponse\x12R\n" +
+	"\vCheckTotals\x12 .leasehold.v1.CheckTotalsRequest\x1a!.leasehold.v1.CheckTotalsResponseBEZCgithub.com/leasehold/leasehold/internal/gen/leaseholdv1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_ledger_proto_rawDescOnce sync.Once
@@ -3209,7 +3466,7 @@ func file_leasehold_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_ledger_proto_rawDescData
 }
 
-var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*EngineSpec)(nil),            // 0: leasehold.v1.EngineSpec
 	(*TenantSpec)(nil),            // 1: leasehold.v1.TenantSpec
@@ -3255,44 +3512,48 @@ var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*ListResponse)(nil),          // 41: leasehold.v1.ListResponse
 	(*StatsRequest)(nil),          // 42: leasehold.v1.StatsRequest
 	(*StatsResponse)(nil),         // 43: leasehold.v1.StatsResponse
-	nil,                           // 44: leasehold.v1.PoolStats.CountersEntry
-	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*CheckTotalsRequest)(nil),    // 44: leasehold.v1.CheckTotalsRequest
+	(*Totals)(nil),                // 45: leasehold.v1.Totals
+	(*TotalsMismatch)(nil),        // 46: leasehold.v1.TotalsMismatch
+	(*CheckTotalsResponse)(nil),   // 47: leasehold.v1.CheckTotalsResponse
+	nil,                           // 48: leasehold.v1.PoolStats.CountersEntry
+	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
 }
 var file_leasehold_v1_ledger_proto_depIdxs = []int32{
-	45, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
+	49, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
 	0,  // 1: leasehold.v1.PoolSpec.engines:type_name -> leasehold.v1.EngineSpec
 	1,  // 2: leasehold.v1.PoolSpec.tenants:type_name -> leasehold.v1.TenantSpec
 	2,  // 3: leasehold.v1.PoolSpec.priorities:type_name -> leasehold.v1.PrioritySpec
-	45, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
-	46, // 5: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
-	46, // 6: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
+	49, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
+	50, // 5: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
+	50, // 6: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 7: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
-	45, // 8: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
+	49, // 8: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
 	5,  // 9: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
 	5,  // 10: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
-	46, // 11: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
-	46, // 12: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
-	46, // 13: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
+	50, // 11: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
+	50, // 12: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
+	50, // 13: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
 	0,  // 14: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
 	12, // 15: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
-	46, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	46, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	50, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
+	50, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
 	1,  // 18: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	46, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	46, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	50, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	50, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
 	13, // 21: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
 	14, // 22: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
 	2,  // 23: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	44, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	48, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
 	3,  // 25: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	45, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	10, // 27: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	45, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	8,  // 29: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
 	7,  // 30: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
 	6,  // 31: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	45, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	9,  // 33: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
 	6,  // 34: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
 	9,  // 35: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
@@ -3302,45 +3563,50 @@ var file_leasehold_v1_ledger_proto_depIdxs = []int32{
 	6,  // 39: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
 	11, // 40: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
 	5,  // 41: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	45, // 42: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	49, // 42: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
 	8,  // 43: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
 	7,  // 44: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
 	12, // 45: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
 	5,  // 46: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
 	15, // 47: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	16, // 48: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	18, // 49: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	20, // 50: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	22, // 51: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	24, // 52: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	26, // 53: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	28, // 54: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
-	30, // 55: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	32, // 56: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	34, // 57: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	36, // 58: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	38, // 59: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	40, // 60: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	42, // 61: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	17, // 62: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	19, // 63: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	21, // 64: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	23, // 65: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	25, // 66: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	27, // 67: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	29, // 68: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
-	31, // 69: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	33, // 70: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	35, // 71: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	37, // 72: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	39, // 73: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	41, // 74: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	43, // 75: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	62, // [62:76] is the sub-list for method output_type
-	48, // [48:62] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	45, // 48: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
+	45, // 49: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
+	46, // 50: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
+	16, // 51: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	18, // 52: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	20, // 53: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	22, // 54: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	24, // 55: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	26, // 56: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	28, // 57: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
+	30, // 58: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	32, // 59: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	34, // 60: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	36, // 61: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	38, // 62: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	40, // 63: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	42, // 64: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	44, // 65: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
+	17, // 66: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	19, // 67: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	21, // 68: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	23, // 69: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	25, // 70: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	27, // 71: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	29, // 72: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
+	31, // 73: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	33, // 74: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	35, // 75: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	37, // 76: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	39, // 77: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	41, // 78: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	43, // 79: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	47, // 80: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
+	66, // [66:81] is the sub-list for method output_type
+	51, // [51:66] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }
@@ -3366,7 +3632,7 @@ func file_leasehold_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_ledger_proto_rawDesc), len(file_leasehold_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ const (
 	Ledger_Pools_FullMethodName       = "/leasehold.v1.Ledger/Pools"
 	Ledger_List_FullMethodName        = "/leasehold.v1.Ledger/List"
 	Ledger_Stats_FullMethodName       = "/leasehold.v1.Ledger/Stats"
+	Ledger_CheckTotals_FullMethodName = "/leasehold.v1.Ledger/CheckTotals"
 )
 
 // LedgerClient is the client API for Ledger service.
@@ -89,6 +90,10 @@ type LedgerClient interface {
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Stats returns a pool's totals. Read.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// CheckTotals compares, in one atomic read, each engine's and tenant's
+	// recorded totals with the sum of the pool's lease rows
+	// (ledger.TotalsChecker). Read.
+	CheckTotals(ctx context.Context, in *CheckTotalsRequest, opts ...grpc.CallOption) (*CheckTotalsResponse, error)
 }
 
 type ledgerClient struct {
@@ -239,6 +244,16 @@ func (c *ledgerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *ledgerClient) CheckTotals(ctx context.Context, in *CheckTotalsRequest, opts ...grpc.CallOption) (*CheckTotalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckTotalsResponse)
+	err := c.cc.Invoke(ctx, Ledger_CheckTotals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LedgerServer is the server API for Ledger service.
 // All implementations must embed UnimplementedLedgerServer
 // for forward compatibility.
@@ -274,6 +289,10 @@ type LedgerServer interface {
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Stats returns a pool's totals. Read.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// CheckTotals compares, in one atomic read, each engine's and tenant's
+	// recorded totals with the sum of the pool's lease rows
+	// (ledger.TotalsChecker). Read.
+	CheckTotals(context.Context, *CheckTotalsRequest) (*CheckTotalsResponse, error)
 	mustEmbedUnimplementedLedgerServer()
 }
 
@@ -325,6 +344,9 @@ func (UnimplementedLedgerServer) List(context.Context, *ListRequest) (*ListRespo
 }
 func (UnimplementedLedgerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedLedgerServer) CheckTotals(context.Context, *CheckTotalsRequest) (*CheckTotalsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CheckTotals not implemented")
 }
 func (UnimplementedLedgerServer) mustEmbedUnimplementedLedgerServer() {}
 func (UnimplementedLedgerServer) testEmbeddedByValue()                {}
@@ -599,6 +621,24 @@ func _Ledger_Stats_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Ledger_CheckTotals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckTotalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServer).CheckTotals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ledger_CheckTotals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServer).CheckTotals(ctx, req.(*CheckTotalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Ledger_ServiceDesc is the grpc.ServiceDesc for Ledger service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -661,6 +701,10 @@ var Ledger_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Ledger_Stats_Handler,
+		},
+		{
+			MethodName: "CheckTotals",
+			Handler:    _Ledger_CheckTotals_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

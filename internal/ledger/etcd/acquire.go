@@ -155,7 +155,9 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 	if err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
 	}
-	seq++
+	if seq, err = ledger.NextSeq(seq); err != nil {
+		return ledger.Grant{}, nil, ledger.NoLease, err
+	}
 	engine := req.Candidates[idx]
 	er := erecs[idx]
 	deadline := now.Add(ledger.CeilMillis(req.TTL))
@@ -176,11 +178,38 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		clientv3.OpPut(tk, encode(trec)),
 		clientv3.OpPut(sk, strconv.FormatUint(seq, 10)),
 	)
+	// The new id must be free: a grant never overwrites a lease. Guarded
+	// rather than read, so a grant costs no extra round trip; a commit that
+	// fails looks.
+	nk := k.lease(pool, lr.id())
+	v.guards = append(v.guards, clientv3.Compare(clientv3.CreateRevision(nk), "=", 0))
 	ok, err = l.commit(ctx, v, ops...)
-	if !ok || err != nil {
+	if err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
 	}
+	if !ok {
+		return ledger.Grant{}, nil, ledger.NoLease, l.checkFree(ctx, pool, sk, seq-1, nk, lr.id())
+	}
 	return ledger.Grant{Lease: lr.lease(pool), Epoch: epoch}, nil, ledger.NoLease, nil
+}
+
+// checkFree looks at why a grant's commit failed: when the pool's sequence
+// (key sk) is still prev and the lease key lk of the id it would mint
+// exists, the grant can never succeed (ErrFenceExhausted); otherwise
+// another writer won the race and the caller decides again.
+func (l *store) checkFree(ctx context.Context, pool ledger.PoolID, sk string, prev uint64, lk string, id ledger.LeaseID) error {
+	v, err := l.read(ctx, []string{sk, lk})
+	if err != nil || !v.has(lk) {
+		return err
+	}
+	if seq, err := parseUint(sk, v.value(sk)); err != nil || seq != prev {
+		return err
+	}
+	var held leaseRec
+	if err := decode(lk, v.value(lk), &held); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: lease id %s of the next sequence in pool %s is held by %s", ledger.ErrFenceExhausted, id, pool, held.Holder)
 }
 
 // leaseOps writes a lease's record, deadline marker and indexes.
@@ -233,17 +262,17 @@ func (l *store) replay(ctx context.Context, v *view, pool ledger.PoolID, id ledg
 	if !ok || err != nil {
 		return ledger.Grant{}, nil, ledger.NoLease, err
 	}
-	return ledger.Grant{Lease: lr.lease(pool), Replayed: true, Epoch: epoch}, nil, ledger.NoLease, nil
+	return ledger.Grant{Lease: lr.leaseOn(pool, er), Replayed: true, Epoch: epoch}, nil, ledger.NoLease, nil
 }
 
 // Reassert re-inserts a lease its live holder still uses after the ledger
-// lost it. It is accepted above capacity and flagged; an existing lease id
-// is returned as it is (Replayed).
+// lost it, when ledger.CheckReassert finds it plausible. It is accepted
+// above capacity; an existing lease id is returned as it is (Replayed) to
+// its holder and refused to any other. On an engine that has been observed
+// the lease is Unconfirmed (its ReassertedMs set, the engine record
+// marked) and its deadline at most now+ConfirmWithin.
 func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	id, fence, err := canonical(lease.ID)
-	if err != nil {
-		return ledger.Grant{}, err
-	}
+	id, fence := lease.ID, lease.Fence // ValidateReassert: id is the fence's, canonical
 	pool := lease.Pool
 	if err := l.sweepDue(ctx, pool); err != nil {
 		return ledger.Grant{}, err
@@ -252,7 +281,7 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 	mk, sk, hk, lvk, lk, rk, tk, ek := k.meta(pool), k.seq(pool), k.holder(pool, lease.Holder), k.live(pool, lease.Holder),
 		k.lease(pool, id), k.request(pool, lease.Holder, lease.RequestID), k.tenant(pool, lease.Tenant), k.engine(pool, lease.Engine)
 	var out ledger.Grant
-	err = l.retryPool(ctx, pool, func() (bool, error) {
+	err := l.retryPool(ctx, pool, func() (bool, error) {
 		v, err := l.read(ctx, []string{mk, sk, hk, lvk, lk, rk, tk, ek})
 		if err != nil {
 			return false, err
@@ -265,7 +294,8 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 		if err := l.checkSession(v, pool, lease.Holder); err != nil {
 			return false, err
 		}
-		if _, ok := m.engine(lease.Engine); !ok {
+		spec, ok := m.engine(lease.Engine)
+		if !ok {
 			return false, fmt.Errorf("%w: %s in pool %s", ledger.ErrUnknownEngine, lease.Engine, pool)
 		}
 		if _, ok := m.tenant(lease.Tenant); !ok {
@@ -282,32 +312,49 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 			if lr.Holder != lease.Holder {
 				return false, fmt.Errorf("%w: lease %s", ledger.ErrNotHolder, id)
 			}
-			out = ledger.Grant{Lease: lr.lease(pool), Replayed: true, Epoch: epoch}
+			lek := k.engine(pool, lr.Engine)
+			if err := l.readMore(ctx, v, []string{lek}); err != nil {
+				return false, err
+			}
+			er, err := l.engineRec(v, pool, lr.Engine)
+			if err != nil {
+				return false, err
+			}
+			out = ledger.Grant{Lease: lr.leaseOn(pool, er), Replayed: true, Epoch: epoch}
 			return true, nil
 		}
 		seq, err := parseUint(sk, v.value(sk))
 		if err != nil {
 			return false, err
 		}
+		er, trec, err := l.chargedRecs(v, pool, leaseRec{Engine: lease.Engine, Tenant: lease.Tenant})
+		if err != nil {
+			return false, err
+		}
 		base := l.opts.Clock.Now()
 		now := time.UnixMilli(base.UnixMilli())
+		if err := ledger.CheckReassert(epoch, seq, admissionState(spec, er, false, now), lease); err != nil {
+			return false, err
+		}
 		created := now
 		if !lease.Created.IsZero() {
 			created = time.UnixMilli(lease.Created.UnixMilli())
 		}
+		checked := er.Obs != nil
+		deadline := ledger.CappedDeadline(now.Add(ledger.CeilMillis(ttl)), checked, now, l.opts.ConfirmWithin)
 		lr := leaseRec{
 			Engine: lease.Engine, Tenant: lease.Tenant, Priority: lease.Priority, KVTokens: lease.KVTokens, Slots: lease.Slots,
 			Holder: lease.Holder, RequestID: lease.RequestID, CreatedMs: created.UnixMilli(),
-			DeadlineMs: now.Add(ledger.CeilMillis(ttl)).UnixMilli(),
+			DeadlineMs: deadline.UnixMilli(),
 			Epoch:      uint64(fence.Epoch), Seq: fence.Seq, Reasserted: true,
 		}
-		er, trec, err := l.chargedRecs(v, pool, lr)
-		if err != nil {
-			return false, err
+		if checked {
+			lr.ReassertedMs = now.UnixMilli()
+			er.ReassertedMs = max(er.ReassertedMs, lr.ReassertedMs)
 		}
 		reserve(&er, &trec, lr, 1)
 		count(&er.Counters, ledger.CounterReasserts, 1)
-		etcdLease, err := l.leaseUntil(ctx, base, base.Add(ttl))
+		etcdLease, err := l.leaseUntil(ctx, base, base.Add(deadline.Sub(now)))
 		if err != nil {
 			return false, err
 		}
@@ -320,9 +367,9 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 		if fence.Epoch == epoch && fence.Seq > seq {
 			ops = append(ops, clientv3.OpPut(sk, strconv.FormatUint(fence.Seq, 10)))
 		}
-		ok, err := l.commit(ctx, v, ops...)
+		ok, err = l.commit(ctx, v, ops...)
 		if ok {
-			out = ledger.Grant{Lease: lr.lease(pool), Epoch: epoch}
+			out = ledger.Grant{Lease: lr.leaseOn(pool, er), Epoch: epoch}
 		}
 		return ok, err
 	})

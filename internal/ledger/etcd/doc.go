@@ -60,6 +60,20 @@
 // in the engine record, so it is lost or kept with the correction (a new
 // epoch starts without either).
 //
+// A lease reasserted on an observed engine records its reassert time
+// (local clock of the reasserting process) and marks the engine record
+// (ReassertedMs). While marked, an applied observation reads every lease of
+// the pool and, when it Confirms, moves the record's ConfirmedMs up to its
+// arrival less ConfirmGrace: a lease is Unconfirmed while its reassert
+// time is after ConfirmedMs, so confirming writes one record, not every
+// lease. Like the orphan hold this is timed by local clocks: processes
+// whose clocks disagree by more than ConfirmGrace can confirm a lease
+// early or late by the difference. Every lease change on an engine writes
+// its record, whose guard therefore covers the observation's decision.
+// A grant's commit is also guarded by its new lease key being absent, so a
+// grant never overwrites a lease (ledger.ErrFenceExhausted when the
+// sequence is behind one).
+//
 // # Expiry and sweeping
 //
 // etcd deletes an expired marker but cannot decrement counters. A lease has
@@ -93,7 +107,7 @@
 //	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
 //	P/pool/<pool>/seq                    last fencing sequence (decimal)
 //	P/pool/<pool>/recovering             recovery window marker; value: "<until ms>,<gone ms>" (nominal end, expected deletion); etcd lease TTL = window
-//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters, last spec once removed (JSON)
+//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters, last spec once removed, reassert confirmation (JSON)
 //	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
 //	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters, last spec once removed (JSON)
 //	P/pool/<pool>/holder/<holder>        holder session: its etcd lease id, TTL, expiry (JSON); kept until its leases are swept

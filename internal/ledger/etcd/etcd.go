@@ -541,3 +541,11 @@ func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Ti
 
 // Prefix returns the key prefix the ledger's keys live under.
 func (l *Ledger) Prefix() string { return l.s.opts.Prefix }
+
+var _ ledger.TotalsChecker = (*Ledger)(nil)
+
+// CheckTotals compares the pool's engine and tenant totals with its lease
+// records at one revision (ledger.TotalsChecker).
+func (l *Ledger) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	return ledger.CheckTotals(ctx, l.Ledger, pool)
+}

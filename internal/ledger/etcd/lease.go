@@ -79,8 +79,9 @@ func (l *store) startLeaseOp(ctx context.Context, ref ledger.LeaseRef) (ledger.L
 	return id, nil
 }
 
-// Renew extends a live lease's deadline to now+ttl by moving its deadline
-// marker to an etcd lease that outlives the new deadline.
+// Renew extends a live lease's deadline to now+ttl (for an Unconfirmed
+// lease at most its reassert time plus ConfirmWithin) by moving its
+// deadline marker to an etcd lease that outlives the new deadline.
 func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	id, err := l.startLeaseOp(ctx, ref)
 	if err != nil {
@@ -96,12 +97,24 @@ func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duratio
 		if err := lv.usable(ref, id); err != nil {
 			return false, err
 		}
+		r := lv.rec
+		var er engineRec
+		if r.ReassertedMs > 0 {
+			// Unconfirmed or not is the engine record's to say.
+			ek := l.keys.engine(pool, r.Engine)
+			if err := l.readMore(ctx, lv.v, []string{ek}); err != nil {
+				return false, err
+			}
+			if er, err = l.engineRec(lv.v, pool, r.Engine); err != nil {
+				return false, err
+			}
+		}
 		base := l.opts.Clock.Now()
 		now := time.UnixMilli(base.UnixMilli())
-		r := lv.rec
 		oldDeadline := r.DeadlineMs
-		r.DeadlineMs = now.Add(ledger.CeilMillis(ttl)).UnixMilli()
-		etcdLease, err := l.leaseUntil(ctx, base, base.Add(ttl))
+		deadline := ledger.CappedDeadline(now.Add(ledger.CeilMillis(ttl)), er.unconfirmed(r), time.UnixMilli(r.ReassertedMs), l.opts.ConfirmWithin)
+		r.DeadlineMs = deadline.UnixMilli()
+		etcdLease, err := l.leaseUntil(ctx, base, base.Add(max(deadline.Sub(now), time.Millisecond)))
 		if err != nil {
 			return false, err
 		}
@@ -114,7 +127,7 @@ func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duratio
 				clientv3.OpPut(l.keys.byDeadline(pool, r.DeadlineMs, id), ""))
 		}
 		ok, err := l.commit(ctx, lv.v, ops...)
-		out = ledger.Renewal{Lease: r.lease(pool), Epoch: ledger.Epoch(lv.m.Epoch)}
+		out = ledger.Renewal{Lease: r.leaseOn(pool, er), Epoch: ledger.Epoch(lv.m.Epoch)}
 		return ok, err
 	})
 	if err != nil {
@@ -192,7 +205,7 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 	err := l.changeLease(ctx, ref, func(c *leaseChange) ([]clientv3.Op, error) {
 		r, epoch := c.rec, ledger.Epoch(c.m.Epoch)
 		delta := kvTokens - r.KVTokens
-		out, rejection = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: epoch}, nil
+		out, rejection = ledger.Renewal{Lease: r.leaseOn(ref.Pool, c.er), Epoch: epoch}, nil
 		if delta == 0 {
 			return nil, nil
 		}
@@ -212,7 +225,7 @@ func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64)
 		r.KVTokens = kvTokens
 		c.er.ReservedKV += delta
 		c.tr.ReservedKV += delta
-		out = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: epoch}
+		out = ledger.Renewal{Lease: r.leaseOn(ref.Pool, c.er), Epoch: epoch}
 		return l.writes(c, r), nil
 	})
 	switch {
@@ -288,7 +301,7 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 		if err != nil {
 			return nil, err
 		}
-		out = ledger.Renewal{Lease: r.lease(ref.Pool), Epoch: ledger.Epoch(m.Epoch)}
+		out = ledger.Renewal{Lease: r.leaseOn(ref.Pool, c.er), Epoch: ledger.Epoch(m.Epoch)}
 		if g.Delta == 0 {
 			return nil, nil
 		}
@@ -300,7 +313,7 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 		if g.Passed {
 			count(&c.er.Counters, ledger.CounterOvergrowths, 1)
 		}
-		out.Lease = r.lease(ref.Pool)
+		out.Lease = r.leaseOn(ref.Pool, c.er)
 		return l.writes(c, r), nil
 	})
 	if err != nil {

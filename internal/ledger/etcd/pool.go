@@ -220,8 +220,9 @@ func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledg
 }
 
 // Observe applies telemetry: it sets the correction, clears the orphan
-// charge if the observation arrives after its hold, and refreshes the
-// engine's fresh marker, attached to an etcd lease of StaleAfter.
+// charge if the observation arrives after its hold, confirms what it can of
+// the engine's Unconfirmed leases (confirm), and refreshes the engine's
+// fresh marker, attached to an etcd lease of StaleAfter.
 func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
 	if err := l.sweepDue(ctx, obs.Pool); err != nil {
 		return ledger.Observed{}, err
@@ -249,6 +250,11 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 			// in the correction now.
 			r.OrphanKV, r.OrphanSlots, r.OrphanUntilMs = 0, 0, 0
 		}
+		if r.ReassertedMs > r.ConfirmedMs {
+			if err := l.confirm(ctx, v, pool, obs, &r); err != nil {
+				return false, err
+			}
+		}
 		ops := []clientv3.Op{clientv3.OpPut(ek, encode(r))}
 		if spec.StaleAfter > 0 {
 			id, err := l.leaseUntil(ctx, base, base.Add(spec.StaleAfter))
@@ -265,6 +271,44 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 		return ledger.Observed{}, err
 	}
 	return out, nil
+}
+
+// confirm applies an observation arriving at r.ObservedAtMs to the
+// Unconfirmed leases of the engine of record r (ledger.Confirms): when it
+// shows every lease ledger.ExpectedAt then, the leases reasserted at least
+// ConfirmGrace before are confirmed (r.ConfirmedMs moves up to there).
+// It reads every lease of the pool, which only an engine with Unconfirmed
+// leases costs; finding none left, it clears r.ReassertedMs. Every lease
+// change on the engine writes r, whose guard covers this decision.
+func (l *store) confirm(ctx context.Context, v *view, pool ledger.PoolID, obs ledger.Observation, r *engineRec) error {
+	leases := l.keys.kind(pool, kindLease)
+	if err := l.readMore(ctx, v, nil, span{from: leases}); err != nil {
+		return err
+	}
+	arrived := time.UnixMilli(r.ObservedAtMs)
+	by := arrived.Add(-l.opts.ConfirmGrace).UnixMilli()
+	var expected int64
+	pending := false
+	for _, kv := range v.ranges[leases] {
+		var lr leaseRec
+		if err := decode(string(kv.Key), kv.Value, &lr); err != nil {
+			return err
+		}
+		if lr.Engine != obs.Engine {
+			continue
+		}
+		if ledger.ExpectedAt(lr.lease(pool), arrived, l.opts.ConfirmGrace) {
+			expected += lr.Slots
+		}
+		pending = pending || r.unconfirmed(lr)
+	}
+	switch {
+	case !pending:
+		r.ReassertedMs = 0
+	case ledger.Confirms(obs, expected):
+		r.ConfirmedMs = max(r.ConfirmedMs, by)
+	}
+	return nil
 }
 
 // Pools lists configured pools, sorted.
@@ -285,25 +329,69 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 }
 
 // List returns one pool's outstanding leases matching f, ordered by
-// fence. It reads every lease of the pool: an audit call, not a hot path.
+// fence. It reads every lease of the pool, with the engine records that
+// say which are Unconfirmed, at one revision: an audit call, not a hot
+// path.
 func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	resp, err := l.cli.Get(ctx, l.keys.kind(f.Pool, kindLease), clientv3.WithPrefix())
+	lk, ek := l.keys.kind(f.Pool, kindLease), l.keys.kind(f.Pool, kindEngine)
+	v, err := l.read(ctx, nil, span{from: lk}, span{from: ek})
 	if err != nil {
 		return nil, fmt.Errorf("read leases: %w", err)
 	}
-	l.seeHeader(resp.Header.Revision, resp.Header.RaftTerm)
+	recs, err := rangeRecords[ledger.EngineID, engineRec](v.ranges[ek])
+	if err != nil {
+		return nil, err
+	}
 	var leases []ledger.Lease
-	for _, kv := range resp.Kvs {
+	for _, kv := range v.ranges[lk] {
 		var r leaseRec
 		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
 			return nil, err
 		}
-		if ls := r.lease(f.Pool); f.Match(ls) {
+		if ls := r.leaseOn(f.Pool, recs[r.Engine]); f.Match(ls) {
 			leases = append(leases, ls)
 		}
 	}
 	leases = f.Cap(leases)
 	return leases, nil
+}
+
+// CheckTotals compares, at one revision, each engine's and tenant's
+// reserved totals with the sum of the pool's lease records
+// (ledger.TotalsChecker).
+func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	lk, ek, tk := l.keys.kind(pool, kindLease), l.keys.kind(pool, kindEngine), l.keys.kind(pool, kindTenant)
+	v, err := l.read(ctx, []string{l.keys.meta(pool)}, span{from: lk}, span{from: ek}, span{from: tk})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := l.meta(v, pool); err != nil {
+		return nil, err
+	}
+	erecs, err := rangeRecords[ledger.EngineID, engineRec](v.ranges[ek])
+	if err != nil {
+		return nil, err
+	}
+	trecs, err := rangeRecords[ledger.TenantID, tenantRec](v.ranges[tk])
+	if err != nil {
+		return nil, err
+	}
+	engines, tenants := map[ledger.EngineID]ledger.Totals{}, map[ledger.TenantID]ledger.Totals{}
+	for id, r := range erecs {
+		engines[id] = ledger.Totals{KVTokens: r.ReservedKV, Slots: r.ReservedSlots, Leases: r.Leases}
+	}
+	for id, r := range trecs {
+		tenants[id] = ledger.Totals{KVTokens: r.ReservedKV, Slots: r.ReservedSlots, Leases: r.Leases}
+	}
+	rows := make([]ledger.Lease, 0, len(v.ranges[lk]))
+	for _, kv := range v.ranges[lk] {
+		var r leaseRec
+		if err := decode(string(kv.Key), kv.Value, &r); err != nil {
+			return nil, err
+		}
+		rows = append(rows, r.lease(pool))
+	}
+	return ledger.CompareTotals(pool, engines, tenants, rows), nil
 }
 
 // Stats returns a pool's totals from one consistent read.

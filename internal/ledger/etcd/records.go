@@ -114,6 +114,19 @@ type engineRec struct {
 	// Spec is the last configured spec of an engine the pool's spec no
 	// longer names; nil while it is configured.
 	Spec *ledger.EngineSpec `json:"spec,omitempty"`
+	// ReassertedMs is the ledger time of the latest Reassert that left an
+	// Unconfirmed lease on the engine: while it is after ConfirmedMs,
+	// observations look for leases to confirm. ConfirmedMs is the
+	// reassert time up to which the engine's leases are confirmed: a
+	// lease reasserted at r is Unconfirmed while r > ConfirmedMs.
+	ReassertedMs int64 `json:"reasserted_ms,omitempty"`
+	ConfirmedMs  int64 `json:"confirmed_ms,omitempty"`
+}
+
+// unconfirmed reports whether lease r, on the engine of record er, is
+// Unconfirmed (ledger.Lease.Unconfirmed).
+func (er *engineRec) unconfirmed(r leaseRec) bool {
+	return r.ReassertedMs > 0 && r.ReassertedMs > er.ConfirmedMs
 }
 
 // charged returns the correction plus the orphan charge: what telemetry
@@ -222,6 +235,10 @@ type leaseRec struct {
 	Seq        uint64              `json:"seq"`
 	Reasserted bool                `json:"reasserted,omitempty"`
 	Overgrown  bool                `json:"overgrown,omitempty"`
+	// ReassertedMs is the ledger time of the Reassert that inserted the
+	// lease on an engine that had been observed; 0 for every other lease.
+	// The engine record says whether it has been confirmed since.
+	ReassertedMs int64 `json:"reasserted_ms,omitempty"`
 }
 
 func (r *leaseRec) id() ledger.LeaseID {
@@ -232,6 +249,15 @@ func (r *leaseRec) fence() ledger.Fence {
 	return ledger.Fence{Epoch: ledger.Epoch(r.Epoch), Seq: r.Seq}
 }
 
+// leaseOn is lease with Unconfirmed read from er, the record of r's
+// engine.
+func (r *leaseRec) leaseOn(pool ledger.PoolID, er engineRec) ledger.Lease {
+	l := r.lease(pool)
+	l.Unconfirmed = er.unconfirmed(*r)
+	return l
+}
+
+// lease is r as a ledger.Lease, Unconfirmed unset (leaseOn sets it).
 func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
 	return ledger.Lease{
 		ID: r.id(), Pool: pool, Engine: r.Engine, Tenant: r.Tenant, Priority: r.Priority,

@@ -13,7 +13,9 @@ import (
 )
 
 // Safety under concurrency: many goroutines acquire, renew, resize, grow
-// and release while a tracker checks every grant, Resize growth and Grow.
+// and release while a tracker checks every grant, Resize growth and Grow,
+// and every worker checks after each of its operations that the ledger's
+// totals equal its lease rows (totalsMatch).
 //
 // The tracker is sound: a grant (or growth) is recorded only after the call
 // returns and removed (or shrunk) before the call is made, so what it tracks
@@ -115,6 +117,22 @@ func (s *suite) pollStats(f *fixture, lf *loadFailures, tr *tracker) (ledger.Poo
 	return st, true
 }
 
+// totalsMatch is the load tests' check after every operation of every
+// worker: the ledger's engine and tenant totals equal the sums of its
+// lease rows (ledger.TotalsChecker, one atomic read, so it holds at every
+// instant). It fails lf and returns false on any mismatch.
+func (s *suite) totalsMatch(f *fixture, lf *loadFailures, after string) bool {
+	ms, _, err := retry(&s.backendFailures, func() ([]ledger.TotalsMismatch, error) { return ledger.CheckTotals(f.ctx, f.l, pool) })
+	if err != nil {
+		lf.fail("CheckTotals after %s error = %v, want nil", after, err)
+		return false
+	}
+	for _, m := range ms {
+		lf.fail("CheckTotals after %s: %s, want equal", after, m)
+	}
+	return len(ms) == 0
+}
+
 func (s *suite) testConcurrency(t *testing.T) {
 	t.Run("SafetyUnderLoad", func(t *testing.T) {
 		t.Run("worst_case", func(t *testing.T) { s.testSafetyUnderLoad(t, ledger.ReserveWorstCase) })
@@ -171,7 +189,11 @@ func (s *suite) testSafetyUnderLoad(t *testing.T, mode ledger.ReserveMode) {
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			holder := ledger.HolderID(fmt.Sprintf("ch%d", w%concHolders))
 			mine := &held[w]
+			defer s.totalsMatch(f, lf, fmt.Sprintf("worker %d's last operation", w))
 			for op := 0; op < concOps && !stop.Load(); op++ {
+				if op > 0 && !s.totalsMatch(f, lf, fmt.Sprintf("worker %d's operation %d", w, op-1)) {
+					return
+				}
 				p := rng.IntN(100)
 				switch {
 				case len(*mine) == 0 || p < 45:
@@ -418,7 +440,11 @@ func (s *suite) testExpiryUnderLoad(t *testing.T) {
 				note(sess.Expires)
 			}
 			var mine []ledger.Lease
+			defer s.totalsMatch(f, lf, fmt.Sprintf("worker %d's last operation", w))
 			for op := 0; op < 30 && !stop.Load(); op++ {
+				if op > 0 && !s.totalsMatch(f, lf, fmt.Sprintf("worker %d's operation %d", w, op-1)) {
+					return
+				}
 				if len(mine) > 0 && rng.IntN(3) == 0 {
 					i := rng.IntN(len(mine))
 					l := mine[i]

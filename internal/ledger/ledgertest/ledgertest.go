@@ -1,5 +1,6 @@
 // Package ledgertest is the conformance suite every ledger backend passes
-// unchanged: the limits, idempotence, expiry, epochs, bad arguments, elastic
+// unchanged: the limits, idempotence, expiry, epochs, what Reassert may
+// claim and its confirmation by telemetry, bad arguments, elastic
 // reservations (modes, growth headroom, Grow, reported capacity, completion
 // counters), a concurrent safety check and a linearizability check of
 // recorded histories, both with growth.
@@ -77,6 +78,7 @@ func Run(t *testing.T, b Backend) {
 		{"Leases", s.testLeases},
 		{"Sessions", s.testSessions},
 		{"Epochs", s.testEpochs},
+		{"Reassert", s.testReassert},
 		{"Audit", s.testAudit},
 		{"BadArguments", s.testBadArguments},
 		{"Elastic", s.testElastic},
@@ -501,7 +503,7 @@ const maxAttempts = 10
 var definedErrors = []error{
 	ledger.ErrRejected, ledger.ErrInvalidArgument, ledger.ErrUnknownPool, ledger.ErrUnknownEngine,
 	ledger.ErrUnknownTenant, ledger.ErrUnknownPriority, ledger.ErrNoSession, ledger.ErrSessionExpired,
-	ledger.ErrLeaseNotFound, ledger.ErrNotHolder, ledger.ErrClosed,
+	ledger.ErrLeaseNotFound, ledger.ErrNotHolder, ledger.ErrClosed, ledger.ErrFenceExhausted,
 }
 
 func defined(err error) bool {

@@ -365,8 +365,8 @@ func TestRecoveryWindow(t *testing.T) {
 		t.Fatalf("rejection %+v, want retry after 2s in epoch %d", r, epoch)
 	}
 	lost := ledger.Lease{
-		ID: ledger.MakeLeaseID(ledger.Fence{Epoch: epoch, Seq: 7}), Pool: testPool, Engine: "e0",
-		Tenant: testTenant, Priority: testPrio, KVTokens: 5000, Slots: 1, Holder: "r1", RequestID: "old",
+		ID: ledger.MakeLeaseID(ledger.Fence{Epoch: epoch, Seq: 7}), Fence: ledger.Fence{Epoch: epoch, Seq: 7}, Pool: testPool, Engine: "e0",
+		Tenant: testTenant, Priority: testPrio, KVTokens: 1000, Slots: 1, Holder: "r1", RequestID: "old",
 	}
 	g, err := l.Reassert(ctx, lost, time.Minute)
 	if err != nil || !g.Lease.Reasserted || g.Lease.Fence.Seq != 7 {
@@ -375,7 +375,7 @@ func TestRecoveryWindow(t *testing.T) {
 	if again, err := l.Reassert(ctx, lost, time.Minute); err != nil || !again.Replayed || again.Lease != g.Lease {
 		t.Fatalf("second Reassert = %+v, %v; want the same lease, replayed", again, err)
 	}
-	_, err = l.Resize(ctx, g.Lease.Ref(), 5001)
+	_, err = l.Resize(ctx, g.Lease.Ref(), 1001)
 	wantReason(t, "grow while recovering", err, ledger.ReasonRecovering)
 	if _, err := l.Resize(ctx, g.Lease.Ref(), 995); err != nil {
 		t.Fatalf("shrink while recovering: %v", err)

@@ -52,9 +52,18 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 			o.reject(rej)
 			return rej
 		}
-		o.pool.Seq++
-		fence := ledger.Fence{Epoch: o.pool.Epoch, Seq: o.pool.Seq}
-		ls := &leaseRow{ledger.Lease{
+		seq, err := ledger.NextSeq(o.pool.Seq)
+		if err != nil {
+			return err
+		}
+		fence := ledger.Fence{Epoch: o.pool.Epoch, Seq: seq}
+		if prev := o.lease(ledger.MakeLeaseID(fence)); prev != nil {
+			// No grant writes an id past the sequence; refuse rather than
+			// overwrite whatever did.
+			return fmt.Errorf("%w: lease id %s of the next sequence is held by %s", ledger.ErrFenceExhausted, prev.ID, prev.Holder)
+		}
+		o.pool.Seq = seq
+		ls := &leaseRow{Lease: ledger.Lease{
 			ID:        ledger.MakeLeaseID(fence),
 			Pool:      req.Pool,
 			Engine:    rows[i].Spec.ID,
@@ -101,11 +110,12 @@ func (l *store) updateLease(ctx context.Context, ref ledger.LeaseRef, change fun
 	return r, nil
 }
 
-// Renew sets a live lease's deadline to now+ttl.
+// Renew sets a live lease's deadline to now+ttl, or to its reassert time
+// plus ConfirmWithin if that is earlier and the lease is Unconfirmed.
 func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
 	return l.updateLease(ctx, ref, func(o *op, ls *leaseRow) (ledger.Lease, error) {
 		c := *ls
-		c.Deadline = plus(o.now, ttl)
+		c.Deadline = ledger.CappedDeadline(plus(o.now, ttl), c.Unconfirmed, c.ReassertedAt, l.opts.ConfirmWithin)
 		o.insert(tableLeases, &c)
 		return c.Lease, nil
 	})
@@ -211,16 +221,15 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 
 // Reassert re-inserts a lease its live holder still uses after the ledger
 // lost it, with deadline now+ttl, even above capacity and during the
-// recovery window. The lease keeps its id; its fencing token is the one the
-// id encodes (lease.Fence is not consulted). A lease id that still exists
-// is returned as is (Replayed).
+// recovery window, when ledger.CheckReassert finds it plausible. The lease
+// keeps its id and fence (the one its id encodes). A lease id that still
+// exists is returned as is (Replayed) to its holder, refused to any other.
+// On an engine that has been observed the lease is Unconfirmed, and its
+// deadline is at most now+ConfirmWithin.
 func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	fence, err := ledger.ParseLeaseID(lease.ID)
-	if err != nil {
-		return ledger.Grant{}, err
-	}
+	fence := lease.Fence
 	var g ledger.Grant
-	err = l.update(ctx, lease.Pool, lease.Holder, l.opts.SweepBatch, func(o *op) error {
+	err := l.update(ctx, lease.Pool, lease.Holder, l.opts.SweepBatch, func(o *op) error {
 		if err := requireSession(o.session, lease.Holder); err != nil {
 			return err
 		}
@@ -244,6 +253,9 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 		if err != nil {
 			return err
 		}
+		if err := ledger.CheckReassert(o.pool.Epoch, o.pool.Seq, e.state(), lease); err != nil {
+			return err
+		}
 		if fence.Epoch == o.pool.Epoch && fence.Seq > o.pool.Seq {
 			o.pool.Seq = fence.Seq
 		}
@@ -251,21 +263,30 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 		if !lease.Created.IsZero() {
 			created = toMillis(lease.Created)
 		}
-		ls := &leaseRow{ledger.Lease{
-			ID:         lease.ID,
-			Pool:       lease.Pool,
-			Engine:     lease.Engine,
-			Tenant:     lease.Tenant,
-			Priority:   lease.Priority,
-			KVTokens:   lease.KVTokens,
-			Slots:      lease.Slots,
-			Holder:     lease.Holder,
-			RequestID:  lease.RequestID,
-			Created:    created,
-			Deadline:   plus(o.now, ttl),
-			Fence:      fence,
-			Reasserted: true,
+		checked := !e.ObservedAt.IsZero()
+		deadline := ledger.CappedDeadline(plus(o.now, ttl), checked, o.now, l.opts.ConfirmWithin)
+		ls := &leaseRow{Lease: ledger.Lease{
+			ID:          lease.ID,
+			Pool:        lease.Pool,
+			Engine:      lease.Engine,
+			Tenant:      lease.Tenant,
+			Priority:    lease.Priority,
+			KVTokens:    lease.KVTokens,
+			Slots:       lease.Slots,
+			Holder:      lease.Holder,
+			RequestID:   lease.RequestID,
+			Created:     created,
+			Deadline:    deadline,
+			Fence:       fence,
+			Reasserted:  true,
+			Unconfirmed: checked,
 		}}
+		if checked {
+			ls.ReassertedAt = o.now
+			c := *e
+			c.Unconfirmed = true
+			e = &c
+		}
 		o.addLease(ls, e, t)
 		o.count(ledger.CounterReasserts, 1)
 		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}

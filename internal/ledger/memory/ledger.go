@@ -245,3 +245,11 @@ func requireSession(s sessionState, holder ledger.HolderID) error {
 		return fmt.Errorf("holder %s: %w", holder, ledger.ErrNoSession)
 	}
 }
+
+var _ ledger.TotalsChecker = (*Ledger)(nil)
+
+// CheckTotals compares the pool's engine and tenant totals with its lease
+// rows in one read (ledger.TotalsChecker).
+func (l *Ledger) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	return ledger.CheckTotals(ctx, l.Ledger, pool)
+}

@@ -126,3 +126,46 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	}
 	return s, nil
 }
+
+// CheckTotals compares, on one snapshot, each engine's and tenant's
+// reserved totals with the sum of the pool's lease rows
+// (ledger.TotalsChecker).
+func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	var out []ledger.TotalsMismatch
+	err := l.view(ctx, func(txn *memdb.Txn, _ time.Time) error {
+		row, err := txn.First(tablePools, indexID, pool)
+		if err != nil {
+			return fmt.Errorf("read pool: %w", err)
+		}
+		if row == nil {
+			return ledger.ErrUnknownPool
+		}
+		engines, tenants := map[ledger.EngineID]ledger.Totals{}, map[ledger.TenantID]ledger.Totals{}
+		var rows []ledger.Lease
+		for _, scan := range []struct {
+			table string
+			add   func(any)
+		}{
+			{tableEngines, func(r any) {
+				e := r.(*engineRow)
+				engines[e.Spec.ID] = ledger.Totals{KVTokens: e.ReservedKV, Slots: e.ReservedSlots, Leases: e.Leases}
+			}},
+			{tableTenants, func(r any) {
+				t := r.(*tenantRow)
+				tenants[t.Spec.Name] = ledger.Totals{KVTokens: t.ReservedKV, Slots: t.ReservedSlots, Leases: t.Leases}
+			}},
+			{tableLeases, func(r any) { rows = append(rows, r.(*leaseRow).Lease) }},
+		} {
+			it, err := txn.Get(scan.table, indexID, pool)
+			if err != nil {
+				return fmt.Errorf("scan %s: %w", scan.table, err)
+			}
+			for r := it.Next(); r != nil; r = it.Next() {
+				scan.add(r)
+			}
+		}
+		out = ledger.CompareTotals(pool, engines, tenants, rows)
+		return nil
+	})
+	return out, err
+}

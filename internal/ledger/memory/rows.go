@@ -101,6 +101,10 @@ type engineRow struct {
 	LastObservation       ledger.Observation
 	// ObservedAt is the ledger time the last applied observation arrived.
 	ObservedAt time.Time
+	// Unconfirmed is set by a Reassert that leaves an Unconfirmed lease on
+	// the engine and cleared by the first applied observation that finds
+	// none left: while it is set, observations look for leases to confirm.
+	Unconfirmed bool
 }
 
 func (e *engineRow) state() ledger.EngineState {
@@ -157,7 +161,10 @@ type holderRow struct {
 // live reports whether the session is live at now.
 func (h *holderRow) live(now time.Time) bool { return now.Before(h.Expires) }
 
-// leaseRow is an outstanding lease.
+// leaseRow is an outstanding lease. ReassertedAt is the ledger time of the
+// Reassert that left it Unconfirmed (zero for every other lease); it is
+// cleared with the flag.
 type leaseRow struct {
 	ledger.Lease
+	ReassertedAt time.Time
 }

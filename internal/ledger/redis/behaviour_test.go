@@ -36,7 +36,8 @@ func TestScriptErrors(t *testing.T) {
 	}
 	reassert := func(f func(*ledger.Lease)) ledger.Lease {
 		x := g.Lease
-		x.ID = ledger.MakeLeaseID(ledger.Fence{Epoch: g.Epoch, Seq: 500})
+		x.Fence = ledger.Fence{Epoch: g.Epoch, Seq: 500}
+		x.ID = ledger.MakeLeaseID(x.Fence)
 		f(&x)
 		return x
 	}
@@ -88,7 +89,7 @@ func TestScriptErrors(t *testing.T) {
 			return err
 		}, ledger.ErrNoSession},
 		{"reassert not holder", func() error {
-			_, err := l.Reassert(ctx, reassert(func(x *ledger.Lease) { x.ID = g.Lease.ID; x.Holder = "h2" }), time.Second)
+			_, err := l.Reassert(ctx, reassert(func(x *ledger.Lease) { x.ID, x.Fence = g.Lease.ID, g.Lease.Fence; x.Holder = "h2" }), time.Second)
 			return err
 		}, ledger.ErrNotHolder},
 		{"reassert unknown engine", func() error {
@@ -105,7 +106,8 @@ func TestScriptErrors(t *testing.T) {
 		}, ledger.ErrUnknownPriority},
 		{"reassert huge sequence", func() error {
 			_, err := l.Reassert(ctx, reassert(func(x *ledger.Lease) {
-				x.ID = ledger.MakeLeaseID(ledger.Fence{Epoch: g.Epoch, Seq: 1 << 60})
+				x.Fence = ledger.Fence{Epoch: g.Epoch, Seq: 1 << 60}
+				x.ID = ledger.MakeLeaseID(x.Fence)
 			}), time.Second)
 			return err
 		}, ledger.ErrInvalidArgument},

@@ -54,7 +54,8 @@ func TestCluster(t *testing.T) {
 			t.Errorf("Grow(%s to 900 of gpu-0's reported 900, with 10 in use) = %+v, want overgrown", pool, rn.Lease)
 		}
 		x := g.Lease
-		x.ID, x.Holder, x.RequestID = ledger.MakeLeaseID(ledger.Fence{Epoch: g.Epoch, Seq: 99}), "h2", "b"
+		x.Fence = ledger.Fence{Epoch: g.Epoch, Seq: 99}
+		x.ID, x.Holder, x.RequestID = ledger.MakeLeaseID(x.Fence), "h2", "b"
 		_, err = l.Reassert(ctx, x, time.Minute)
 		must("Reassert", err)
 		ls, err := l.List(ctx, ledger.Filter{Pool: pool, Holder: "h1"})

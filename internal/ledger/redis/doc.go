@@ -35,6 +35,9 @@
 //	                         (total, when > 0 and below kv, is the
 //	                         engine's capacity: see "Capacity truth" in
 //	                         package ledger)
+//	  e:<id>:u               ms of the latest Reassert that left an
+//	                         unconfirmed lease on the engine: while present,
+//	                         observe.lua looks for leases to confirm
 //	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
@@ -44,7 +47,9 @@
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
 //	                         holder req created deadline fence_epoch
-//	                         fence_seq reasserted owns_req overgrown"
+//	                         fence_seq reasserted owns_req overgrown since"
+//	                         (since: the ms of the Reassert that left the
+//	                         lease unconfirmed, 0 for every other lease)
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
@@ -62,10 +67,11 @@
 // nothing can have expired and every session is live.
 //
 // The last two fields of meta and overgrown in a lease record came with
-// reservation modes. The scripts read a meta or a lease record written
-// before them (elastic, no headroom, not overgrown), but earlier scripts
-// do not read what these write: keep every reserver and router on one
-// version (docs/operations.md, "Upgrading without losing a lease").
+// reservation modes, since and e:<id>:u with bounded reasserts. The
+// scripts read a meta or a lease record written before them (elastic, no
+// headroom, not overgrown, confirmed), but earlier scripts do not read what
+// these write: keep every reserver and router on one version
+// (docs/operations.md, "Upgrading without losing a lease").
 //
 // # Ledger loss
 //
@@ -91,8 +97,15 @@
 //   - Acquire fails with ledger.ErrUnknownEngine if any candidate is not
 //     configured.
 //   - List of a pool that does not exist returns no leases and no error.
-//   - Reassert takes the fence from the lease id (the id is the lease's
-//     identity) and refuses, with ledger.ErrInvalidArgument, a current-epoch
-//     sequence of 2^53 or more, which the pool's counter could not carry.
+//   - Reassert applies ledger.CheckReassert in reassert.lua (the fence and
+//     the id agree: ledger.ValidateReassert checked them). Sequences and
+//     epochs are exact Lua numbers: ledger.MaxFenceSeq is 2^53-1, and epochs
+//     are TIME microseconds (below 2^53 for millennia); acquire.lua refuses a
+//     grant at MaxFenceSeq, or onto an id a lease holds, with
+//     ledger.ErrFenceExhausted.
+//   - Confirming an unconfirmed lease (observe.lua) reads every lease of the
+//     pool: only an observation of an engine marked e:<id>:u pays it, until
+//     no unconfirmed lease is left on the engine.
+//   - CheckTotals is one read-only script (totals.lua).
 //   - Durations are sent in whole milliseconds, rounded up.
 package redis

@@ -53,10 +53,14 @@ func growRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 			if ledger.AsRejection(err) != nil && rng.IntN(2) == 0 {
 				// Load the ledger did not admit: a reasserted lease,
 				// taken above capacity if need be.
-				x := ledger.Lease{ID: ledger.MakeLeaseID(ledger.Fence{Epoch: epoch, Seq: uint64(1e6 + step)}), Pool: "p",
+				fence := ledger.Fence{Epoch: epoch, Seq: uint64(1e6 + step)}
+				x := ledger.Lease{ID: ledger.MakeLeaseID(fence), Fence: fence, Pool: "p",
 					Engine: r.Candidates[rng.IntN(len(r.Candidates))], Tenant: r.Tenant, Priority: r.Priority,
 					KVTokens: r.KVTokens, Slots: r.Slots, Holder: "h", RequestID: r.RequestID}
 				g, err = l.Reassert(ctx, x, time.Hour)
+				if errors.Is(err, ledger.ErrInvalidArgument) {
+					continue // larger than the engine (ledger.CheckReassert): no load to grow
+				}
 			}
 			if err == nil {
 				held = append(held, g.Lease)

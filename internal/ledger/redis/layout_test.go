@@ -34,8 +34,8 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 		t.Fatalf("meta = %q, want 7 fields ending in worst_case 0", meta)
 	}
 	rec := client.HGet(ctx, leases, string(g.Lease.ID)).Val()
-	if f := strings.Fields(rec); len(f) != 15 || f[14] != "0" {
-		t.Fatalf("lease record = %q, want 15 fields ending in overgrown 0", rec)
+	if f := strings.Fields(rec); len(f) != 16 || f[14] != "0" || f[15] != "0" {
+		t.Fatalf("lease record = %q, want 16 fields ending in overgrown 0, since 0", rec)
 	}
 	client.HSet(ctx, state, "meta", strings.Join(strings.Fields(meta)[:5], " "))
 	client.HSet(ctx, leases, string(g.Lease.ID), strings.Join(strings.Fields(rec)[:14], " "))
@@ -55,13 +55,65 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 	if err != nil || r.Lease.KVTokens != 800 || !r.Lease.Overgrown {
 		t.Fatalf("Grow(a to 800 past gpu-0's capacity) = %+v, %v; want 800, overgrown", r.Lease, err)
 	}
-	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 15 || f[14] != "1" {
-		t.Errorf("lease record after the overgrowth = %q, want overgrown 1 last", f)
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 16 || f[14] != "1" || f[15] != "0" {
+		t.Errorf("lease record after the overgrowth = %q, want overgrown 1 then since 0", f)
 	}
 	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama", Engine: "gpu-0"}); err != nil || len(ls) != 2 || ls[0] != r.Lease {
 		t.Errorf("List after the overgrowth = %+v, %v; want %+v first", ls, err, r.Lease)
 	}
 	if rn, err := l.Renew(ctx, r.Lease.Ref(), time.Minute); err != nil || !rn.Lease.Overgrown {
 		t.Errorf("Renew of the overgrown lease = %+v, %v; want the flag kept", rn.Lease, err)
+	}
+}
+
+// TestLayoutBeforeUnconfirmed checks the scripts read the lease records
+// written before unconfirmed reasserts (see the package doc): a record of
+// 15 fields (no since) reads as confirmed, keeps its overgrown flag, and
+// a Renew writes it back with since 0; a Reassert on an observed engine
+// writes its since, which List reports as Unconfirmed.
+func TestLayoutBeforeUnconfirmed(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	g, err := l.Acquire(ctx, req("h1", "a", 600, 1, "gpu-0"))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	leases := p + ":{llama}:leases"
+	f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val())
+	f[14] = "1" // overgrown, as a Grow before this layout left it
+	client.HSet(ctx, leases, string(g.Lease.ID), strings.Join(f[:15], " "))
+	want := g.Lease
+	want.Overgrown = true
+	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama"}); err != nil || len(ls) != 1 || ls[0] != want {
+		t.Fatalf("List of the 15-field record = %+v, %v; want %+v", ls, err, want)
+	}
+	rn, err := l.Renew(ctx, g.Lease.Ref(), time.Minute)
+	if err != nil || rn.Lease.Unconfirmed || !rn.Lease.Overgrown {
+		t.Fatalf("Renew of the 15-field record = %+v, %v; want confirmed and overgrown", rn.Lease, err)
+	}
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 16 || f[14] != "1" || f[15] != "0" {
+		t.Errorf("lease record after Renew = %q, want overgrown 1 then since 0", f)
+	}
+
+	if _, err := l.Observe(ctx, ledger.Observation{Pool: "llama", Engine: "gpu-0", Running: 1, ObservedAt: time.Now()}); err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	fence := ledger.Fence{Epoch: g.Epoch, Seq: g.Lease.Fence.Seq + 1}
+	x := ledger.Lease{ID: ledger.MakeLeaseID(fence), Fence: fence, Pool: "llama", Engine: "gpu-0", Tenant: g.Lease.Tenant,
+		Priority: g.Lease.Priority, KVTokens: 100, Slots: 1, Holder: "h1", RequestID: "lost"}
+	ra, err := l.Reassert(ctx, x, time.Minute)
+	if err != nil || !ra.Lease.Unconfirmed {
+		t.Fatalf("Reassert on an observed engine = %+v, %v; want Unconfirmed", ra.Lease, err)
+	}
+	f = strings.Fields(client.HGet(ctx, leases, string(x.ID)).Val())
+	if len(f) != 16 || f[15] == "0" {
+		t.Errorf("lease record of the reasserted lease = %q, want 16 fields ending in its since (ms)", f)
+	}
+	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama", Holder: "h1"}); err != nil || len(ls) != 2 || !ls[1].Unconfirmed || ls[0].Unconfirmed {
+		t.Errorf("List = %+v, %v; want the reasserted lease (second) Unconfirmed, the other not", ls, err)
 	}
 }

@@ -157,11 +157,13 @@ func (l *store) Close() error {
 	return nil
 }
 
-// argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>", parsed
-// once by lib.lua into SWEEP_BATCH and ORPHAN_HOLD, so each script's own
-// arguments start at ARGV[2].
+// argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>
+// <confirm within ms> <confirm grace ms>", parsed once by lib.lua into
+// SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN and CONFIRM_GRACE, so each
+// script's own arguments start at ARGV[2].
 func (l *store) argv1(batch int) string {
-	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold))
+	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold)) + " " +
+		itoa(ms(l.opts.ConfirmWithin)) + " " + itoa(ms(l.opts.ConfirmGrace))
 }
 
 // run calls the script op on pool's keys with argv1(batch) first in ARGV,
@@ -370,13 +372,11 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 }
 
 // Reassert re-inserts a lease its live holder still uses, above capacity if
-// need be, with deadline now+ttl.
+// need be, with deadline now+ttl, when ledger.CheckReassert (in
+// reassert.lua) finds it plausible.
 func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Duration) (ledger.Grant, error) {
-	// The id is the lease's identity; its fence is the one it was made from.
-	fence, err := ledger.ParseLeaseID(lease.ID)
-	if err != nil {
-		return ledger.Grant{}, err
-	}
+	// The id is the one its fence makes (ledger.ValidateReassert).
+	fence := lease.Fence
 	created := int64(0)
 	if !lease.Created.IsZero() {
 		created = lease.Created.UnixMilli()
@@ -497,4 +497,59 @@ func millisOrZero(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(n)
+}
+
+var _ ledger.TotalsChecker = (*Ledger)(nil)
+
+// CheckTotals compares the pool's engine and tenant totals with its lease
+// rows, read by one script (ledger.TotalsChecker).
+func (l *Ledger) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	return ledger.CheckTotals(ctx, l.Ledger, pool)
+}
+
+// CheckTotals reads, in totals.lua, every recorded engine and tenant total
+// and every lease row's amounts, and compares them.
+func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.totals }, pool, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.rest) != 3 {
+		return nil, errMalformed
+	}
+	list := func(i, width int) ([]any, error) {
+		v, ok := r.rest[i].([]any)
+		if !ok || len(v)%width != 0 {
+			return nil, errMalformed
+		}
+		return v, nil
+	}
+	totals := func(v []any, j int) ledger.Totals {
+		return ledger.Totals{KVTokens: integer(v[j+1]), Slots: integer(v[j+2]), Leases: integer(v[j+3])}
+	}
+	ev, err := list(0, 4)
+	if err != nil {
+		return nil, err
+	}
+	tv, err := list(1, 4)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := list(2, 4)
+	if err != nil {
+		return nil, err
+	}
+	engines, tenants := map[ledger.EngineID]ledger.Totals{}, map[ledger.TenantID]ledger.Totals{}
+	for j := 0; j < len(ev); j += 4 {
+		engines[ledger.EngineID(str(ev[j]))] = totals(ev, j)
+	}
+	for j := 0; j < len(tv); j += 4 {
+		tenants[ledger.TenantID(str(tv[j]))] = totals(tv, j)
+	}
+	rows := make([]ledger.Lease, 0, len(rv)/4)
+	for j := 0; j < len(rv); j += 4 {
+		rows = append(rows, ledger.Lease{Engine: ledger.EngineID(str(rv[j])), Tenant: ledger.TenantID(str(rv[j+1])),
+			KVTokens: integer(rv[j+2]), Slots: integer(rv[j+3])})
+	}
+	return ledger.CompareTotals(pool, engines, tenants, rows), nil
 }

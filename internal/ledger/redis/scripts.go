@@ -19,7 +19,7 @@ import (
 // scripts holds one *goredis.Script per operation, loaded once.
 type scripts struct {
 	configure, drain, keepalive, acquire, renew, resize, grow, release,
-	reassert, observe, sweep, stats, list *goredis.Script
+	reassert, observe, sweep, stats, list, totals *goredis.Script
 }
 
 func loadScripts() (*scripts, error) {
@@ -31,7 +31,7 @@ func loadScripts() (*scripts, error) {
 		{"configure", &s.configure}, {"drain", &s.drain}, {"keepalive", &s.keepalive},
 		{"acquire", &s.acquire}, {"renew", &s.renew}, {"resize", &s.resize}, {"grow", &s.grow},
 		{"release", &s.release}, {"reassert", &s.reassert}, {"observe", &s.observe},
-		{"sweep", &s.sweep}, {"stats", &s.stats}, {"list", &s.list},
+		{"sweep", &s.sweep}, {"stats", &s.stats}, {"list", &s.list}, {"totals", &s.totals},
 	} {
 		src, err := lua.Source(x.op)
 		if err != nil {
@@ -60,6 +60,7 @@ var statusErrors = map[string]error{
 	"lease_not_found":  ledger.ErrLeaseNotFound,
 	"not_holder":       ledger.ErrNotHolder,
 	"invalid_argument": ledger.ErrInvalidArgument,
+	"fence_exhausted":  ledger.ErrFenceExhausted,
 }
 
 // reply is a decoded script reply.
@@ -142,7 +143,7 @@ func integer(v any) int64 {
 
 // leaseFields is the number of lease fields a reply lists (L_N in
 // scripts/lua/lib.lua), in the order decodeLease reads them.
-const leaseFields = 14
+const leaseFields = 15
 
 // decodeLease reads a lease from a reply's lease fields.
 func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
@@ -155,20 +156,21 @@ func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
 		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", f[10], f[11])
 	}
 	return ledger.Lease{
-		ID:         ledger.LeaseID(str(f[0])),
-		Pool:       pool,
-		Engine:     ledger.EngineID(str(f[1])),
-		Tenant:     ledger.TenantID(str(f[2])),
-		Priority:   ledger.PriorityName(str(f[3])),
-		KVTokens:   integer(f[4]),
-		Slots:      integer(f[5]),
-		Holder:     ledger.HolderID(str(f[6])),
-		RequestID:  ledger.RequestID(str(f[7])),
-		Created:    time.UnixMilli(integer(f[8])),
-		Deadline:   time.UnixMilli(integer(f[9])),
-		Fence:      ledger.Fence{Epoch: ledger.Epoch(ep), Seq: seq},
-		Reasserted: str(f[12]) == "1",
-		Overgrown:  str(f[13]) == "1",
+		ID:          ledger.LeaseID(str(f[0])),
+		Pool:        pool,
+		Engine:      ledger.EngineID(str(f[1])),
+		Tenant:      ledger.TenantID(str(f[2])),
+		Priority:    ledger.PriorityName(str(f[3])),
+		KVTokens:    integer(f[4]),
+		Slots:       integer(f[5]),
+		Holder:      ledger.HolderID(str(f[6])),
+		RequestID:   ledger.RequestID(str(f[7])),
+		Created:     time.UnixMilli(integer(f[8])),
+		Deadline:    time.UnixMilli(integer(f[9])),
+		Fence:       ledger.Fence{Epoch: ledger.Epoch(ep), Seq: seq},
+		Reasserted:  str(f[12]) == "1",
+		Overgrown:   str(f[13]) == "1",
+		Unconfirmed: str(f[14]) == "1",
 	}, nil
 }
 

@@ -510,3 +510,17 @@ func (l *Ledger) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStat
 	return callDecoded(ctx, l, "stats", func() (*pb.StatsResponse, error) { return l.c.Stats(ctx, &pb.StatsRequest{Pool: string(pool)}) },
 		func(resp *pb.StatsResponse) (ledger.PoolStats, error) { return wire.PoolStatsFromPB(resp.GetStats()) })
 }
+
+var _ ledger.TotalsChecker = (*Ledger)(nil)
+
+// CheckTotals implements ledger.TotalsChecker: the reserver's ledger
+// compares its totals with its lease rows in one atomic read.
+func (l *Ledger) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
+	resp, err := call(ctx, l, "check totals", func() (*pb.CheckTotalsResponse, error) {
+		return l.c.CheckTotals(ctx, &pb.CheckTotalsRequest{Pool: string(pool)})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wire.TotalsMismatchesFromPB(resp.GetMismatches()), nil
+}

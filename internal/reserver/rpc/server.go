@@ -298,3 +298,15 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 	}
 	return &pb.StatsResponse{Stats: wire.PoolStatsToPB(st)}, nil
 }
+
+// CheckTotals implements the CheckTotals RPC: read access, like Stats.
+func (s *Server) CheckTotals(ctx context.Context, req *pb.CheckTotalsRequest) (*pb.CheckTotalsResponse, error) {
+	if err := s.check(ctx, "CheckTotals", accessRead, ""); err != nil {
+		return nil, err
+	}
+	ms, err := ledger.CheckTotals(ctx, s.l, ledger.PoolID(req.GetPool()))
+	if err != nil {
+		return nil, fail(err)
+	}
+	return &pb.CheckTotalsResponse{Mismatches: wire.TotalsMismatchesToPB(ms)}, nil
+}

@@ -194,7 +194,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 		Priority: string(l.Priority), KvTokens: l.KVTokens, Slots: l.Slots, Holder: string(l.Holder),
 		RequestId: string(l.RequestID), Created: Timestamp(l.Created), Deadline: Timestamp(l.Deadline),
 		Fence: &pb.Fence{Epoch: uint64(l.Fence.Epoch), Seq: l.Fence.Seq}, Reasserted: l.Reasserted,
-		Overgrown: l.Overgrown,
+		Overgrown: l.Overgrown, Unconfirmed: l.Unconfirmed,
 	}
 }
 
@@ -211,7 +211,7 @@ func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
 		RequestID: ledger.RequestID(m.GetRequestId()),
 		Created:   d.time("lease.created", m.GetCreated()), Deadline: d.time("lease.deadline", m.GetDeadline()),
 		Fence:      ledger.Fence{Epoch: ledger.Epoch(m.GetFence().GetEpoch()), Seq: m.GetFence().GetSeq()},
-		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(),
+		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(), Unconfirmed: m.GetUnconfirmed(),
 	}
 }
 
@@ -405,4 +405,30 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 	}
 	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
+}
+
+// TotalsMismatchesToPB encodes CheckTotals' result.
+func TotalsMismatchesToPB(ms []ledger.TotalsMismatch) []*pb.TotalsMismatch {
+	out := make([]*pb.TotalsMismatch, len(ms))
+	totals := func(t ledger.Totals) *pb.Totals {
+		return &pb.Totals{KvTokens: t.KVTokens, Slots: t.Slots, Leases: t.Leases}
+	}
+	for i, m := range ms {
+		out[i] = &pb.TotalsMismatch{Pool: string(m.Pool), Engine: string(m.Engine), Tenant: string(m.Tenant),
+			Recorded: totals(m.Recorded), Rows: totals(m.Rows)}
+	}
+	return out
+}
+
+// TotalsMismatchesFromPB decodes CheckTotals' result.
+func TotalsMismatchesFromPB(ms []*pb.TotalsMismatch) []ledger.TotalsMismatch {
+	totals := func(t *pb.Totals) ledger.Totals {
+		return ledger.Totals{KVTokens: t.GetKvTokens(), Slots: t.GetSlots(), Leases: t.GetLeases()}
+	}
+	var out []ledger.TotalsMismatch
+	for _, m := range ms {
+		out = append(out, ledger.TotalsMismatch{Pool: ledger.PoolID(m.GetPool()), Engine: ledger.EngineID(m.GetEngine()),
+			Tenant: ledger.TenantID(m.GetTenant()), Recorded: totals(m.GetRecorded()), Rows: totals(m.GetRows())})
+	}
+	return out
 }

@@ -64,6 +64,7 @@ var errorTable = []struct {
 	{ledger.ErrRejected, codes.ResourceExhausted, "REJECTED"},
 	{ledger.ErrClosed, codes.Unavailable, "CLOSED"},
 	{ledger.ErrInvalidArgument, codes.InvalidArgument, "INVALID_ARGUMENT"},
+	{ledger.ErrFenceExhausted, codes.FailedPrecondition, "FENCE_EXHAUSTED"},
 }
 
 // ReasonBackend is the ErrorInfo reason of an error that is none of the

@@ -48,6 +48,7 @@ func TestErrorTable(t *testing.T) {
 		{ledger.ErrUnknownPriority, codes.NotFound},
 		{ledger.ErrLeaseNotFound, codes.NotFound},
 		{ledger.ErrNoSession, codes.FailedPrecondition},
+		{ledger.ErrFenceExhausted, codes.FailedPrecondition},
 		{ledger.ErrSessionExpired, codes.FailedPrecondition},
 		{ledger.ErrNotHolder, codes.PermissionDenied},
 		{ledger.ErrRejected, codes.ResourceExhausted},
@@ -124,10 +125,19 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	overgrown := lease
 	overgrown.Reasserted, overgrown.Overgrown = false, true
-	for _, l := range []ledger.Lease{lease, overgrown} {
+	unconfirmed := lease
+	unconfirmed.Unconfirmed = true
+	for _, l := range []ledger.Lease{lease, overgrown, unconfirmed} {
 		if got, err := LeaseFromPB(LeaseToPB(l)); err != nil || got != l {
 			t.Errorf("lease round trip = %+v, %v; want %+v", got, err, l)
 		}
+	}
+	mismatches := []ledger.TotalsMismatch{
+		{Pool: "p", Engine: "e", Recorded: ledger.Totals{KVTokens: 10, Slots: 2, Leases: 2}, Rows: ledger.Totals{KVTokens: 5, Slots: 1, Leases: 1}},
+		{Pool: "p", Tenant: "t", Recorded: ledger.Totals{KVTokens: 1}},
+	}
+	if got := TotalsMismatchesFromPB(TotalsMismatchesToPB(mismatches)); !reflect.DeepEqual(got, mismatches) {
+		t.Errorf("totals mismatches round trip = %+v, want %+v", got, mismatches)
 	}
 	spec := ledger.PoolSpec{
 		Name:       "p",
