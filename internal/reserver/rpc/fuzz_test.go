@@ -20,6 +20,7 @@ import (
 
 	pb "github.com/leasehold/leasehold/internal/gen/leaseholdv1"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ledger/holderkey"
 	"github.com/leasehold/leasehold/internal/ledger/memory"
 	"github.com/leasehold/leasehold/internal/ledger/remote/wire"
 	"github.com/leasehold/leasehold/internal/reserver/rpc"
@@ -49,12 +50,54 @@ const (
 	callerAudit                      // an audit token
 	callerRouterA                    // router-a's own token
 	callerRouterB                    // router-b's own token (owns the fixture's lease)
+	callerPod                        // a router-role token (any name), as a Deployment's pods share
 	callerAdmin                      // an admin token
 	numCallers
 )
 
 func (c fuzzCaller) String() string {
-	return [...]string{"none", "bad-token", "audit", "router-a", "router-b", "admin"}[c]
+	return [...]string{"none", "bad-token", "audit", "router-a", "router-b", "pod", "admin"}[c]
+}
+
+// Fixed holder keys (deterministic, so seeds can name the holders they
+// derive) of router-a, router-b and the pod.
+var (
+	keyA   = mustKey("a1")
+	keyB   = mustKey("b2")
+	keyPod = mustKey("c3")
+)
+
+func mustKey(fill string) holderkey.Key {
+	k, err := holderkey.Parse(strings.Repeat(fill, holderkey.Size))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// fuzzHolder is the holder id a router named name derives from k, with a
+// fixed nonce.
+func fuzzHolder(name string, k holderkey.Key) ledger.HolderID {
+	return ledger.HolderID(name + "/" + k.Tag() + ".0123456789abcdef")
+}
+
+var (
+	holderA   = fuzzHolder("router-a", keyA)
+	holderB   = fuzzHolder("router-b", keyB)
+	holderPod = fuzzHolder("pod-7f9c", keyPod)
+)
+
+// routerOf is the holder prefix of a router caller's own holders.
+func (c fuzzCaller) holderPrefix() string {
+	switch c {
+	case callerRouterA:
+		return "router-a/"
+	case callerRouterB:
+		return "router-b/"
+	case callerPod:
+		return "pod-7f9c/"
+	}
+	return "\x00" // no holder starts with it
 }
 
 // fuzzMethods are the service's methods, in the order the fuzzer's method
@@ -81,8 +124,8 @@ func (c *stepClock) Now() time.Time {
 // fuzzEpoch is the fixture pool's epoch: the step clock's first reading.
 var fuzzStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// fuzzFixture is a server over a memory ledger where router-b/1 holds one
-// lease on e1 and router-a/1 has a session.
+// fuzzFixture is a server over a memory ledger where holderB holds one
+// lease on e1, and holderA and holderPod have sessions.
 type fuzzFixture struct {
 	l     *memory.Ledger
 	srv   *rpc.Server
@@ -93,7 +136,9 @@ func newFuzzFixture(t testing.TB) *fuzzFixture {
 	t.Helper()
 	l := memory.New(ledger.Options{RecoveryWindow: -1}, &stepClock{now: fuzzStart})
 	t.Cleanup(func() { _ = l.Close() })
-	srv, err := rpc.New(l, authConfig())
+	cfg := authConfig()
+	cfg.RouterRoleTokens = []string{podToken}
+	srv, err := rpc.New(l, cfg)
 	if err != nil {
 		t.Fatalf("rpc.New: %v", err)
 	}
@@ -101,33 +146,40 @@ func newFuzzFixture(t testing.TB) *fuzzFixture {
 	if _, err := l.Configure(ctx, spec); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
-	for _, h := range []ledger.HolderID{"router-a/1", "router-b/1"} {
+	for _, h := range []ledger.HolderID{holderA, holderB, holderPod} {
 		if _, err := l.KeepAlive(ctx, "p", h, time.Hour); err != nil {
 			t.Fatalf("KeepAlive(%s): %v", h, err)
 		}
 	}
-	g, err := l.Acquire(ctx, acquireReq("router-b/1", "b-1"))
+	g, err := l.Acquire(ctx, acquireReq(holderB, "b-1"))
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}
 	return &fuzzFixture{l: l, srv: srv, lease: g.Lease}
 }
 
+// podToken is the router-role token of the fixture.
+const podToken = "router-role-secret"
+
 // callerContext is the incoming context a gRPC call from c would carry: a
-// remote (non-loopback) peer, so nothing is granted for the address, and
-// the caller's token.
+// remote (non-loopback) peer, so nothing is granted for the address, the
+// caller's token and, for a router, its holder key.
 func callerContext(c fuzzCaller) context.Context {
 	ctx := peer.NewContext(context.Background(), &peer.Peer{
 		Addr: &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 40000},
 	})
 	tok := map[fuzzCaller]string{
 		callerBadToken: "not-a-token", callerAudit: auditToken,
-		callerRouterA: tokA, callerRouterB: tokB, callerAdmin: adminToken,
+		callerRouterA: tokA, callerRouterB: tokB, callerPod: podToken, callerAdmin: adminToken,
 	}[c]
 	if tok == "" {
 		return ctx
 	}
-	return metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+tok))
+	md := metadata.Pairs("authorization", "Bearer "+tok)
+	if k, ok := map[fuzzCaller]holderkey.Key{callerRouterA: keyA, callerRouterB: keyB, callerPod: keyPod}[c]; ok {
+		md.Set(holderkey.MetadataKey, k.Encode())
+	}
+	return metadata.NewIncomingContext(ctx, md)
 }
 
 // call decodes body as method's request, as the gRPC server would, and
@@ -239,26 +291,29 @@ func fuzzSeeds(lease ledger.Lease) map[string][]proto.Message {
 		}}},
 		"SetDraining": {&pb.SetDrainingRequest{Pool: "p", Engine: "e1", Draining: true}},
 		"KeepAlive": {
-			&pb.KeepAliveRequest{Pool: "p", Holder: "router-a/1", Ttl: ttl},
-			&pb.KeepAliveRequest{Pool: "p", Holder: "router-b/1", Ttl: durationpb.New(-time.Second)},
+			&pb.KeepAliveRequest{Pool: "p", Holder: string(holderA), Ttl: ttl},
+			&pb.KeepAliveRequest{Pool: "p", Holder: string(holderPod), Ttl: ttl},
+			&pb.KeepAliveRequest{Pool: "p", Holder: string(holderB), Ttl: durationpb.New(-time.Second)},
 		},
 		"Acquire": {
 			&pb.AcquireRequest{Pool: "p", Candidates: []string{"e1"}, Tenant: "t", Priority: "std",
-				KvTokens: 100, Slots: 1, Holder: "router-a/1", RequestId: "a-1", Ttl: ttl},
+				KvTokens: 100, Slots: 1, Holder: string(holderA), RequestId: "a-1", Ttl: ttl},
+			&pb.AcquireRequest{Pool: "p", Candidates: []string{"e1"}, Tenant: "t", Priority: "std",
+				KvTokens: 900, Slots: 7, Holder: string(holderPod), RequestId: "pod-1", Ttl: ttl},
 			&pb.AcquireRequest{Pool: "p", Candidates: []string{"e1", "e1"}, Tenant: "t", Priority: "std",
-				KvTokens: 1 << 40, Slots: 1 << 40, Holder: "router-b/1", RequestId: "b-1", Ttl: ttl},
+				KvTokens: 1 << 40, Slots: 1 << 40, Holder: string(holderB), RequestId: "b-1", Ttl: ttl},
 		},
-		"Renew":  {&pb.RenewRequest{Ref: ref("router-b/1"), Ttl: ttl}, &pb.RenewRequest{Ref: ref("router-a/1"), Ttl: ttl}},
-		"Resize": {&pb.ResizeRequest{Ref: ref("router-b/1"), KvTokens: 1000}, &pb.ResizeRequest{Ref: ref("router-a/1"), KvTokens: 1}},
-		"Grow":   {&pb.GrowRequest{Ref: ref("router-b/1"), KvTokens: 1 << 40}, &pb.GrowRequest{Ref: ref("router-a/1"), KvTokens: 900}},
+		"Renew":  {&pb.RenewRequest{Ref: ref(string(holderB)), Ttl: ttl}, &pb.RenewRequest{Ref: ref(string(holderA)), Ttl: ttl}},
+		"Resize": {&pb.ResizeRequest{Ref: ref(string(holderB)), KvTokens: 1000}, &pb.ResizeRequest{Ref: ref(string(holderA)), KvTokens: 1}},
+		"Grow":   {&pb.GrowRequest{Ref: ref(string(holderB)), KvTokens: 1 << 40}, &pb.GrowRequest{Ref: ref(string(holderA)), KvTokens: 900}},
 		"Release": {
-			&pb.ReleaseRequest{Ref: ref("router-b/1"), Usage: &pb.Usage{PromptTokens: 1, CompletionTokens: 1 << 40, Finished: true}},
-			&pb.ReleaseRequest{Ref: ref("router-a/1")},
+			&pb.ReleaseRequest{Ref: ref(string(holderB)), Usage: &pb.Usage{PromptTokens: 1, CompletionTokens: 1 << 40, Finished: true}},
+			&pb.ReleaseRequest{Ref: ref(string(holderA))},
 		},
 		"Reassert": {
-			&pb.ReassertRequest{Lease: pbLease(bigID, "router-a/1", bigSeq, 1<<40), Ttl: ttl},
-			&pb.ReassertRequest{Lease: pbLease(nextID, "router-a/1", lease.Fence.Seq+1, 500), Ttl: ttl},
-			&pb.ReassertRequest{Lease: pbLease(string(lease.ID), "router-a/1", lease.Fence.Seq, 500), Ttl: ttl},
+			&pb.ReassertRequest{Lease: pbLease(bigID, string(holderA), bigSeq, 1<<40), Ttl: ttl},
+			&pb.ReassertRequest{Lease: pbLease(nextID, string(holderA), lease.Fence.Seq+1, 500), Ttl: ttl},
+			&pb.ReassertRequest{Lease: pbLease(string(lease.ID), string(holderA), lease.Fence.Seq, 500), Ttl: ttl},
 		},
 		"Observe": {&pb.ObserveRequest{Observation: &pb.Observation{
 			Pool: "p", Engine: "e1", KvTokensUsed: 999, KvTokensTotal: 1, Running: 9,
@@ -266,7 +321,7 @@ func fuzzSeeds(lease ledger.Lease) map[string][]proto.Message {
 		}}},
 		"Sweep": {&pb.SweepRequest{Pool: "p", Max: 1 << 30}},
 		"Pools": {&pb.PoolsRequest{}},
-		"List":  {&pb.ListRequest{Pool: "p", Holder: "router-b/1", Limit: -1}},
+		"List":  {&pb.ListRequest{Pool: "p", Holder: string(holderB), Limit: -1}},
 		"Stats": {&pb.StatsRequest{Pool: "p"}, &pb.StatsRequest{Pool: strings.Repeat("p", 300)}},
 	}
 }
@@ -349,7 +404,7 @@ func FuzzLedgerService(f *testing.F) {
 		id := string(ledger.MakeLeaseID(ledger.Fence{Epoch: seedFixture.lease.Fence.Epoch, Seq: seq}))
 		body, _ := proto.Marshal(&pb.ReassertRequest{Ttl: durationpb.New(time.Minute), Lease: &pb.Lease{
 			Id: id, Pool: "p", Engine: "e1", Tenant: "t", Priority: "std", KvTokens: 100, Slots: 1,
-			Holder: "router-a/1", RequestId: "lie", Fence: &pb.Fence{Epoch: uint64(seedFixture.lease.Fence.Epoch), Seq: seq},
+			Holder: string(holderA), RequestId: "lie", Fence: &pb.Fence{Epoch: uint64(seedFixture.lease.Fence.Epoch), Seq: seq},
 		}})
 		f.Add(encodeRecord(uint8(reassert), uint8(callerRouterA), body))
 	}
@@ -428,7 +483,7 @@ func (fx *fuzzFixture) checkCall(t *testing.T, method string, caller fuzzCaller,
 	}
 
 	// A router never touches another router's leases.
-	if caller == callerRouterA || caller == callerRouterB {
+	if caller == callerRouterA || caller == callerRouterB || caller == callerPod {
 		if got, want := leasesNotOf(leases, caller), othersBefore; got != want {
 			t.Errorf("%s by %s (err %v) changed another router's leases:\n got %s\nwant %s", method, caller, err, got, want)
 		}
@@ -449,7 +504,7 @@ func (fx *fuzzFixture) checkCall(t *testing.T, method string, caller fuzzCaller,
 func leasesNotOf(leases []ledger.Lease, caller fuzzCaller) string {
 	var b strings.Builder
 	for _, l := range leases {
-		if !strings.HasPrefix(string(l.Holder), caller.String()) {
+		if !strings.HasPrefix(string(l.Holder), caller.holderPrefix()) {
 			b.WriteString(leaseString(l))
 			b.WriteString("; ")
 		}
