@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test test-scenarios test-short bench vet fmt build tools
+.PHONY: test test-scenarios test-short bench fuzz vet fmt build tools
 
 ## test: the full test suite with the race detector (installs redis-server if missing and root)
 test: tools
@@ -24,6 +24,12 @@ BENCH_PHASE ?= 2s
 bench: tools
 	LEASEHOLD_BENCH_PHASE=$(BENCH_PHASE) $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 60m \
 		./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/route/ ./chaos/
+
+## fuzz: the gRPC surface's fuzz target (every method, every kind of caller,
+## against a memory ledger) for FUZZTIME; its seeds also run in make test
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzLedgerService$$' -fuzztime $(FUZZTIME) ./internal/reserver/rpc/
 
 tools:
 	@./scripts/ensure-redis.sh

@@ -104,7 +104,7 @@ func (c fuzzCaller) holderPrefix() string {
 // byte picks them.
 var fuzzMethods = []string{
 	"Configure", "SetDraining", "KeepAlive", "Acquire", "Renew", "Resize", "Grow",
-	"Release", "Reassert", "Observe", "Sweep", "Pools", "List", "Stats",
+	"Release", "Reassert", "Observe", "Sweep", "Pools", "List", "Stats", "CheckTotals",
 }
 
 // stepClock is a ledger clock that advances one millisecond per reading,
@@ -259,6 +259,11 @@ func (f *fuzzFixture) call(ctx context.Context, method string, body []byte) (res
 		if ok = dec(r); ok {
 			resp, err = s.Stats(ctx, r)
 		}
+	case "CheckTotals":
+		r := &pb.CheckTotalsRequest{}
+		if ok = dec(r); ok {
+			resp, err = s.CheckTotals(ctx, r)
+		}
 	default:
 		panic("unknown method " + method)
 	}
@@ -319,10 +324,11 @@ func fuzzSeeds(lease ledger.Lease) map[string][]proto.Message {
 			Pool: "p", Engine: "e1", KvTokensUsed: 999, KvTokensTotal: 1, Running: 9,
 			ObservedAt: timestamppb.New(fuzzStart.Add(time.Hour)),
 		}}},
-		"Sweep": {&pb.SweepRequest{Pool: "p", Max: 1 << 30}},
-		"Pools": {&pb.PoolsRequest{}},
-		"List":  {&pb.ListRequest{Pool: "p", Holder: string(holderB), Limit: -1}},
-		"Stats": {&pb.StatsRequest{Pool: "p"}, &pb.StatsRequest{Pool: strings.Repeat("p", 300)}},
+		"Sweep":       {&pb.SweepRequest{Pool: "p", Max: 1 << 30}},
+		"Pools":       {&pb.PoolsRequest{}},
+		"List":        {&pb.ListRequest{Pool: "p", Holder: string(holderB), Limit: -1}},
+		"Stats":       {&pb.StatsRequest{Pool: "p"}, &pb.StatsRequest{Pool: strings.Repeat("p", 300)}},
+		"CheckTotals": {&pb.CheckTotalsRequest{Pool: "p"}, &pb.CheckTotalsRequest{Pool: "nope"}},
 	}
 }
 
@@ -490,6 +496,7 @@ func (fx *fuzzFixture) checkCall(t *testing.T, method string, caller fuzzCaller,
 	}
 
 	checkRows(t, st, leases)
+	fx.checkStoreTotals(t)
 	if err == nil && (method == "Acquire" || method == "Resize") {
 		for _, e := range st.Engines {
 			if e.ReservedKV+e.CorrectionKV > e.Spec.KVTokens || e.ReservedSlots+e.CorrectionSlots > e.Spec.Slots {
@@ -568,4 +575,18 @@ func (fx *fuzzFixture) probe(t *testing.T) {
 		t.Fatalf("Stats: %v", err)
 	}
 	checkRows(t, st, after)
+	fx.checkStoreTotals(t)
+}
+
+// checkStoreTotals fails when the ledger's own atomic check finds totals
+// that differ from its rows.
+func (fx *fuzzFixture) checkStoreTotals(t *testing.T) {
+	t.Helper()
+	m, err := fx.l.CheckTotals(context.Background(), "p")
+	if err != nil {
+		t.Fatalf("CheckTotals: %v", err)
+	}
+	if len(m) > 0 {
+		t.Errorf("CheckTotals found %d mismatches: %+v", len(m), m)
+	}
 }
