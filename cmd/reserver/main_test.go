@@ -53,6 +53,27 @@ func TestBadFleetExitsNamingTheField(t *testing.T) {
 	if !strings.Contains(stderr.String(), "pools[0].engines[0].slots") {
 		t.Errorf("stderr %q does not name pools[0].engines[0].slots", stderr.String())
 	}
+	// The red team's misconfigurations: one engine under two ids, and in
+	// two pools, each admitted against twice over. Refused at start, naming
+	// both places.
+	twice := map[string]string{
+		"two ids":   strings.Replace(fleetYAML, "stale_after: 0s}", "stale_after: 0s}\n      - {id: gpu-1, url: \"http://127.0.0.1:1/\", kv_tokens: 10000, slots: 8}", 1),
+		"two pools": strings.Replace(fleetYAML, "tenants:", "  - name: other\n    engines:\n      - {id: gpu-9, url: \"http://127.0.0.1:1\", kv_tokens: 10000, slots: 8}\ntenants:", 1),
+	}
+	for name, yaml := range twice {
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(binary(), "--config", path, "--grpc-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); err == nil || code == 0 {
+			t.Errorf("one engine under %s: exit code %d (%v), want non-zero", name, code, err)
+		}
+		if !strings.Contains(string(out), "is the engine of pools[0].engines[0] already") {
+			t.Errorf("one engine under %s: output %q does not name both places", name, out)
+		}
+	}
+
 	cmd = exec.Command(binary(), "--grpc-listen", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "LEASEHOLD_CONFIG=")
 	out, err := cmd.CombinedOutput()
