@@ -24,6 +24,9 @@ type EngineState struct {
 	// ReportedKV is the KV capacity the engine's last applied observation
 	// reported (Observation.KVTokensTotal); 0 if unknown.
 	ReportedKV int64
+	// Breaker is the engine's circuit breaker as stored (Admit reads it
+	// with Breaker.At).
+	Breaker Breaker
 }
 
 // CapacityKV is the KV capacity admission counts on: the configured one,

@@ -49,11 +49,14 @@ type Reason string
 
 // Rejection reasons, in the order Acquire checks them.
 const (
-	ReasonRecovering       Reason = "recovering"        // new epoch, recovery window
-	ReasonTooLarge         Reason = "too_large"         // can never fit: don't retry
-	ReasonTenantKV         Reason = "tenant_kv_quota"   // tenant's pool-wide KV quota
-	ReasonTenantSlots      Reason = "tenant_slot_quota" // tenant's pool-wide slot quota
-	ReasonDraining         Reason = "draining"
+	ReasonRecovering  Reason = "recovering"        // new epoch, recovery window
+	ReasonTooLarge    Reason = "too_large"         // can never fit: don't retry
+	ReasonTenantKV    Reason = "tenant_kv_quota"   // tenant's pool-wide KV quota
+	ReasonTenantSlots Reason = "tenant_slot_quota" // tenant's pool-wide slot quota
+	ReasonDraining    Reason = "draining"
+	// ReasonBreakerOpen: the engine's circuit breaker is open, or
+	// half-open with its probe budget taken (see breaker.go).
+	ReasonBreakerOpen      Reason = "breaker_open"
 	ReasonTelemetryStale   Reason = "telemetry_stale"
 	ReasonPriorityHeadroom Reason = "priority_headroom" // fits only above max_fill
 	ReasonEngineKV         Reason = "engine_kv"

@@ -156,6 +156,9 @@ type PoolSpec struct {
 	// grants and Resize growth leave free for Grow, in [0, 0.5]; elastic
 	// pools only (0 in worst_case pools).
 	GrowthHeadroom float64
+	// Breaker is the pool's circuit-breaker thresholds, for every engine
+	// of the pool (see breaker.go); the zero value is the defaults.
+	Breaker BreakerSpec
 }
 
 // Lease is one outstanding reservation.
@@ -183,6 +186,9 @@ type Lease struct {
 	// its deadline never passes its reassert time plus
 	// Options.ConfirmWithin. Ignored by Reassert.
 	Unconfirmed bool
+	// Probe marks a lease granted on a half-open engine: its outcome
+	// decides the engine's breaker (see breaker.go).
+	Probe bool
 }
 
 // Ref returns the reference used to renew, resize or release l.
@@ -245,6 +251,9 @@ type Usage struct {
 	// lease's summed usage leave it false: their lengths would teach the
 	// learned estimates lengths no answer had.
 	Finished bool
+	// Outcome is what the dispatch came to: the circuit breaker's
+	// evidence (see breaker.go). OutcomeNone reports nothing.
+	Outcome Outcome
 }
 
 // Released is the result of Release.
@@ -332,6 +341,9 @@ type EngineStats struct {
 	// doc and Options.OrphanHold); a zero OrphanUntil means the next one.
 	OrphanKV, OrphanSlots int64
 	OrphanUntil           time.Time
+	// Breaker is the engine's circuit breaker as it reads at Now (an open
+	// breaker past its cooldown reads half-open).
+	Breaker Breaker
 }
 
 // TenantStats is one tenant's usage in a pool.
