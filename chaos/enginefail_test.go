@@ -87,6 +87,9 @@ func TestEngineFailureChecks(t *testing.T) {
 		{"no answer counts its latency", CheckHangBounded, evidence{faults: hang, requests: append(withHang(100),
 			RequestEvent{T: 3, End: 6, Stream: true, Err: "EOF", LatencyMS: 3000})}, false, "max first byte 3.00s"},
 		{"slow normal first byte", CheckHangBounded, evidence{faults: hang, requests: append(slowNormal, reqs(5, 2, 5, ok200)...)}, false, "cannot tell one timeout from two"},
+		{"nothing to compare with", CheckHangBounded, evidence{faults: hang, requests: append(reqs(5, 2, 5, ok200),
+			// Sent within a timeout of the heal: still touched by the hang.
+			reqs(5, 5, 5.9, ok200)...)}, false, "no streamed request answered outside the hangs"},
 		{"no hang", CheckHangBounded, evidence{requests: withHang(100)}, false, "no engine_hang"},
 		{"nothing sent in the hang", CheckHangBounded, evidence{faults: hang, requests: reqs(5, 12, 20, ok200)}, false, "no streamed request"},
 
