@@ -37,8 +37,8 @@ func TestEngineFailureChecks(t *testing.T) {
 		{T: 2, Kind: FaultEngineHang, Target: "engine-1", Phase: "inject"},
 		{T: 5, Kind: FaultEngineHang, Target: "engine-1", Phase: "heal"},
 	}
-	// 100 requests sent 3s-9s (from 2s after the kill until it is back),
-	// the first `bad` of them failed.
+	// 100 requests sent 3s-9s (from 2s after the kill), the first `bad`
+	// of them failed.
 	afterKill := func(bad int, fail RequestEvent) []RequestEvent {
 		return reqs(100, 3, 9, func(i int) RequestEvent {
 			if i < bad {
@@ -74,13 +74,14 @@ func TestEngineFailureChecks(t *testing.T) {
 		{"1% failed after the kill", CheckFailuresAfterCrash, evidence{faults: kill, requests: append(
 			// Failures in the first 2 s after the kill do not count.
 			reqs(20, 1, 3, func(int) RequestEvent { return RequestEvent{Status: 502} }),
-			afterKill(1, RequestEvent{Status: 502})...)}, true, "1 of 100 requests sent 3.0s-9.0s failed (1.00%"},
+			afterKill(1, RequestEvent{Status: 502})...)}, true, "1 of 100 requests sent from 3.0s failed (1.00%"},
 		{"2% failed after the kill", CheckFailuresAfterCrash, evidence{faults: kill, requests: afterKill(2, RequestEvent{Err: "EOF"})}, false, "2× transport error"},
 		{"a cut stream fails", CheckFailuresAfterCrash, evidence{faults: kill, requests: afterKill(2, RequestEvent{Status: 200, Err: "stream cut"})}, false, "2× stream cut"},
 		{"503s are refusals", CheckFailuresAfterCrash, evidence{faults: kill, requests: afterKill(30, RequestEvent{Status: 503, RetryAfter: "1"})}, true, "0 of 100"},
 		{"500s fail", CheckFailuresAfterCrash, evidence{faults: kill, requests: afterKill(5, RequestEvent{Status: 500})}, false, "5× HTTP 500"},
 		{"no kill", CheckFailuresAfterCrash, evidence{requests: afterKill(0, RequestEvent{})}, false, "no engine_kill"},
-		{"killed to the end", CheckFailuresAfterCrash, evidence{faults: kill[:1], requests: reqs(10, 3, 9, ok200)}, true, "0 of 10 requests sent 3.0s-10.0s"},
+		{"after the heal too", CheckFailuresAfterCrash, evidence{faults: kill, requests: append(afterKill(1, RequestEvent{Status: 500}),
+			reqs(10, 9, 10, func(int) RequestEvent { return RequestEvent{Status: 500} })...)}, false, "11 of 110 requests sent from 3.0s failed"},
 
 		{"one timeout at most", CheckHangBounded, evidence{faults: hang, requests: withHang(1900)}, true, "max first byte 1.90s < 2 × 1s; 1 of 20"},
 		{"two timeouts", CheckHangBounded, evidence{faults: hang, requests: withHang(2100)}, false, "1 requests waited two first-byte timeouts"},
