@@ -290,6 +290,7 @@ func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool
 		ev.Err = errCutAtEnd
 	}
 	ev.T, ev.End, ev.LatencyMS = t.rec.since(start), t.rec.since(end), float64(end.Sub(start).Microseconds())/1000
+	ev.firstToken = nil
 	t.rec.request(ev)
 	return wait
 }
