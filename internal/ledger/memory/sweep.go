@@ -123,17 +123,18 @@ func (o *op) removeLease(ls *leaseRow, counter string) {
 }
 
 // dropLease is removeLease; a lease its holder releases (counter
-// releases) reports outcome to the engine's breaker.
+// releases) reports outcome to the engine's breaker when it carries one
+// or is a probe (the writes every backend makes: ledger.Breaker.Advance).
 func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
 	o.delete(tableLeases, ls)
 	if e := o.engine(ls.Engine); e != nil {
 		c := *e
 		switch {
-		case counter == ledger.CounterReleases:
+		case counter == ledger.CounterReleases && (outcome != ledger.OutcomeNone || ls.Probe):
 			var t ledger.BreakerTransition
 			c.Breaker, t = o.advance(c.Breaker).Report(o.now, o.pool.Breaker, ls.Probe, outcome)
 			o.countTransition(t)
-		case ls.Probe:
+		case ls.Probe && ledger.EndedByLedger(counter):
 			c.Breaker = o.advance(c.Breaker).Unprobe()
 		}
 		c.ReservedKV -= ls.KVTokens

@@ -248,7 +248,7 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 		order = append(order, string(p.Name))
 	}
 	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), string(spec.Mode()), ftoa(spec.GrowthHeadroom),
-		len(spec.Engines)}
+		breakerArg(spec.Breaker), len(spec.Engines)}
 	for _, e := range spec.Engines {
 		args = append(args, string(e.ID), e.URL, itoa(e.KVTokens), itoa(e.Slots), itoa(int64(e.StaleAfter)), string(e.StalePolicy))
 	}
@@ -354,14 +354,16 @@ func (l *store) renewal(ctx context.Context, s func(*scripts) *goredis.Script, r
 // release by the holder counts the usage, and a finished answer's
 // completion length in the pool's and the tenant's histogram counters
 // (ledger.CompletionCounters; the script appends the lease's tenant to the
-// pool's counter name, and counts none for an empty name).
+// pool's counter name, and counts none for an empty name), and reports
+// its outcome to the engine's breaker (ledger.Breaker.Report, in
+// release.lua).
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	histogram := ""
 	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
 		histogram = c[0]
 	}
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
-		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram)
+		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram, string(usage.Outcome))
 	if err != nil {
 		return ledger.Released{}, err
 	}
@@ -552,4 +554,41 @@ func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.T
 			KVTokens: integer(rv[j+2]), Slots: integer(rv[j+3])})
 	}
 	return ledger.CompareTotals(pool, engines, tenants, rows), nil
+}
+
+// breakerArg is configure.lua's breaker argument, the pool's breaker
+// field: "failures cooldown_ms probes successes", the defaults applied
+// (ledger.BreakerSpec.WithDefaults; failures < 0 turns it off). The
+// cooldown is rounded up to the millisecond, as every duration sent.
+func breakerArg(s ledger.BreakerSpec) string {
+	s = s.WithDefaults()
+	return fmt.Sprintf("%d %d %d %d", s.Failures, ms(s.Cooldown), s.Probes, s.Successes)
+}
+
+// parseBreakerSpec reads the pool's breaker field as breakerArg wrote it;
+// empty (a pool configured before breakers) reads the defaults.
+func parseBreakerSpec(s string) ledger.BreakerSpec {
+	var b ledger.BreakerSpec
+	var cooldown int64
+	if n, _ := fmt.Sscanf(s, "%d %d %d %d", &b.Failures, &cooldown, &b.Probes, &b.Successes); n != 4 {
+		return ledger.BreakerSpec{}.WithDefaults()
+	}
+	b.Cooldown = time.Duration(cooldown) * time.Millisecond
+	return b
+}
+
+// parseBreaker reads an engine's e:<id>:b field (lib.lua); empty reads
+// closed with every count 0.
+func parseBreaker(s string) ledger.Breaker {
+	var b ledger.Breaker
+	var state string
+	var opened int64
+	if n, _ := fmt.Sscanf(s, "%s %d %d %d %d", &state, &b.Failures, &b.Successes, &opened, &b.Probes); n != 5 {
+		return ledger.Breaker{}
+	}
+	if state != "closed" {
+		b.State = ledger.BreakerState(state)
+	}
+	b.OpenedAt = millisOrZero(opened)
+	return b
 }
