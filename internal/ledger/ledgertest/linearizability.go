@@ -50,9 +50,9 @@ func linBreaker(p ledger.PoolID) ledger.BreakerSpec {
 
 // linInput is one call of the history.
 type linInput struct {
-	pool  ledger.PoolID
-	kind  string // "acquire", "grow", "release", "stats"
-	cands []int  // engine indexes, acquire only
+	pool    ledger.PoolID
+	kind    string // "acquire", "grow", "release", "stats"
+	cands   []int  // engine indexes, acquire only
 	kv      int64  // acquire: requested; grow: the lease's new size
 	slots   int64
 	id      ledger.LeaseID // grow and release
