@@ -13,8 +13,9 @@ import (
 //
 // Evidence arrives with Release: the releasing holder says what its
 // dispatch came to (Usage.Outcome). Release is idempotent per lease, so a
-// retried release never counts twice, and any router's evidence moves the
-// one breaker every router admits against.
+// retried release never counts twice (only a Release that releases the
+// lease, Released=true, carries evidence), and any router's evidence moves
+// the one breaker every router admits against.
 //
 //	closed    --Failures consecutive failures-->  open
 //	open      --Cooldown passed (ledger clock)--> half_open (read lazily)
