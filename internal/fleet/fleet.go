@@ -108,6 +108,11 @@ type Pool struct {
 	// leave free for growth: DefaultGrowthHeadroom in elastic pools unless
 	// the file says, always 0 in worst_case pools.
 	GrowthHeadroom float64
+	// Breaker is the circuit breaker every engine of the pool has in the
+	// ledger (pools[].breaker: failures, cooldown, probes, successes), the
+	// ledger's defaults filled in for what the file omits; Failures -1
+	// turns it off.
+	Breaker ledger.BreakerSpec
 }
 
 // Engine is one GPU engine replica.
@@ -213,7 +218,15 @@ type poolYAML struct {
 	MediaTokens *mediaYAML     `yaml:"media_tokens,omitempty"`
 	Reserve     string         `yaml:"reserve,omitempty"`
 	// GrowthHeadroom is growth_headroom.
-	GrowthHeadroom *float64 `yaml:"growth_headroom,omitempty"`
+	GrowthHeadroom *float64     `yaml:"growth_headroom,omitempty"`
+	Breaker        *breakerYAML `yaml:"breaker,omitempty"`
+}
+
+type breakerYAML struct {
+	Failures  *int           `yaml:"failures,omitempty"`
+	Cooldown  *time.Duration `yaml:"cooldown,omitempty"`
+	Probes    *int           `yaml:"probes,omitempty"`
+	Successes *int           `yaml:"successes,omitempty"`
 }
 
 type mediaYAML struct {
@@ -267,6 +280,7 @@ var sections = map[string]struct {
 	"priorityYAML": {"a priority", reflect.TypeOf(priorityYAML{})},
 	"leaseYAML":    {"lease", reflect.TypeOf(leaseYAML{})},
 	"mediaYAML":    {"media_tokens", reflect.TypeOf(mediaYAML{})},
+	"breakerYAML":  {"breaker", reflect.TypeOf(breakerYAML{})},
 }
 
 var notFound = regexp.MustCompile(`^(line \d+): field (.+) not found in type fleet\.(\w+)$`)
@@ -384,6 +398,20 @@ func build(raw fileYAML) (*Fleet, []error) {
 		}
 		if p.GrowthHeadroom != nil {
 			pool.GrowthHeadroom = *p.GrowthHeadroom
+		}
+		pool.Breaker = ledger.BreakerSpec{}.WithDefaults()
+		if b := p.Breaker; b != nil {
+			for _, f := range []struct {
+				v   *int
+				dst *int
+			}{{b.Failures, &pool.Breaker.Failures}, {b.Probes, &pool.Breaker.Probes}, {b.Successes, &pool.Breaker.Successes}} {
+				if f.v != nil {
+					*f.dst = *f.v
+				}
+			}
+			if b.Cooldown != nil {
+				pool.Breaker.Cooldown = *b.Cooldown
+			}
 		}
 		if p.MaxModelLen != nil {
 			pool.MaxModelLen = *p.MaxModelLen

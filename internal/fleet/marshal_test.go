@@ -24,11 +24,13 @@ func TestMarshalRoundTrip(t *testing.T) {
     max_model_len: 8192
     media_tokens: {image: 0, audio: 10, video: 20}
     growth_headroom: 0
+    breaker: {failures: 3, cooldown: 2500ms, probes: 2, successes: 4}
     engines:
       - {id: e0, url: http://127.0.0.1:9001, kv_tokens: 1000, slots: 8, format: sglang, stale_after: 0s, stale_policy: block}
       - {id: e1, url: http://127.0.0.1:9002/, metrics_url: http://127.0.0.1:9102/m, slots: 4, headroom: 0.5}
   - name: q
     reserve: worst_case
+    breaker: {failures: -1}
     engines:
       - {id: e2, url: https://q.example:8443, kv_tokens: 50, slots: 1, stale_after: 5s}
 tenants:

@@ -71,6 +71,7 @@ type apiError struct {
 //	unknown model                    404 not_found_error        model_not_found
 //	body too large                   413 invalid_request_error  body_too_large
 //	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After
+//	engine's breaker open            503 capacity_error         breaker_open, Retry-After
 //	capacity (other reasons)         503 capacity_error         <reason>, Retry-After
 //	fenced, ledger unreachable/error 503 service_unavailable    ledger_unavailable, Retry-After
 //	lease lost while dispatching     503 service_unavailable    lease_lost

@@ -70,6 +70,7 @@ func TestErrorTable(t *testing.T) {
 		{&ledger.Rejection{Reason: ledger.ReasonTenantSlots, RetryAfter: time.Second}, 429, "tenant_slot_quota"},
 		{&ledger.Rejection{Reason: ledger.ReasonEngineKV, RetryAfter: time.Second}, 503, "engine_kv"},
 		{&ledger.Rejection{Reason: ledger.ReasonRecovering, RetryAfter: time.Second}, 503, "recovering"},
+		{&ledger.Rejection{Reason: ledger.ReasonBreakerOpen, Engine: "gpu-0", RetryAfter: time.Second}, 503, "breaker_open"},
 		{&ledger.Rejection{Reason: ledger.ReasonTooLarge}, 400, "too_large"},
 		{ErrUnauthorized, 401, "invalid_api_key"},
 		{ledger.ErrClosed, 503, "ledger_unavailable"},
@@ -78,6 +79,8 @@ func TestErrorTable(t *testing.T) {
 	} {
 		if ae := toAPIError(tc.err); ae.status != tc.status || ae.code != tc.code {
 			t.Errorf("%v: %d %s, want %d %s", tc.err, ae.status, ae.code, tc.status, tc.code)
+		} else if rej := ledger.AsRejection(tc.err); rej != nil && rej.RetryAfter > 0 && ae.retryAfter != rej.RetryAfter {
+			t.Errorf("%v: Retry-After hint %s, want the rejection's %s", tc.err, ae.retryAfter, rej.RetryAfter)
 		}
 	}
 }
