@@ -89,12 +89,14 @@ func (r *Recorder) decayedLocked(s *state, now time.Time) float64 {
 
 // Failure records a dispatch to engine that failed on the engine's side:
 // no connection, a reset, a 5xx answer, no first byte in time.
-func (r *Recorder) Failure(pool ledger.PoolID, engine ledger.EngineID) { r.report(pool, engine, true) }
+func (r *Recorder) Failure(pool ledger.PoolID, engine ledger.EngineID) { r.Report(pool, engine, false) }
 
 // Success records a dispatch to engine that the engine answered.
-func (r *Recorder) Success(pool ledger.PoolID, engine ledger.EngineID) { r.report(pool, engine, false) }
+func (r *Recorder) Success(pool ledger.PoolID, engine ledger.EngineID) { r.Report(pool, engine, true) }
 
-func (r *Recorder) report(pool ledger.PoolID, engine ledger.EngineID, failed bool) {
+// Report is Success when ok, else Failure.
+func (r *Recorder) Report(pool ledger.PoolID, engine ledger.EngineID, ok bool) {
+	failed := !ok
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,6 +1,6 @@
 // Package ttft is the router's time-to-first-token estimate per engine and
-// the per-class TTFT objectives it admits against (docs/design.md,
-// "Admitting on latency").
+// the per-class TTFT objectives it admits against
+// (docs/design.md, "Admitting on latency").
 //
 // It owns:
 //
