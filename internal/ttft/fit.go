@@ -7,25 +7,27 @@ package ttft
 // where work is the prefill tokens ahead of the request plus its own
 // prompt, by exponentially weighted least squares: every sample's weight
 // decays by 1 − 1/window per later sample, so the fit follows an engine
-// whose speed changes, over about window samples. The fit starts from a
-// prior of two points on the line through the origin with the seed rate
-// (engine metrics, or DefaultRate), worth priorWeight samples, which real
-// samples outweigh within a few dozen.
+// whose speed changes, over about window samples. Until minFitSamples
+// real samples have arrived the line is the prior, through the origin
+// with the seed rate (engine metrics, or DefaultRate); a prior mixed
+// into the sums would pull the slope with its own leverage long after
+// the engine showed otherwise.
 //
 // Guards: the slope is used only when the samples' work is spread (a
-// coefficient of variation of at least minSpread) and the fit is
-// has a non-negative overhead (a fit that does not rise with work is flat
-// at the mean); otherwise the line goes through the origin
-// (rate = Σwork²/Σwork·ttft). Once warm, a sample more
-// than outlierFactor times off the line (a GC pause, a stalled connection)
-// is clipped to that bound before it is added, so one outlier moves the
-// line a bounded step and a real change still moves it, over more samples.
+// coefficient of variation of at least minSpread) and the fit has a
+// non-negative overhead (a fit that does not rise with work is flat at
+// the mean); otherwise the line goes through the origin
+// (rate = Σwork²/Σwork·ttft). Once warm, a sample more than
+// outlierFactor times off the line (a GC pause, a stalled connection) is
+// clipped to that bound before it is added, so one outlier moves the
+// line a bounded step and a real change still moves it, over more
+// samples.
 
 import "math"
 
 const (
-	// priorWeight is what the seed is worth, in samples.
-	priorWeight = 2
+	// minFitSamples is the fewest samples a line is fitted from.
+	minFitSamples = 3
 	// minSpread is the least coefficient of variation of the work for the
 	// slope and overhead to be fitted separately.
 	minSpread = 0.1
@@ -41,6 +43,7 @@ const (
 // concurrent use; the Estimator's mutex guards it.
 type fit struct {
 	alpha                 float64 // 1/window
+	prior                 float64 // the seed rate, tokens per second
 	w, sx, sy, sxx, sxy   float64 // weighted sums over (work, ttft) samples
 	mad                   float64 // weighted mean |ttft − line| of the samples, seconds
 	samples               int     // real samples added
@@ -56,11 +59,8 @@ func newFit(rate float64, window int) *fit {
 
 // seed replaces the prior with rate, keeping no real sample.
 func (f *fit) seed(rate float64) {
-	rate = min(max(rate, 1), maxRate)
+	f.prior = min(max(rate, 1), maxRate)
 	f.w, f.sx, f.sy, f.sxx, f.sxy, f.mad, f.samples = 0, 0, 0, 0, 0, 0, 0
-	for _, x := range []float64{512, 4096} {
-		f.addWeighted(x, x/rate, priorWeight/2)
-	}
 	f.refresh()
 }
 
@@ -99,6 +99,10 @@ func (f *fit) add(x, y float64) {
 
 // refresh recomputes the line from the sums.
 func (f *fit) refresh() {
+	if f.samples < minFitSamples {
+		f.set(1/f.prior, 0)
+		return
+	}
 	mx, my := f.sx/f.w, f.sy/f.w
 	vx := f.sxx/f.w - mx*mx
 	cov := f.sxy/f.w - mx*my
