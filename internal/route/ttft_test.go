@@ -115,7 +115,6 @@ func TestFailingEngineThatLooksEmptyIsNotRankedFirst(t *testing.T) {
 	}
 }
 
-
 // waitLeases waits until pool m holds n leases.
 func (h *harness) waitLeases(n int64, within time.Duration) {
 	h.t.Helper()
@@ -138,7 +137,7 @@ func TestTTFTSLORefusesBeforeLease(t *testing.T) {
 	// token, 10 tokens one decode step (20 ms).
 	e := newSLOEnv(t, 1, enginesim.Config{Model: "m", KVTokens: 65536, Slots: 8, Speed: 1, PrefillTokensPerSec: 2000, OutputTokens: 4, MaxModelLen: 8192}, "150ms", nil)
 	words := func(n int) string { return strings.Repeat("hello world ", n) } // about 3 tokens each
-	for i := range 12 { // batch has no SLO: these teach the estimate
+	for i := range 12 {                                                      // batch has no SLO: these teach the estimate
 		if status, _, code, _ := e.complete(words(10+40*(i%5)), "batch", true); status != http.StatusOK {
 			t.Fatalf("warm-up %d: %d %s", i, status, code)
 		}
@@ -162,8 +161,8 @@ func TestTTFTSLORefusesBeforeLease(t *testing.T) {
 	}
 	for name, want := range map[string]float64{
 		`leasehold_router_refused_requests_total{pool="m",priority="interactive",reason="ttft_slo"}`: 1,
-		`leasehold_router_admission_requests_total{pool="m",priority="interactive"}`:                  2,
-		`leasehold_router_admission_requests_total{pool="m",priority="batch"}`:                        13,
+		`leasehold_router_admission_requests_total{pool="m",priority="interactive"}`:                 2,
+		`leasehold_router_admission_requests_total{pool="m",priority="batch"}`:                       13,
 	} {
 		if got := metricSum(e.url, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
