@@ -228,10 +228,13 @@ func (r *Router) Start(ctx context.Context) error {
 		scrape := fleetapply.ScrapeEngines(telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout})
 		ap := fleetapply.New(fleetapply.Config{
 			Fleet: r.fleet, Ledger: r.ledger, Log: r.log, MayNotConfigure: mayNotConfigure,
-			// Capacities scraped here; context lengths learnt in the same round.
+			// Capacities scraped here; context lengths and TTFT seeds learnt in the same round.
 			Discover: func(ctx context.Context, fl *fleet.Fleet, pool ledger.PoolID, known map[telemetry.EngineKey]int64) map[telemetry.EngineKey]int64 {
 				found := scrape(ctx, fl, pool, known)
 				r.lens.Discover(ctx, pool)
+				if p, ok := fl.Pool(pool); ok { // seed TTFT estimates from engine metrics
+					r.ttft.SeedPool(ctx, r.client, applyScrapeTimeout, pool, p.Engines)
+				}
 				return found
 			},
 			Epoch:        la.sessionEpoch,

@@ -121,6 +121,8 @@ type Estimator struct {
 	mu      sync.Mutex
 	engines map[key]*engineState
 	pools   map[ledger.PoolID]*poolState
+	// seedRead marks engines whose metrics were read for a seed.
+	seedRead map[key]bool
 
 	errHist  *prometheus.HistogramVec // pool, engine
 	ttftHist *prometheus.HistogramVec // pool, priority
@@ -145,7 +147,7 @@ func New(cfg Config) *Estimator {
 		cfg.MaxStatsAge = DefaultMaxStatsAge
 	}
 	return &Estimator{cfg: cfg, clock: cfg.Clock,
-		engines: map[key]*engineState{}, pools: map[ledger.PoolID]*poolState{},
+		engines: map[key]*engineState{}, pools: map[ledger.PoolID]*poolState{}, seedRead: map[key]bool{},
 		errHist: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "leasehold", Subsystem: "router", Name: "ttft_estimate_error_ratio",
 			Help:    "|estimated − observed| / observed time to first token of streamed dispatches, the estimate taken when the request was sent (p50: histogram_quantile(0.5, ...)).",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4, 8}}, []string{"pool", "engine"}),
