@@ -41,6 +41,8 @@ const (
 	MaxFileSize = 16 << 20
 	// MinMaxModelLen is the smallest pools[].max_model_len accepted.
 	MinMaxModelLen = 16
+	// MinTTFTSLO is the smallest priorities[].ttft_slo accepted.
+	MinTTFTSLO = 10 * time.Millisecond
 )
 
 // DefaultMediaTokens is what a router reserves per media item of a chat
@@ -77,7 +79,11 @@ type Fleet struct {
 	Priorities []ledger.PrioritySpec
 	// DefaultPriority is the class of a request that names none.
 	DefaultPriority ledger.PriorityName
-	Lease           Lease
+	// TTFTSLOs is each class's priorities[].ttft_slo, the time to first
+	// token routers admit a request of the class against (internal/ttft);
+	// a class absent has none. Routers only: the ledger never sees it.
+	TTFTSLOs map[ledger.PriorityName]time.Duration
+	Lease    Lease
 }
 
 // Pool is the engines serving one model.
@@ -256,8 +262,9 @@ type tenantYAML struct {
 }
 
 type priorityYAML struct {
-	Name    string  `yaml:"name"`
-	MaxFill float64 `yaml:"max_fill"`
+	Name    string         `yaml:"name"`
+	MaxFill float64        `yaml:"max_fill"`
+	TTFTSLO *time.Duration `yaml:"ttft_slo,omitempty"`
 }
 
 type leaseYAML struct {
@@ -467,6 +474,12 @@ func build(raw fileYAML) (*Fleet, []error) {
 	}
 	for _, p := range raw.Priorities {
 		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+		if p.TTFTSLO != nil {
+			if f.TTFTSLOs == nil {
+				f.TTFTSLOs = map[ledger.PriorityName]time.Duration{}
+			}
+			f.TTFTSLOs[ledger.PriorityName(p.Name)] = *p.TTFTSLO
+		}
 	}
 	if len(raw.Priorities) == 0 {
 		f.Priorities = []ledger.PrioritySpec{{Name: DefaultPriority, MaxFill: 1}}

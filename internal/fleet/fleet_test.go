@@ -171,7 +171,10 @@ func TestParseErrors(t *testing.T) {
 		{"media_tokens negative", repl("  - name: p\n", "  - name: p\n    media_tokens: {audio: -1}\n"), []string{"pools[0].media_tokens.audio: must be in 0..1099511627776, got -1 (KV tokens per audio; 0 refuses requests with one)"}},
 		{"media_tokens unknown kind", repl("  - name: p\n", "  - name: p\n    media_tokens: {images: 10}\n"), []string{`unknown field "images" in media_tokens (allowed: image, audio, video)`}},
 		{"unknown tenant field", repl("kv_share: 0.5", "kv_share: 0.5\n    quota: 3"), []string{`unknown field "quota" in a tenant`}},
-		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority`}},
+		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority (allowed: name, max_fill, ttft_slo)`}},
+		{"ttft_slo zero", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: 0s}"), []string{"priorities[0].ttft_slo: must be in 10ms..24h0m0s, got 0s"}},
+		{"ttft_slo negative", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: -1s}"), []string{"priorities[0].ttft_slo: must be in 10ms..24h0m0s, got -1s"}},
+		{"ttft_slo without unit", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: 500}"), []string{"cannot unmarshal !!int `500` into time.Duration"}},
 		{"unknown lease field", repl("session_ttl: 10s", "session_ttl: 10s\n  ttl: 3s"), []string{`unknown field "ttl" in lease`}},
 		{"repeated field", repl("slots: 8", "slots: 8\n        slots: 9"), []string{`line 8: mapping key "slots" already defined at line 7`}},
 		{"not a mapping", func(string) string { return "- a\n- b\n" }, []string{"cannot unmarshal"}},
@@ -303,6 +306,31 @@ func TestValidateBuiltInCode(t *testing.T) {
 	f.Priorities = nil
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "priorities: must not be empty") {
 		t.Errorf("Validate with no priorities = %v", err)
+	}
+	f, _ = Parse([]byte(base))
+	f.TTFTSLOs = map[ledger.PriorityName]time.Duration{"batch": time.Second}
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), `priorities: a ttft_slo is set for "batch", which is not a listed priority`) {
+		t.Errorf("Validate with a ttft_slo for an unlisted class = %v", err)
+	}
+}
+
+// priorities[].ttft_slo is optional, per class, and only routers read it.
+func TestTTFTSLO(t *testing.T) {
+	in := strings.Replace(base, "  - {name: interactive, max_fill: 0.95}\n",
+		"  - {name: interactive, max_fill: 0.95, ttft_slo: 800ms}\n  - {name: batch, max_fill: 0.7}\n", 1)
+	f, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if want := map[ledger.PriorityName]time.Duration{"interactive": 800 * time.Millisecond}; !reflect.DeepEqual(f.TTFTSLOs, want) {
+		t.Errorf("TTFTSLOs = %v, want %v (batch has none)", f.TTFTSLOs, want)
+	}
+	specs, err := f.PoolSpecs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []ledger.PrioritySpec{{Name: "interactive", MaxFill: 0.95}, {Name: "batch", MaxFill: 0.7}}; !reflect.DeepEqual(specs[0].Priorities, want) {
+		t.Errorf("the ledger's priorities %+v, want %+v: the SLO is the routers' alone", specs[0].Priorities, want)
 	}
 }
 

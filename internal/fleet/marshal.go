@@ -60,7 +60,11 @@ func Marshal(f *Fleet) ([]byte, error) {
 		raw.Tenants = append(raw.Tenants, ty)
 	}
 	for _, p := range f.Priorities {
-		raw.Priorities = append(raw.Priorities, priorityYAML{Name: string(p.Name), MaxFill: p.MaxFill})
+		py := priorityYAML{Name: string(p.Name), MaxFill: p.MaxFill}
+		if slo, ok := f.TTFTSLOs[p.Name]; ok {
+			py.TTFTSLO = &slo
+		}
+		raw.Priorities = append(raw.Priorities, py)
 	}
 	l := f.Lease
 	raw.Lease = leaseYAML{

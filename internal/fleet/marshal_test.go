@@ -38,7 +38,7 @@ tenants:
   - {name: b, api_keys: ["k2"], kv_share: 1}
 priorities:
   - {name: batch, max_fill: 0.7}
-  - {name: interactive, max_fill: 0.95}
+  - {name: interactive, max_fill: 0.95, ttft_slo: 750ms}
 default_priority: interactive
 lease:
   session_ttl: 4s

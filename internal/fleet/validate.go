@@ -220,6 +220,14 @@ func (f *Fleet) check() []error {
 		pp := fmt.Sprintf("priorities[%d]", i)
 		unique(c, prios, "priorities", i, "name", p.Name)
 		c.fraction(pp+".max_fill", p.MaxFill, false)
+		if slo, ok := f.TTFTSLOs[p.Name]; ok && (slo < MinTTFTSLO || slo > maxDuration) {
+			c.add(pp+".ttft_slo", "must be in %s..%s, got %s (the time to first token routers admit the class against; omit it for none)", MinTTFTSLO, maxDuration, slo)
+		}
+	}
+	for name := range f.TTFTSLOs {
+		if _, ok := prios[name]; !ok {
+			c.add("priorities", "a ttft_slo is set for %q, which is not a listed priority", name)
+		}
 	}
 	if _, ok := prios[f.DefaultPriority]; !ok && len(f.Priorities) > 0 {
 		var names []string
