@@ -102,7 +102,12 @@ func TestGoodputVariantsRun(t *testing.T) {
 	if rows[0].Router != nil {
 		t.Errorf("straight to the engine read router counters: %+v", rows[0].Router)
 	}
-	if rc := rows[1].Router; rc == nil || rc.Attempts == 0 || rc.LedgerCalls() < 2 {
-		t.Errorf("through the router: counters %+v, want an Acquire and a Release per request at least", rc)
+	// Every request through the router made at least one Acquire, and
+	// most were granted (a capacity refusal under this tiny engine is
+	// allowed: the run has no queue), each grant an Acquire that also
+	// costs a Release.
+	if rc := rows[1].Router; rc == nil || rc.Attempts < rc.Requests || rc.Grants > rc.Attempts ||
+		rc.Grants < rc.Requests/2 || rc.LedgerCalls() < 1+rc.Grants/rc.Requests {
+		t.Errorf("through the router: counters %+v, want an Acquire per request and a Release per grant", rc)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ttft"
 )
 
 // maxUpstreamBody bounds a non-streaming answer read from an engine.
@@ -67,6 +68,7 @@ func (r *Router) serveInference(w http.ResponseWriter, hr *http.Request, chat bo
 // the caller answers with toAPIError(err).
 func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outcome, error) {
 	var out outcome
+	arrived := r.clock.Now()
 	if r.draining.Load() {
 		return out, ErrShuttingDown
 	}
@@ -130,15 +132,10 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	}
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
-	// In a pool of engines with different contexts, one too small for
-	// the prompt and max_tokens is not offered (exact prompt) or offered
-	// last (estimated prompt).
-	cands := lens.Fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
-	areq := ledger.AcquireRequest{
-		Pool: req.model, Candidates: cands,
-		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
-	}
-	t, err := r.acquire(hr.Context(), p, areq)
+	req.class, req.promptEst, req.arrived = prio, prompt, arrived
+	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots}
+	r.met.admissions.WithLabelValues(string(req.model), string(prio)).Inc()
+	t, err := r.acquire(hr.Context(), p, areq, func() ([]ledger.EngineID, time.Time, error) { return r.plan(p, req) })
 	if err != nil {
 		reason := "ledger_unavailable"
 		if rej := ledger.AsRejection(err); rej != nil {
@@ -147,6 +144,9 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 			reason = "client_gone"
 		}
 		r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
+		if reason != "client_gone" {
+			r.met.refused.WithLabelValues(string(req.model), string(prio), reason).Inc()
+		}
 		return out, err
 	}
 	r.met.grants.WithLabelValues(string(req.model)).Inc()
@@ -204,9 +204,11 @@ func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, 
 	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
 }
 
-// acquire admits areq, waiting in p's queue on capacity rejections (see
-// internal/waitq). The last rejection is returned when the wait ends.
-func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (lease.Ticket, error) {
+// acquire admits areq on the candidates plan gives at each attempt,
+// waiting in p's queue on capacity rejections (see internal/waitq), but
+// not past the until plan gives (the class's TTFT objective). The last
+// rejection is returned when the wait ends; ttft.ReasonSLO is not waited.
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest, plan func() ([]ledger.EngineID, time.Time, error)) (lease.Ticket, error) {
 	var (
 		elem     *list.Element
 		since    time.Time
@@ -223,16 +225,21 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		}
 	}
 	for {
-		began := r.clock.Now()
-		t, err := r.adm.admit(ctx, areq)
-		result := "granted"
-		switch {
-		case ledger.AsRejection(err) != nil:
-			result = "rejected"
-		case err != nil:
-			result = "error"
+		var t lease.Ticket
+		cands, until, err := plan()
+		if err == nil {
+			began := r.clock.Now()
+			areq.Candidates = cands
+			t, err = r.adm.admit(ctx, areq)
+			result := "granted"
+			switch {
+			case ledger.AsRejection(err) != nil:
+				result = "rejected"
+			case err != nil:
+				result = "error"
+			}
+			r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
 		}
-		r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
 		if err == nil {
 			if elem != nil {
 				waited("granted")
@@ -241,7 +248,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			return t, nil
 		}
 		rej := ledger.AsRejection(err)
-		if rej == nil || rej.Reason == ledger.ReasonTooLarge || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
+		if rej == nil || rej.Reason == ledger.ReasonTooLarge || rej.Reason == ttft.ReasonSLO || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
 			waited("rejected")
 			return nil, err
 		}
@@ -260,7 +267,11 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		if hint <= 0 {
 			hint = time.Second
 		}
-		retry := r.clock.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
+		wait := time.Duration(float64(hint) * (0.5 + rand.Float64()))
+		if !until.IsZero() {
+			wait = max(min(wait, until.Sub(r.clock.Now())), 0) // then plan refuses: ttft_slo
+		}
+		retry := r.clock.NewTimer(wait)
 		select {
 		case <-elem.Value.(chan struct{}):
 		case <-retry.Chan():
@@ -323,6 +334,7 @@ type dispatch struct {
 	known              bool                    // usage reported by the engine
 	chunks             int64                   // stream chunks with choices, when usage is unknown
 	sent               bool                    // the engine may have accepted the request
+	tt                 *ttft.Inflight          // the TTFT estimate's record of this dispatch
 	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
 }
 
@@ -400,6 +412,7 @@ func (d *dispatch) release() {
 func (d *dispatch) failure(err error) error {
 	switch cause := context.Cause(d.ctx); {
 	case d.ctx.Err() == nil:
+		d.r.health.Report(d.req.model, d.engine, false)
 		d.r.log.Warn("upstream engine failed", "pool", d.req.model, "engine", d.engine, "url", d.p.urls[d.engine], "err", err)
 		return fmt.Errorf("%w: engine %s", ErrUpstream, d.engine)
 	case d.t.Err() != nil:
@@ -442,11 +455,14 @@ func (d *dispatch) send() (int, string) {
 	}
 	start := r.clock.Now()
 	d.sent = true
+	d.tt = r.ttft.Start(ttft.Dispatch{Pool: req.model, Engine: d.engine, Class: req.class, Prompt: req.promptEst, Stream: req.stream, Arrived: req.arrived})
+	defer d.tt.Done()
 	resp, err := r.client.Do(ureq)
 	if err != nil {
 		return d.answer(d.failure(err))
 	}
 	defer resp.Body.Close()
+	r.health.Report(req.model, d.engine, resp.StatusCode < 500)
 	r.met.firstByte.WithLabelValues(string(req.model), string(d.engine)).Observe(r.clock.Since(start).Seconds())
 	defer func() {
 		r.met.upstream.WithLabelValues(string(req.model), string(d.engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
@@ -516,7 +532,9 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 				keep = keep || d.req.includeUsage
 			}
 			if hasChoices {
-				d.chunks++
+				if d.chunks++; d.chunks == 1 {
+					d.tt.FirstToken()
+				}
 			}
 			if d.grow != nil {
 				out := d.chunks

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -54,6 +55,11 @@ type request struct {
 	media estimate.Counts
 	// prefix is the prompt's leading bytes, for engine affinity.
 	prefix []byte
+	// Set by serve once known: the priority class, the prompt tokens
+	// leased (exact or estimated) and when the request arrived.
+	class     ledger.PriorityName
+	promptEst int64
+	arrived   time.Time
 
 	fields map[string]json.RawMessage
 }
