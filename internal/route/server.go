@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/baseline"
 	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/failover"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/fleetview"
@@ -58,6 +59,7 @@ type Router struct {
 	log    *slog.Logger
 	client *http.Client
 	met    *metrics
+	fo     *failover.Metrics
 	opts   Options
 	// clock is the only clock the router reads (Options.Clock skewed by
 	// --clock-offset); the lease Manager gets it too.
@@ -167,6 +169,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}), cutC: make(chan struct{}),
 	}
+	r.fo = failover.NewMetrics(r.met.reg)
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
