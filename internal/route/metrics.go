@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "grants_total",
 			Help: "Capacity grants (leases, or local admissions in the baseline mode)."}, []string{"pool"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejections_total",
-			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable or client_gone."}, []string{"pool", "reason"}),
+			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable, client_gone, or upstream_timeout (failing over, the request's deadline passed)."}, []string{"pool", "reason"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_depth",
 			Help: "Requests waiting for capacity."}, []string{"pool"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "queue_wait_seconds",
