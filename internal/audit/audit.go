@@ -298,6 +298,23 @@ type EngineRow struct {
 	StalePolicy ledger.StalePolicy `json:"stale_policy"`
 	Draining    bool               `json:"draining"`
 	Removed     bool               `json:"removed"`
+	// Breaker is the engine's circuit breaker as the ledger reads it at
+	// the pool's clock (docs/design.md, Guarantee 9).
+	Breaker Breaker `json:"breaker"`
+}
+
+// Breaker is an engine's circuit breaker (ledger.Breaker).
+type Breaker struct {
+	// State is closed, open (no grants) or half_open (probe grants only).
+	State string `json:"state"`
+	// Failures counts consecutive failed dispatches while closed.
+	Failures int `json:"failures"`
+	// Successes counts successful probes while half-open.
+	Successes int `json:"successes"`
+	// Probes is the probe leases outstanding on the engine, fleet-wide.
+	Probes int `json:"probes"`
+	// OpenedAt is when it last opened; nil if it never did.
+	OpenedAt *time.Time `json:"opened_at,omitempty"`
 }
 
 // Anomaly is one thing that looks wrong.
@@ -422,6 +439,12 @@ func engineRow(st ledger.PoolStats, e ledger.EngineStats, agedKV int64, scrapes 
 		StalePolicy: cmp.Or(e.Spec.StalePolicy, ledger.StaleHold),
 		Draining:    e.Draining,
 		Removed:     e.Removed,
+		Breaker: Breaker{State: e.Breaker.State.String(), Failures: e.Breaker.Failures,
+			Successes: e.Breaker.Successes, Probes: e.Breaker.Probes},
+	}
+	if !e.Breaker.OpenedAt.IsZero() {
+		opened := e.Breaker.OpenedAt
+		row.Breaker.OpenedAt = &opened
 	}
 	if e.OrphanKV > 0 || e.OrphanSlots > 0 {
 		until := e.OrphanUntil

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // WriteTable prints r for a terminal: the leases, per-engine totals and the
@@ -25,7 +27,7 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "ENGINES (%d)\n", len(r.Engines))
-	fmt.Fprintln(tw, "POOL\tENGINE\tLEASES\tKV RESERVED\tKV CHARGED\tKV OBSERVED\tKV CAPACITY\tSLOTS RESERVED\tRUNNING\tSLOTS CAPACITY\tDRIFT KV\tOBSERVED AGO\tFLAGS")
+	fmt.Fprintln(tw, "POOL\tENGINE\tLEASES\tKV RESERVED\tKV CHARGED\tKV OBSERVED\tKV CAPACITY\tSLOTS RESERVED\tRUNNING\tSLOTS CAPACITY\tDRIFT KV\tOBSERVED AGO\tBREAKER\tFLAGS")
 	for _, e := range r.Engines {
 		obsKV, running, drift, ago := "-", "-", "-", "-"
 		if e.Observed != nil {
@@ -49,9 +51,9 @@ func WriteTable(w io.Writer, r Report) error {
 		}
 		// Charged: what the ledger counts against the engine beyond its
 		// reservations (the correction, orphan charge included).
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n",
 			e.Pool, e.Engine, e.Leases, e.Reserved.KVTokens, e.Correction.KVTokens, obsKV, e.Capacity.KVTokens,
-			e.Reserved.Slots, running, e.Capacity.Slots, drift, ago, orDash(strings.Join(flags, ",")))
+			e.Reserved.Slots, running, e.Capacity.Slots, drift, ago, breakerCell(e.Breaker, r.Now), orDash(strings.Join(flags, ",")))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "ANOMALIES (%d)\n", len(r.Anomalies))
@@ -63,6 +65,29 @@ func WriteTable(w io.Writer, r Report) error {
 			orDash(string(a.Lease)), orDash(string(a.Holder)), a.Detail)
 	}
 	return tw.Flush()
+}
+
+// breakerCell is an engine's breaker in one cell: its state, the failures
+// counted while closed, how long ago it opened, the probes out and the
+// successful probes while half-open.
+func breakerCell(b Breaker, now time.Time) string {
+	var detail []string
+	switch b.State {
+	case string(ledger.BreakerOpen):
+		if b.OpenedAt != nil {
+			detail = append(detail, "opened "+dur(now.Sub(*b.OpenedAt))+" ago")
+		}
+	case string(ledger.BreakerHalfOpen):
+		detail = append(detail, fmt.Sprintf("%d probes out", b.Probes), fmt.Sprintf("%d ok", b.Successes))
+	default:
+		if b.Failures > 0 {
+			detail = append(detail, fmt.Sprintf("%d failed", b.Failures))
+		}
+	}
+	if len(detail) == 0 {
+		return b.State
+	}
+	return b.State + "(" + strings.Join(detail, ",") + ")"
 }
 
 // secs formats a number of seconds as a duration.

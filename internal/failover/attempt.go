@@ -26,6 +26,9 @@ type Attempt struct {
 	// Cancelled: the router or the client ended the exchange (the client
 	// left, the lease ended, the request's deadline passed).
 	Cancelled bool
+	// TTFTBreach: the first token came later than the class's ttft_slo
+	// (ttft.Estimator.Breached).
+	TTFTBreach bool
 }
 
 // Outcome is a's evidence for the engine's breaker (see the package doc).
@@ -36,6 +39,9 @@ func (a Attempt) Outcome() ledger.Outcome {
 	case a.Status > 0:
 		if a.Err != nil && !a.Cancelled {
 			return ledger.OutcomeReset // the answer broke off
+		}
+		if a.TTFTBreach {
+			return ledger.OutcomeTTFTBreach
 		}
 		return ledger.OutcomeOK
 	case a.FirstByteTimeout:

@@ -9,8 +9,9 @@
 // breaker's evidence (ledger.Outcome, reported with the lease's Release):
 //
 //	engine status >= 500                                   status_5xx
-//	headers came (status < 500), answer read or cut by us  ok
 //	headers came (status < 500), then the connection broke reset
+//	first token later than the class's ttft_slo            ttft_slo_breach
+//	headers came (status < 500), answer read or cut by us  ok
 //	no byte within the pool's first_byte_timeout           first_byte_timeout
 //	before the headers: client gone, lease ended, deadline none
 //	the connection could not be made (dial, DNS, TLS)      connect_error

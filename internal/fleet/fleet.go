@@ -41,6 +41,8 @@ const (
 	MaxFileSize = 16 << 20
 	// MinMaxModelLen is the smallest pools[].max_model_len accepted.
 	MinMaxModelLen = 16
+	// MinTTFTSLO is the smallest priorities[].ttft_slo accepted.
+	MinTTFTSLO = 10 * time.Millisecond
 )
 
 // DefaultMediaTokens is what a router reserves per media item of a chat
@@ -77,7 +79,11 @@ type Fleet struct {
 	Priorities []ledger.PrioritySpec
 	// DefaultPriority is the class of a request that names none.
 	DefaultPriority ledger.PriorityName
-	Lease           Lease
+	// TTFTSLOs is each class's priorities[].ttft_slo, the time to first
+	// token routers admit a request of the class against (internal/ttft);
+	// a class absent has none. Routers only: the ledger never sees it.
+	TTFTSLOs map[ledger.PriorityName]time.Duration
+	Lease    Lease
 }
 
 // Pool is the engines serving one model.
@@ -108,6 +114,11 @@ type Pool struct {
 	// leave free for growth: DefaultGrowthHeadroom in elastic pools unless
 	// the file says, always 0 in worst_case pools.
 	GrowthHeadroom float64
+	// Breaker is the circuit breaker every engine of the pool has in the
+	// ledger (pools[].breaker: failures, cooldown, probes, successes), the
+	// ledger's defaults filled in for what the file omits; Failures -1
+	// turns it off.
+	Breaker ledger.BreakerSpec
 	// FirstByteTimeout bounds the wait for an engine's response headers
 	// (first_byte_timeout; 0, the default: no bound but the router's
 	// --upstream-timeout). Past it the dispatch fails with
@@ -220,9 +231,17 @@ type poolYAML struct {
 	MediaTokens *mediaYAML     `yaml:"media_tokens,omitempty"`
 	Reserve     string         `yaml:"reserve,omitempty"`
 	// GrowthHeadroom is growth_headroom.
-	GrowthHeadroom *float64 `yaml:"growth_headroom,omitempty"`
+	GrowthHeadroom *float64     `yaml:"growth_headroom,omitempty"`
+	Breaker        *breakerYAML `yaml:"breaker,omitempty"`
 	// FirstByteTimeout is first_byte_timeout.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout,omitempty"`
+}
+
+type breakerYAML struct {
+	Failures  *int           `yaml:"failures,omitempty"`
+	Cooldown  *time.Duration `yaml:"cooldown,omitempty"`
+	Probes    *int           `yaml:"probes,omitempty"`
+	Successes *int           `yaml:"successes,omitempty"`
 }
 
 type mediaYAML struct {
@@ -252,8 +271,9 @@ type tenantYAML struct {
 }
 
 type priorityYAML struct {
-	Name    string  `yaml:"name"`
-	MaxFill float64 `yaml:"max_fill"`
+	Name    string         `yaml:"name"`
+	MaxFill float64        `yaml:"max_fill"`
+	TTFTSLO *time.Duration `yaml:"ttft_slo,omitempty"`
 }
 
 type leaseYAML struct {
@@ -276,6 +296,7 @@ var sections = map[string]struct {
 	"priorityYAML": {"a priority", reflect.TypeOf(priorityYAML{})},
 	"leaseYAML":    {"lease", reflect.TypeOf(leaseYAML{})},
 	"mediaYAML":    {"media_tokens", reflect.TypeOf(mediaYAML{})},
+	"breakerYAML":  {"breaker", reflect.TypeOf(breakerYAML{})},
 }
 
 var notFound = regexp.MustCompile(`^(line \d+): field (.+) not found in type fleet\.(\w+)$`)
@@ -394,6 +415,20 @@ func build(raw fileYAML) (*Fleet, []error) {
 		if p.GrowthHeadroom != nil {
 			pool.GrowthHeadroom = *p.GrowthHeadroom
 		}
+		pool.Breaker = ledger.BreakerSpec{}.WithDefaults()
+		if b := p.Breaker; b != nil {
+			for _, f := range []struct {
+				v   *int
+				dst *int
+			}{{b.Failures, &pool.Breaker.Failures}, {b.Probes, &pool.Breaker.Probes}, {b.Successes, &pool.Breaker.Successes}} {
+				if f.v != nil {
+					*f.dst = *f.v
+				}
+			}
+			if b.Cooldown != nil {
+				pool.Breaker.Cooldown = *b.Cooldown
+			}
+		}
 		if p.MaxModelLen != nil {
 			pool.MaxModelLen = *p.MaxModelLen
 			if pool.MaxModelLen == 0 {
@@ -448,6 +483,12 @@ func build(raw fileYAML) (*Fleet, []error) {
 	}
 	for _, p := range raw.Priorities {
 		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+		if p.TTFTSLO != nil {
+			if f.TTFTSLOs == nil {
+				f.TTFTSLOs = map[ledger.PriorityName]time.Duration{}
+			}
+			f.TTFTSLOs[ledger.PriorityName(p.Name)] = *p.TTFTSLO
+		}
 	}
 	if len(raw.Priorities) == 0 {
 		f.Priorities = []ledger.PrioritySpec{{Name: DefaultPriority, MaxFill: 1}}

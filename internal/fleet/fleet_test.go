@@ -59,7 +59,7 @@ func TestParseDesignSampleDefaults(t *testing.T) {
 	}
 	want := &Fleet{
 		Pools: []Pool{{Name: "llama-3-70b", RetryAfter: time.Second, MediaTokens: DefaultMediaTokens,
-			Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom, Engines: []Engine{{
+			Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom, Breaker: ledger.BreakerSpec{}.WithDefaults(), Engines: []Engine{{
 				ID: "gpu-0", URL: "http://127.0.0.1:9001", MetricsURL: "http://127.0.0.1:9001/metrics",
 				Format: telemetry.FormatVLLM, KVTokens: 400000, Slots: 256,
 				StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold,
@@ -122,6 +122,9 @@ func TestExampleFile(t *testing.T) {
 	if q.Engines[0].Format != telemetry.FormatSGLang || q.Engines[1].Format != telemetry.FormatTGI {
 		t.Errorf("qwen formats = %s, %s", q.Engines[0].Format, q.Engines[1].Format)
 	}
+	if p.Breaker != (ledger.BreakerSpec{Failures: 5, Cooldown: 10 * time.Second, Probes: 1, Successes: 2}) || q.Breaker != p.Breaker {
+		t.Errorf("breakers = %+v, %+v; want the example's (the defaults) and the defaults", p.Breaker, q.Breaker)
+	}
 	if p.MaxModelLen != 0 || q.MaxModelLen != 32768 {
 		t.Errorf("max_model_len = %d, %d; want 0 (discovered) and 32768", p.MaxModelLen, q.MaxModelLen)
 	}
@@ -153,7 +156,14 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, first_byte_timeout)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout)`}},
+		{"unknown breaker field", repl("  - name: p\n", "  - name: p\n    breaker:\n      failures: 3\n      timeout: 2s\n"), []string{`line 5: unknown field "timeout" in breaker (allowed: failures, cooldown, probes, successes)`}},
+		{"breaker failures zero", repl("  - name: p\n", "  - name: p\n    breaker: {failures: 0}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576 (consecutive failed dispatches that open an engine's breaker), or -1 to turn the breaker off, got 0"}},
+		{"breaker failures below -1", repl("  - name: p\n", "  - name: p\n    breaker: {failures: -2}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576", "got -2"}},
+		{"breaker cooldown zero", repl("  - name: p\n", "  - name: p\n    breaker: {cooldown: 0s}\n"), []string{"pools[0].breaker.cooldown: must be in 1ms..24h0m0s, got 0s"}},
+		{"breaker probes zero", repl("  - name: p\n", "  - name: p\n    breaker: {probes: 0}\n"), []string{"pools[0].breaker.probes: must be in 1..1048576 (probe requests a half-open engine takes at a time, fleet-wide), got 0"}},
+		{"breaker successes negative", repl("  - name: p\n", "  - name: p\n    breaker: {successes: -1}\n"), []string{"pools[0].breaker.successes: must be in 1..1048576 (successful probes that close an engine's breaker), got -1"}},
+		{"breaker not a mapping", repl("  - name: p\n", "  - name: p\n    breaker: 5\n"), []string{"line 3", "cannot unmarshal"}},
 		{"reserve unknown", repl("  - name: p\n", "  - name: p\n    reserve: optimistic\n"), []string{`pools[0].reserve: must be elastic or worst_case, got "optimistic"`}},
 		{"growth_headroom too large", repl("  - name: p\n", "  - name: p\n    growth_headroom: 0.7\n"), []string{"pools[0].growth_headroom: must be in [0, 0.5], got 0.7"}},
 		{"growth_headroom negative", repl("  - name: p\n", "  - name: p\n    growth_headroom: -0.1\n"), []string{"pools[0].growth_headroom: must be in [0, 0.5], got -0.1"}},
@@ -161,7 +171,10 @@ func TestParseErrors(t *testing.T) {
 		{"media_tokens negative", repl("  - name: p\n", "  - name: p\n    media_tokens: {audio: -1}\n"), []string{"pools[0].media_tokens.audio: must be in 0..1099511627776, got -1 (KV tokens per audio; 0 refuses requests with one)"}},
 		{"media_tokens unknown kind", repl("  - name: p\n", "  - name: p\n    media_tokens: {images: 10}\n"), []string{`unknown field "images" in media_tokens (allowed: image, audio, video)`}},
 		{"unknown tenant field", repl("kv_share: 0.5", "kv_share: 0.5\n    quota: 3"), []string{`unknown field "quota" in a tenant`}},
-		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority`}},
+		{"unknown priority field", repl("max_fill: 0.95}", "max_fill: 0.95, weight: 2}"), []string{`unknown field "weight" in a priority (allowed: name, max_fill, ttft_slo)`}},
+		{"ttft_slo zero", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: 0s}"), []string{"priorities[0].ttft_slo: must be in 10ms..24h0m0s, got 0s"}},
+		{"ttft_slo negative", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: -1s}"), []string{"priorities[0].ttft_slo: must be in 10ms..24h0m0s, got -1s"}},
+		{"ttft_slo without unit", repl("max_fill: 0.95}", "max_fill: 0.95, ttft_slo: 500}"), []string{"cannot unmarshal !!int `500` into time.Duration"}},
 		{"unknown lease field", repl("session_ttl: 10s", "session_ttl: 10s\n  ttl: 3s"), []string{`unknown field "ttl" in lease`}},
 		{"repeated field", repl("slots: 8", "slots: 8\n        slots: 9"), []string{`line 8: mapping key "slots" already defined at line 7`}},
 		{"not a mapping", func(string) string { return "- a\n- b\n" }, []string{"cannot unmarshal"}},
@@ -296,6 +309,31 @@ func TestValidateBuiltInCode(t *testing.T) {
 	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "priorities: must not be empty") {
 		t.Errorf("Validate with no priorities = %v", err)
 	}
+	f, _ = Parse([]byte(base))
+	f.TTFTSLOs = map[ledger.PriorityName]time.Duration{"batch": time.Second}
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), `priorities: a ttft_slo is set for "batch", which is not a listed priority`) {
+		t.Errorf("Validate with a ttft_slo for an unlisted class = %v", err)
+	}
+}
+
+// priorities[].ttft_slo is optional, per class, and only routers read it.
+func TestTTFTSLO(t *testing.T) {
+	in := strings.Replace(base, "  - {name: interactive, max_fill: 0.95}\n",
+		"  - {name: interactive, max_fill: 0.95, ttft_slo: 800ms}\n  - {name: batch, max_fill: 0.7}\n", 1)
+	f, err := Parse([]byte(in))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if want := map[ledger.PriorityName]time.Duration{"interactive": 800 * time.Millisecond}; !reflect.DeepEqual(f.TTFTSLOs, want) {
+		t.Errorf("TTFTSLOs = %v, want %v (batch has none)", f.TTFTSLOs, want)
+	}
+	specs, err := f.PoolSpecs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []ledger.PrioritySpec{{Name: "interactive", MaxFill: 0.95}, {Name: "batch", MaxFill: 0.7}}; !reflect.DeepEqual(specs[0].Priorities, want) {
+		t.Errorf("the ledger's priorities %+v, want %+v: the SLO is the routers' alone", specs[0].Priorities, want)
+	}
 }
 
 func TestTenantForKey(t *testing.T) {
@@ -332,6 +370,7 @@ func TestPoolSpecs(t *testing.T) {
 	in := `pools:
   - name: a
     retry_after: 2s
+    breaker: {failures: 3, cooldown: 30s}
     engines:
       - {id: fixed, url: "http://h:1", kv_tokens: 1000, slots: 8}
       - {id: disc, url: "http://h:2", slots: 8, headroom: 0.5, stale_policy: block, format: sglang}
@@ -374,6 +413,7 @@ priorities:
 	want := []ledger.PoolSpec{
 		{
 			Name: "a", RetryAfter: 2 * time.Second, Reserve: ledger.ReserveElastic, GrowthHeadroom: DefaultGrowthHeadroom,
+			Breaker: ledger.BreakerSpec{Failures: 3, Cooldown: 30 * time.Second, Probes: 1, Successes: 2},
 			Engines: []ledger.EngineSpec{
 				{ID: "fixed", URL: "http://h:1", KVTokens: 1000, Slots: 8, StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleHold},
 				{ID: "disc", URL: "http://h:2", KVTokens: 241956, Slots: 8, StaleAfter: 10 * time.Second, StalePolicy: ledger.StaleBlock},
@@ -382,7 +422,7 @@ priorities:
 			Priorities: prios,
 		},
 		{
-			Name: "b", RetryAfter: time.Second, Reserve: ledger.ReserveWorstCase,
+			Name: "b", RetryAfter: time.Second, Reserve: ledger.ReserveWorstCase, Breaker: ledger.BreakerSpec{}.WithDefaults(),
 			Engines:    []ledger.EngineSpec{{ID: "fixed", URL: "http://h:3", KVTokens: 50, Slots: 2, StalePolicy: ledger.StaleHold}},
 			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1}},
 			Priorities: prios,

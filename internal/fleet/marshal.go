@@ -13,7 +13,7 @@ import (
 // Parse would default is written explicitly, except those whose zero value
 // the file cannot hold (session_ttl, lease_ttl, renew_interval, retry_after,
 // format, stale_policy, priorities, default_priority, reserve with its
-// growth_headroom): a zero there is left
+// growth_headroom, the breaker's fields): a zero there is left
 // out and takes Parse's default. API keys are written as their hashes.
 // Marshal does not validate; Parse does.
 func Marshal(f *Fleet) ([]byte, error) {
@@ -33,6 +33,10 @@ func Marshal(f *Fleet) ([]byte, error) {
 			// A zero headroom is a setting here; with no reserve at
 			// all, both take Parse's defaults.
 			py.GrowthHeadroom = &p.GrowthHeadroom
+		}
+		if b := p.Breaker; b != (ledger.BreakerSpec{}) {
+			py.Breaker = &breakerYAML{Failures: nonZero(b.Failures), Cooldown: nonZero(b.Cooldown),
+				Probes: nonZero(b.Probes), Successes: nonZero(b.Successes)}
 		}
 		for _, e := range p.Engines {
 			ey := engineYAML{
@@ -58,7 +62,11 @@ func Marshal(f *Fleet) ([]byte, error) {
 		raw.Tenants = append(raw.Tenants, ty)
 	}
 	for _, p := range f.Priorities {
-		raw.Priorities = append(raw.Priorities, priorityYAML{Name: string(p.Name), MaxFill: p.MaxFill})
+		py := priorityYAML{Name: string(p.Name), MaxFill: p.MaxFill}
+		if slo, ok := f.TTFTSLOs[p.Name]; ok {
+			py.TTFTSLO = &slo
+		}
+		raw.Priorities = append(raw.Priorities, py)
 	}
 	l := f.Lease
 	raw.Lease = leaseYAML{

@@ -24,12 +24,14 @@ func TestMarshalRoundTrip(t *testing.T) {
     max_model_len: 8192
     media_tokens: {image: 0, audio: 10, video: 20}
     growth_headroom: 0
+    breaker: {failures: 3, cooldown: 2500ms, probes: 2, successes: 4}
     first_byte_timeout: 2500ms
     engines:
       - {id: e0, url: http://127.0.0.1:9001, kv_tokens: 1000, slots: 8, format: sglang, stale_after: 0s, stale_policy: block}
       - {id: e1, url: http://127.0.0.1:9002/, metrics_url: http://127.0.0.1:9102/m, slots: 4, headroom: 0.5}
   - name: q
     reserve: worst_case
+    breaker: {failures: -1}
     engines:
       - {id: e2, url: https://q.example:8443, kv_tokens: 50, slots: 1, stale_after: 5s}
 tenants:
@@ -37,7 +39,7 @@ tenants:
   - {name: b, api_keys: ["k2"], kv_share: 1}
 priorities:
   - {name: batch, max_fill: 0.7}
-  - {name: interactive, max_fill: 0.95}
+  - {name: interactive, max_fill: 0.95, ttft_slo: 750ms}
 default_priority: interactive
 lease:
   session_ttl: 4s

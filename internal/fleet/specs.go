@@ -100,7 +100,8 @@ func (f *Fleet) poolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]
 	if !ok {
 		return ledger.PoolSpec{}, nil, fmt.Errorf("fleet: pool %q is not in the fleet file", name)
 	}
-	spec := ledger.PoolSpec{Name: p.Name, RetryAfter: p.RetryAfter, Reserve: p.Reserve, GrowthHeadroom: p.GrowthHeadroom}
+	spec := ledger.PoolSpec{Name: p.Name, RetryAfter: p.RetryAfter, Reserve: p.Reserve, GrowthHeadroom: p.GrowthHeadroom,
+		Breaker: p.Breaker}
 	var waiting []WaitingEngine
 	for _, e := range p.Engines {
 		kv := e.KVTokens

@@ -66,6 +66,23 @@ func (c *checker) duration(path string, d, lo time.Duration) {
 	}
 }
 
+// maxBreakerCount bounds a breaker's failures, probes and successes.
+const maxBreakerCount = 1 << 20
+
+// breaker checks a pool's breaker, defaults filled in.
+func (c *checker) breaker(path string, b ledger.BreakerSpec) {
+	if b.Failures == 0 || b.Failures < -1 || b.Failures > maxBreakerCount {
+		c.add(path+".failures", "must be in 1..%d (consecutive failed dispatches that open an engine's breaker), or -1 to turn the breaker off, got %d", maxBreakerCount, b.Failures)
+	}
+	c.duration(path+".cooldown", b.Cooldown, time.Millisecond)
+	if b.Probes < 1 || b.Probes > maxBreakerCount {
+		c.add(path+".probes", "must be in 1..%d (probe requests a half-open engine takes at a time, fleet-wide), got %d", maxBreakerCount, b.Probes)
+	}
+	if b.Successes < 1 || b.Successes > maxBreakerCount {
+		c.add(path+".successes", "must be in 1..%d (successful probes that close an engine's breaker), got %d", maxBreakerCount, b.Successes)
+	}
+}
+
 func (c *checker) httpURL(path, v string) {
 	if v == "" {
 		c.add(path, "is required (an http:// or https:// URL)")
@@ -141,6 +158,7 @@ func (f *Fleet) check() []error {
 		if p.MaxModelLen != 0 && (p.MaxModelLen < MinMaxModelLen || p.MaxModelLen > ledger.MaxAmount) {
 			c.add(pp+".max_model_len", "%s", maxModelLenMsg(p.MaxModelLen))
 		}
+		c.breaker(pp+".breaker", p.Breaker)
 		for _, m := range p.MediaTokens.kinds() {
 			if m.tokens < 0 || m.tokens > ledger.MaxAmount {
 				c.add(pp+".media_tokens."+m.kind, "must be in 0..%d, got %d (KV tokens per %s; 0 refuses requests with one)", ledger.MaxAmount, m.tokens, m.kind)
@@ -203,6 +221,14 @@ func (f *Fleet) check() []error {
 		pp := fmt.Sprintf("priorities[%d]", i)
 		unique(c, prios, "priorities", i, "name", p.Name)
 		c.fraction(pp+".max_fill", p.MaxFill, false)
+		if slo, ok := f.TTFTSLOs[p.Name]; ok && (slo < MinTTFTSLO || slo > maxDuration) {
+			c.add(pp+".ttft_slo", "must be in %s..%s, got %s (the time to first token routers admit the class against; omit it for none)", MinTTFTSLO, maxDuration, slo)
+		}
+	}
+	for name := range f.TTFTSLOs {
+		if _, ok := prios[name]; !ok {
+			c.add("priorities", "a ttft_slo is set for %q, which is not a listed priority", name)
+		}
 	}
 	if _, ok := prios[f.DefaultPriority]; !ok && len(f.Priorities) > 0 {
 		var names []string

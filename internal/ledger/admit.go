@@ -99,6 +99,9 @@ type Admission struct {
 	// GrowthHeadroom is the pool's (PoolSpec.GrowthHeadroom): the share of
 	// each engine's capacity grants and Resize growth leave to Grow.
 	GrowthHeadroom float64
+	// Breaker is the pool's (PoolSpec.Breaker): Admit reads each
+	// candidate's breaker with it at Now. Growth ignores it.
+	Breaker BreakerSpec
 }
 
 // Admit returns the index of the first candidate that fits, or the
@@ -136,7 +139,7 @@ func Admit(a Admission) (int, *Rejection) {
 	}
 	var first Reason
 	for i, e := range a.Candidates {
-		r := engineReason(a, e)
+		r := grantReason(a, e)
 		if r == "" {
 			return i, nil
 		}
@@ -147,7 +150,25 @@ func Admit(a Admission) (int, *Rejection) {
 	return reject(first, a.Candidates[0].Spec.ID, retry)
 }
 
+// grantReason returns why e cannot take a new grant, or "" if it can:
+// engineReason, with the engine's circuit breaker checked right after
+// draining (open, or half-open with its probe budget taken, refuses with
+// ReasonBreakerOpen). A grant Admit allows on a half-open engine is a
+// probe: the backend stores Breaker.Grant's result and marks the lease.
+func grantReason(a Admission, e EngineState) Reason {
+	if e.Draining {
+		return ReasonDraining
+	}
+	if ok, _ := e.Breaker.At(a.Now, a.Breaker).Admits(a.Breaker); !ok {
+		return ReasonBreakerOpen
+	}
+	return engineReason(a, e)
+}
+
 // engineReason returns why e cannot take the request, or "" if it can.
+// Growth of a lease (AdmitGrowth) checks it without the breaker: the
+// lease is already on its engine, and a probe's own growth must not be
+// refused by the budget the probe itself holds.
 func engineReason(a Admission, e EngineState) Reason {
 	if e.Draining {
 		return ReasonDraining

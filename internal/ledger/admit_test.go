@@ -60,6 +60,39 @@ func TestAdmit(t *testing.T) {
 			a.Candidates[0].Draining = true
 			a.Candidates[1].ReservedKV = 1000
 		}, -1, ReasonDraining, "a", 2 * time.Second},
+		{"breaker open skipped", func(a *Admission) {
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now.Add(-time.Second)}
+		}, 1, "", "", 0},
+		{"breaker open reason of first candidate", func(a *Admission) {
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now}
+			a.Candidates[1].ReservedKV = 1000
+		}, -1, ReasonBreakerOpen, "a", 2 * time.Second},
+		{"draining before breaker", func(a *Admission) {
+			a.Candidates = a.Candidates[:1]
+			a.Candidates[0].Draining = true
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now}
+		}, -1, ReasonDraining, "a", 2 * time.Second},
+		{"breaker before capacity", func(a *Admission) {
+			a.Candidates = a.Candidates[:1]
+			a.Candidates[0].ReservedKV = 1000
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now}
+		}, -1, ReasonBreakerOpen, "a", 2 * time.Second},
+		{"open past its cooldown admits a probe", func(a *Admission) {
+			a.Breaker = BreakerSpec{Cooldown: time.Second}
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now.Add(-time.Second)}
+		}, 0, "", "", 0},
+		{"half-open with its probe budget taken", func(a *Admission) {
+			a.Breaker = BreakerSpec{Probes: 2}
+			a.Candidates[0].Breaker = Breaker{State: BreakerHalfOpen, Probes: 2}
+		}, 1, "", "", 0},
+		{"half-open within its probe budget", func(a *Admission) {
+			a.Breaker = BreakerSpec{Probes: 2}
+			a.Candidates[0].Breaker = Breaker{State: BreakerHalfOpen, Probes: 1}
+		}, 0, "", "", 0},
+		{"breaker off admits an open engine", func(a *Admission) {
+			a.Breaker = BreakerSpec{Failures: -1}
+			a.Candidates[0].Breaker = Breaker{State: BreakerOpen, OpenedAt: now}
+		}, 0, "", "", 0},
 		{"tenant quota", func(a *Admission) {
 			a.Tenant.KVShare = 0.1
 			a.TenantKV = 150
@@ -116,6 +149,12 @@ func TestAdmitGrowth(t *testing.T) {
 	}
 	if rej := AdmitGrowth(a, e, 1001, 1); rej == nil || rej.Reason != ReasonTooLarge {
 		t.Errorf("growth beyond capacity: %v, want too_large", rej)
+	}
+	// A probe lease grows on its half-open engine although the budget it
+	// holds is taken; growth ignores the breaker.
+	e.Breaker = Breaker{State: BreakerHalfOpen, Probes: 1}
+	if rej := AdmitGrowth(a, e, 500, 400); rej != nil {
+		t.Errorf("growth on a half-open engine with its probe budget taken: %v, want admitted", rej)
 	}
 }
 

@@ -13,8 +13,9 @@ import (
 //
 // Evidence arrives with Release: the releasing holder says what its
 // dispatch came to (Usage.Outcome). Release is idempotent per lease, so a
-// retried release never counts twice, and any router's evidence moves the
-// one breaker every router admits against.
+// retried release never counts twice (only a Release that releases the
+// lease, Released=true, carries evidence), and any router's evidence moves
+// the one breaker every router admits against.
 //
 //	closed    --Failures consecutive failures-->  open
 //	open      --Cooldown passed (ledger clock)--> half_open (read lazily)
@@ -119,12 +120,44 @@ type Breaker struct {
 // At returns b as it reads at now: an open breaker whose cooldown has
 // passed is half-open. Backends store the transition when they next write
 // the engine; readers (Stats, Admit) use At.
+//
+// With the breaker off (s.Off) every engine reads closed, whatever it
+// stored, and keeps only its outstanding probe count (those leases still
+// free their slot when they end): turning the breaker off by
+// reconfiguration opens nothing.
 func (b Breaker) At(now time.Time, s BreakerSpec) Breaker {
+	if s.Off() {
+		return Breaker{Probes: b.Probes}
+	}
 	s = s.WithDefaults()
 	if b.State == BreakerOpen && !now.Before(b.OpenedAt.Add(s.Cooldown)) {
 		b.State, b.Successes = BreakerHalfOpen, 0
 	}
 	return b
+}
+
+// Advance is At for a backend about to store b: it returns b as it reads
+// at now and the transition that reading made (TransitionHalfOpen when an
+// open breaker's cooldown has passed, else none), which the backend counts
+// with the change it stores. Every write of an engine's breaker (a grant,
+// a Release, a probe lease the ledger ends) starts with Advance.
+func (b Breaker) Advance(now time.Time, s BreakerSpec) (Breaker, BreakerTransition) {
+	a := b.At(now, s)
+	if b.State == BreakerOpen && a.State == BreakerHalfOpen {
+		return a, TransitionHalfOpen
+	}
+	return a, TransitionNone
+}
+
+// Grant returns b (read with At) after a grant on its engine that Admits
+// allowed, and whether that grant is a probe: a probe takes one slot of
+// the probe budget until its lease ends (Report or Unprobe).
+func (b Breaker) Grant(s BreakerSpec) (Breaker, bool) {
+	if _, probe := b.Admits(s); probe {
+		b.Probes++
+		return b, true
+	}
+	return b, false
 }
 
 // Admits reports whether a grant may go to an engine whose breaker reads b
@@ -200,6 +233,16 @@ const (
 	TransitionReopened BreakerTransition = "reopened"  // half_open -> open
 	TransitionClosed   BreakerTransition = "closed"    // half_open -> closed
 )
+
+// CounterBreaker prefixes the pool counters of breaker transitions
+// (PoolStats.Counters): BreakerCounter(t) is "breaker:<t>".
+const CounterBreaker = "breaker"
+
+// BreakerTransitions lists every transition but TransitionNone.
+var BreakerTransitions = []BreakerTransition{TransitionOpened, TransitionHalfOpen, TransitionReopened, TransitionClosed}
+
+// BreakerCounter names the pool counter of transition t.
+func BreakerCounter(t BreakerTransition) string { return CounterBreaker + ":" + string(t) }
 
 // Report applies the outcome of a released lease to b (already read with
 // At at now): probe says whether the lease was a probe. It returns the new

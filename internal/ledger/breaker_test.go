@@ -98,3 +98,45 @@ func TestBreakerOffIgnoresEvidence(t *testing.T) {
 		t.Errorf("Report with the breaker off = %+v, %q; want no change", b, tr)
 	}
 }
+
+func TestBreakerAdvanceAndGrant(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	spec := BreakerSpec{Cooldown: time.Second, Probes: 2}
+	open := Breaker{State: BreakerOpen, OpenedAt: t0}
+	for _, tc := range []struct {
+		name  string
+		b     Breaker
+		at    time.Duration
+		spec  BreakerSpec
+		want  BreakerState
+		trans BreakerTransition
+	}{
+		{"closed stays", Breaker{Failures: 2}, time.Hour, spec, BreakerClosed, TransitionNone},
+		{"open within the cooldown", open, time.Second - time.Millisecond, spec, BreakerOpen, TransitionNone},
+		{"open at the cooldown's end", open, time.Second, spec, BreakerHalfOpen, TransitionHalfOpen},
+		{"half-open stays", Breaker{State: BreakerHalfOpen, OpenedAt: t0}, time.Hour, spec, BreakerHalfOpen, TransitionNone},
+		{"off reads closed", open, 0, BreakerSpec{Failures: -1}, BreakerClosed, TransitionNone},
+	} {
+		got, tr := tc.b.Advance(t0.Add(tc.at), tc.spec)
+		if got.State != tc.want || tr != tc.trans {
+			t.Errorf("%s: Advance = %s, %q; want %s, %q", tc.name, got.State, tr, tc.want, tc.trans)
+		}
+	}
+	b, _ := open.Advance(t0.Add(time.Second), spec)
+	for i := 1; i <= 2; i++ {
+		var probe bool
+		b, probe = b.Grant(spec)
+		if !probe || b.Probes != i {
+			t.Fatalf("grant %d on a half-open engine: probe %v, %d outstanding; want a probe, %d", i, probe, b.Probes, i)
+		}
+	}
+	if ok, _ := b.Admits(spec); ok {
+		t.Errorf("Admits with %d of %d probes out = true, want false", b.Probes, spec.Probes)
+	}
+	if c, probe := (Breaker{}).Grant(spec); probe || c != (Breaker{}) {
+		t.Errorf("Grant on a closed engine = %+v, probe %v; want unchanged, not a probe", c, probe)
+	}
+	if got := BreakerCounter(TransitionReopened); got != "breaker:reopened" {
+		t.Errorf("BreakerCounter(reopened) = %q, want breaker:reopened", got)
+	}
+}

@@ -41,6 +41,7 @@
 // max_fill, h = the pool's growth headroom, 0 unless elastic):
 //
 //	engine exists and is not draining                     else ReasonDraining
+//	its circuit breaker admits the grant                  else ReasonBreakerOpen
 //	telemetry not stale under policy "block"              else ReasonTelemetryStale
 //	R_kv + C_kv + kv  <= floor(cap_kv*f) - floor(cap_kv*h) else ReasonEngineKV
 //	R_slots + C_slots + s  <= floor(cap_slots * f)        else ReasonEngineSlots
@@ -58,6 +59,49 @@
 //
 // Acquire with a (holder, request id) that already has an outstanding lease
 // returns that lease with Grant.Replayed set and reserves nothing more.
+//
+// # Circuit breaker
+//
+// Every engine has a circuit breaker (Breaker, breaker.go), kept beside its
+// drain flag and changed only inside the atomic step of the call that
+// carries its evidence, by the pure rule in breaker.go (which
+// scripts/lua implements too):
+//
+//	closed    --Failures consecutive failed outcomes--> open
+//	open      --Cooldown passed (ledger clock)-->        half_open
+//	half_open --a probe's outcome is a failure-->        open (again)
+//	half_open --Successes probes succeed-->              closed
+//
+// Evidence is the Outcome its holder reports with Release (Usage.Outcome):
+// a failure (connect error, reset, 5xx, first-byte timeout, TTFT breach),
+// ok (resets the count), or none. Only a Release that releases the lease
+// counts it: Release is idempotent per lease, so a retried Release, or one
+// of a lease that had already ended, counts nothing. In open, outcomes of
+// leases granted before it opened are ignored; in half_open only probes'
+// count. Any holder's evidence moves the one breaker every holder admits
+// against.
+//
+// An open engine takes no grant (ReasonBreakerOpen, checked right after
+// draining; growth of a lease already on it is not refused). Once the
+// cooldown has passed it reads half_open: a grant on it is a probe
+// (Lease.Probe), and at most PoolSpec.Breaker.Probes probe leases are
+// outstanding on it at a time, counted in the ledger so the bound holds
+// fleet-wide under concurrent Acquires from any holders; beyond it the
+// engine refuses with ReasonBreakerOpen. A probe lease frees its slot when
+// it is released (whatever its outcome) or when the ledger ends it (expiry,
+// a dead holder's revocation: no evidence).
+//
+// The open-to-half_open transition is read lazily: Admit and Stats read a
+// breaker with Breaker.At at the ledger's now, and a backend stores the
+// transition when it next writes the breaker (a grant on the engine, a
+// Release carrying an outcome or of a probe, the end of a probe lease;
+// Breaker.Advance). Every transition is counted once in
+// PoolStats.Counters as "breaker:<transition>" (opened, half_open,
+// reopened, closed). Stats reports each engine's breaker as read at its
+// Now. Configure stores PoolSpec.Breaker (zero fields take the defaults;
+// Failures < 0 turns the breaker off, and every engine then reads closed)
+// and keeps every engine's breaker across reconfiguration, like its drain
+// flag.
 //
 // Renew extends a lease's deadline to now+ttl; Resize changes its KV tokens
 // (shrinking always succeeds, growth is checked like an acquisition of the

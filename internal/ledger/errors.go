@@ -66,7 +66,7 @@ const (
 // Reasons lists every Reason, for metrics and validation.
 var Reasons = []Reason{
 	ReasonRecovering, ReasonTooLarge, ReasonTenantKV, ReasonTenantSlots,
-	ReasonDraining, ReasonTelemetryStale, ReasonPriorityHeadroom,
+	ReasonDraining, ReasonBreakerOpen, ReasonTelemetryStale, ReasonPriorityHeadroom,
 	ReasonEngineKV, ReasonEngineSlots,
 }
 

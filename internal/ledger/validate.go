@@ -137,6 +137,9 @@ func ValidatePoolSpec(s PoolSpec) error {
 	if s.RetryAfter < 0 {
 		return fmt.Errorf("%w: pool %s retry_after = %s, want >= 0", ErrInvalidArgument, s.Name, s.RetryAfter)
 	}
+	if err := s.Breaker.Validate(); err != nil {
+		return fmt.Errorf("pool %s: %w", s.Name, err)
+	}
 	switch s.Reserve {
 	case "", ReserveElastic:
 		if !(s.GrowthHeadroom >= 0 && s.GrowthHeadroom <= MaxGrowthHeadroom) {
@@ -232,6 +235,9 @@ func ValidateGrow(ref LeaseRef, kv int64) error {
 func ValidateUsage(u Usage) error {
 	if u.PromptTokens < 0 || u.CompletionTokens < 0 || u.PromptTokens > MaxAmount || u.CompletionTokens > MaxAmount {
 		return fmt.Errorf("%w: usage %+v out of range 0..%d", ErrInvalidArgument, u, MaxAmount)
+	}
+	if !u.Outcome.Valid() {
+		return fmt.Errorf("%w: usage outcome %.64q, want empty or one of %v", ErrInvalidArgument, string(u.Outcome), Outcomes)
 	}
 	return nil
 }

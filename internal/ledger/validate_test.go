@@ -37,6 +37,9 @@ func TestValidatePoolSpec(t *testing.T) {
 		{"dup priority", "duplicate priority", func(s *PoolSpec) { s.Priorities = append(s.Priorities, s.Priorities[0]) }},
 		{"space in id", "space or control", func(s *PoolSpec) { s.Engines[0].ID = "gpu 0" }},
 		{"retry negative", "retry_after", func(s *PoolSpec) { s.RetryAfter = -1 }},
+		{"breaker cooldown negative", "breaker cooldown", func(s *PoolSpec) { s.Breaker.Cooldown = -time.Second }},
+		{"breaker probes negative", "breaker probes", func(s *PoolSpec) { s.Breaker.Probes = -1 }},
+		{"breaker successes negative", "breaker successes", func(s *PoolSpec) { s.Breaker.Successes = -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()
@@ -46,5 +49,17 @@ func TestValidatePoolSpec(t *testing.T) {
 				t.Fatalf("ValidatePoolSpec = %v, want ErrInvalidArgument naming %q", err, tc.field)
 			}
 		})
+	}
+}
+
+func TestValidateUsageOutcome(t *testing.T) {
+	for _, o := range append([]Outcome{OutcomeNone}, Outcomes...) {
+		if err := ValidateUsage(Usage{Outcome: o}); err != nil {
+			t.Errorf("ValidateUsage(outcome %q) = %v, want nil", o, err)
+		}
+	}
+	err := ValidateUsage(Usage{Outcome: "exploded"})
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `outcome "exploded"`) {
+		t.Errorf("ValidateUsage(outcome exploded) = %v, want ErrInvalidArgument naming the outcome", err)
 	}
 }

@@ -109,6 +109,7 @@ type ledgerCollector struct {
 	capacityKV, capacitySlots, draining                *prometheus.Desc
 	correctionKV, driftKV, driftSlots, stale, obsAge   *prometheus.Desc
 	orphanKV, orphanSlots                              *prometheus.Desc
+	breakerState, breakerTransitions                   *prometheus.Desc
 }
 
 func newLedgerCollector(l ledger.Ledger, log *slog.Logger) *ledgerCollector {
@@ -145,7 +146,23 @@ func newLedgerCollector(l ledger.Ledger, log *slog.Logger) *ledgerCollector {
 		driftSlots:    d("reconcile", "drift_slots", "Reported running sequences minus slots reserved.", pe...),
 		stale:         d("reconcile", "engine_stale", "1 when the ledger counts the engine's telemetry as stale.", pe...),
 		obsAge:        d("reconcile", "observation_age_seconds", "Ledger time since the engine's last applied observation.", pe...),
+		breakerState: d("ledger", "breaker_state",
+			"The engine's circuit breaker, as the ledger reads it: 0 closed, 1 half_open (probe grants only), 2 open (no grants).", pe...),
+		breakerTransitions: d("ledger", "breaker_transitions_total",
+			"Circuit-breaker transitions in the pool, by transition (opened, half_open, reopened, closed).", "pool", "transition"),
 	}
+}
+
+// breakerValue is an engine's breaker state as leasehold_ledger_breaker_state
+// reports it.
+func breakerValue(s ledger.BreakerState) float64 {
+	switch s {
+	case ledger.BreakerHalfOpen:
+		return 1
+	case ledger.BreakerOpen:
+		return 2
+	}
+	return 0
 }
 
 // Describe implements prometheus.Collector.
@@ -153,7 +170,7 @@ func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.statsSeconds, c.grants, c.replays, c.releases, c.expired, c.revoked,
 		c.reasserts, c.rejections, c.epoch, c.liveHolders, c.poolLeases, c.recovering, c.stales, c.leases,
 		c.reservedKV, c.reservedSlots, c.capacityKV, c.capacitySlots, c.draining, c.correctionKV,
-		c.driftKV, c.driftSlots, c.stale, c.obsAge, c.orphanKV, c.orphanSlots} {
+		c.driftKV, c.driftSlots, c.stale, c.obsAge, c.orphanKV, c.orphanSlots, c.breakerState, c.breakerTransitions} {
 		ch <- d
 	}
 }
@@ -207,6 +224,10 @@ func (c *ledgerCollector) pool(ch chan<- prometheus.Metric, st ledger.PoolStats)
 		ch <- prometheus.MustNewConstMetric(c.rejections, prometheus.CounterValue,
 			float64(st.Counters[ledger.CounterRejections+":"+string(r)]), pool, string(r))
 	}
+	for _, t := range ledger.BreakerTransitions {
+		ch <- prometheus.MustNewConstMetric(c.breakerTransitions, prometheus.CounterValue,
+			float64(st.Counters[ledger.BreakerCounter(t)]), pool, string(t))
+	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -227,6 +248,7 @@ func (c *ledgerCollector) pool(ch chan<- prometheus.Metric, st ledger.PoolStats)
 		gauge(c.orphanKV, float64(e.OrphanKV), pool, eng)
 		gauge(c.orphanSlots, float64(e.OrphanSlots), pool, eng)
 		gauge(c.stale, b2f(e.Stale), pool, eng)
+		gauge(c.breakerState, breakerValue(e.Breaker.State), pool, eng)
 		if e.Stale {
 			stales++
 		}

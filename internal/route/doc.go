@@ -27,11 +27,11 @@
 //     Images, audio and video in chat content add the pool's media_tokens
 //     per item (a floor, raised to what engines report; estimate.Media), in
 //     both modes: /tokenize counts their placeholders only.
-//  4. Rank (rank.go): the pool's engines by free capacity in this router's
-//     view, with prompt-prefix affinity by rendezvous hashing. The view is
-//     the larger of this router's own leases and the ledger's per-engine
-//     totals polled every --view-interval (internal/fleetview), so engines
-//     other routers filled rank lower.
+//  4. Rank (rank.go, internal/rank), at every attempt: health first
+//     (internal/enginehealth), then free capacity in this router's view
+//     (its own leases and the fleet view's totals), estimated TTFT and
+//     prompt-prefix affinity; a class's ttft_slo keeps only engines that
+//     can still meet it (internal/ttft), else 503 ttft_slo, no lease.
 //  5. Acquire once over the ranked candidates (lease.Manager, which carves
 //     the request out of a block lease when --block-lease-kv is set; or
 //     the local baseline, internal/baseline). Capacity rejections wait in a bounded per-pool queue
@@ -51,9 +51,9 @@
 //     by the fleet view's Stats polls) and a streamed answer grows it ahead
 //     of its output (lease.Growing). The release carries the dispatch's
 //     outcome (internal/failover); one that failed before any byte reached
-//     the client goes back to step 5 without the failed engines, at most
-//     --failover-attempts times, the pool's first_byte_timeout bounding
-//     each wait for the engine's headers.
+//     the client goes back to steps 4 and 5 without the failed engines,
+//     at most --failover-attempts times, the pool's first_byte_timeout
+//     bounding each wait for the engine's headers.
 //
 // The statuses and codes of every error are one table, toAPIError
 // (errors.go).

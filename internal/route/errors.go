@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/ttft"
 )
 
 // Router errors, checked with errors.Is.
@@ -71,6 +72,8 @@ type apiError struct {
 //	unknown model                    404 not_found_error        model_not_found
 //	body too large                   413 invalid_request_error  body_too_large
 //	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After
+//	engine's breaker open            503 capacity_error         breaker_open, Retry-After
+//	no candidate meets the ttft_slo  503 capacity_error         ttft_slo, Retry-After
 //	capacity (other reasons)         503 capacity_error         <reason>, Retry-After
 //	fenced, ledger unreachable/error 503 service_unavailable    ledger_unavailable, Retry-After
 //	lease lost while dispatching     503 service_unavailable    lease_lost
@@ -87,6 +90,9 @@ func toAPIError(err error) *apiError {
 		case rej.Reason == ledger.ReasonTooLarge:
 			return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: string(rej.Reason), param: "max_tokens",
 				msg: "the request can never fit: it needs more KV-cache tokens or slots than any engine (or the tenant's quota) allows; lower max_tokens or n"}
+		case rej.Reason == ttft.ReasonSLO:
+			return &apiError{status: http.StatusServiceUnavailable, typ: "capacity_error", code: string(rej.Reason),
+				msg: "no engine can start this request within its priority class's ttft_slo", retryAfter: rej.RetryAfter}
 		case rej.Reason.Quota():
 			return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: string(rej.Reason),
 				msg: "tenant quota exhausted: " + string(rej.Reason), retryAfter: rej.RetryAfter}

@@ -47,14 +47,16 @@ type foRig struct {
 	client  *http.Client
 }
 
-func startFailoverRig(t *testing.T, attempts int) *foRig {
+// startFailoverRig starts the rig with --failover-attempts attempts and
+// the pool's breaker (fleet YAML, e.g. "{failures: -1}": off).
+func startFailoverRig(t *testing.T, attempts int, breaker string) *foRig {
 	t.Helper()
 	rig := &foRig{client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
 	t.Cleanup(rig.client.CloseIdleConnections)
 	for i := range 3 {
 		rig.engines = append(rig.engines, startEngine(t, fmt.Sprintf("gpu-%d", i), engineOpts{kv: foKV, slots: foSlots, speed: 10, output: 8}))
 	}
-	path := fleetYAMLPool(t, rig.engines, foKV, foSlots, "    reserve: worst_case\n    first_byte_timeout: "+foFirstByte.String()+"\n", `tenants:
+	path := fleetYAMLPool(t, rig.engines, foKV, foSlots, "    reserve: worst_case\n    first_byte_timeout: "+foFirstByte.String()+"\n    breaker: "+breaker+"\n", `tenants:
   - {name: acme, api_keys: ["sk-acme"], kv_share: 1}
 lease:
   session_ttl: 3s
@@ -209,6 +211,22 @@ func (rig *foRig) checkCapacity(t *testing.T, skip int) {
 	}
 }
 
+// breakers returns each engine's breaker state in the ledger.
+func (rig *foRig) breakers(t *testing.T) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := rig.l.Stats(ctx, "m")
+	if err != nil {
+		t.Fatalf("ledger stats: %v", err)
+	}
+	out := map[string]string{}
+	for _, e := range st.Engines {
+		out[string(e.Spec.ID)] = e.Breaker.State.String()
+	}
+	return out
+}
+
 // waitNoLeases waits until the ledger holds no lease: the failed
 // attempts' leases were released too (after --abort-grace).
 func (rig *foRig) waitNoLeases(t *testing.T) {
@@ -234,7 +252,9 @@ func (rig *foRig) waitNoLeases(t *testing.T) {
 // A request is dispatched to the broken engine at most once (it is
 // excluded after failing), so one attempt more at most: every failure the
 // router counts is on the broken engine, with the outcome its fault
-// gives, and each is one failover.
+// gives, and each is one failover. The breaker opens on one failure here,
+// so the ledger shows what the releases reported: the broken engine's
+// breaker open, the healthy ones' closed (an ok, or none, never opens it).
 func TestFailoverOffOneBrokenEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -251,7 +271,7 @@ func TestFailoverOffOneBrokenEngine(t *testing.T) {
 		{"reset", ledger.OutcomeReset},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			rig := startFailoverRig(t, 3)
+			rig := startFailoverRig(t, 3, "{failures: 1, cooldown: 10m}")
 			rig.breakEngine(t, broken, tc.mode)
 			results := rig.load(t, foClients)
 			for _, r := range results {
@@ -293,6 +313,10 @@ func TestFailoverOffOneBrokenEngine(t *testing.T) {
 				t.Errorf("failovers %v, want %v with reason %s (one per failed dispatch)", fo, failures, tc.want)
 			}
 			t.Logf("%s: %v requests, %v failed over from gpu-%d (%s)", tc.mode, n, failures, broken, tc.want)
+			want := map[string]string{"gpu-0": "closed", "gpu-1": "open", "gpu-2": "closed"}
+			if got := rig.breakers(t); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("breakers in the ledger %v, want %v", got, want)
+			}
 			skip := -1
 			if tc.mode == "crash" {
 				skip = broken
@@ -307,12 +331,12 @@ func TestFailoverOffOneBrokenEngine(t *testing.T) {
 // three (--failover-attempts 3), once each, and answered with its last
 // attempt's failure: 502 or 504 naming the engine by id, never its URL, or
 // the engine's own 500 passed through. The hung engine costs one
-// first-byte timeout.
+// first-byte timeout. The breaker is off: it would take the engines out.
 func TestFailoverEveryAttemptFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	rig := startFailoverRig(t, 3)
+	rig := startFailoverRig(t, 3, "{failures: -1}")
 	rig.breakEngine(t, 0, "crash")
 	rig.breakEngine(t, 1, "hang")
 	rig.breakEngine(t, 2, "errors")
@@ -367,7 +391,7 @@ func TestFailoverOff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	rig := startFailoverRig(t, 1)
+	rig := startFailoverRig(t, 1, "{failures: -1}")
 	rig.breakEngine(t, 1, "errors")
 	results := rig.load(t, foClients)
 	var failed float64
@@ -394,12 +418,13 @@ func TestFailoverOff(t *testing.T) {
 
 // A stream the engine cuts after its first chunk reached the client is
 // not failed over: it ends with an error event naming the engine, no
-// second answer follows, and the dispatch is counted as a reset.
+// second answer follows, and the dispatch is counted as a reset, which
+// opened the engine's breaker (one failure opens it here).
 func TestFailoverNeverAfterBytesReachedClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	rig := startFailoverRig(t, 3)
+	rig := startFailoverRig(t, 3, "{failures: 1, cooldown: 10m}")
 	body := `{"model":"m","prompt":"a long story","max_tokens":1500,"ignore_eos":true,"stream":true}`
 	req, _ := http.NewRequest(http.MethodPost, rig.router.url()+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer sk-acme")
@@ -440,6 +465,9 @@ func TestFailoverNeverAfterBytesReachedClient(t *testing.T) {
 	}
 	if fo := rig.failovers(t); len(fo) != 0 {
 		t.Errorf("failovers %v, want none once a chunk reached the client", fo)
+	}
+	if got := rig.breakers(t)[engine]; got != "open" {
+		t.Errorf("%s's breaker %s after the reset, want open", engine, got)
 	}
 	rig.waitNoLeases(t)
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	requests   *prometheus.CounterVec   // pool, status, code
 	grants     *prometheus.CounterVec   // pool
 	rejections *prometheus.CounterVec   // pool, reason
+	admissions *prometheus.CounterVec   // pool, priority
+	refused    *prometheus.CounterVec   // pool, priority, reason
 	queueDepth *prometheus.GaugeVec     // pool
 	queueWait  *prometheus.HistogramVec // pool, outcome
 	holdSecs   *prometheus.HistogramVec // pool
@@ -40,7 +42,12 @@ func newMetrics() *metrics {
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "grants_total",
 			Help: "Capacity grants (leases, or local admissions in the baseline mode)."}, []string{"pool"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejections_total",
-			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable, client_gone, or upstream_timeout (failing over, the request's deadline passed)."}, []string{"pool", "reason"}),
+			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable, client_gone, upstream_error (failing over, no other candidate) or upstream_timeout (failing over, the request's deadline passed)."}, []string{"pool", "reason"}),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admission_requests_total",
+			Help: "Requests that asked for capacity (validated, before any lease), once each, by priority class: the denominator of the refusal ratio."}, []string{"pool", "priority"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refused_requests_total",
+			Help: "Requests that asked for capacity and were refused it, once each (after any queue wait, whatever its retries), by priority class and reason: a ledger reason, ttft_slo, or ledger_unavailable; the autoscaling signal (deploy/prometheus/rules.yml)."},
+			[]string{"pool", "priority", "reason"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "queue_depth",
 			Help: "Requests waiting for capacity."}, []string{"pool"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "queue_wait_seconds",
@@ -70,7 +77,7 @@ func newMetrics() *metrics {
 			Help:    "Elastic pools: actual completion tokens over the output a lease first reserved, per released request whose engine reported usage (above 1: the lease grew or was unseen until reconciled).",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 4, 8, 16}}, []string{"pool"}),
 	}
-	m.reg.MustRegister(m.grows, m.outErr)
+	m.reg.MustRegister(m.grows, m.outErr, m.admissions, m.refused)
 	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize, m.viewPolls, m.admit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

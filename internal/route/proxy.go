@@ -16,8 +16,6 @@ package route
 // when the request was cut (Shutdown waits for it, under its ctx; if that
 // ends first the release goes at once). Every wait here (queue timeout,
 // retry hint, abort grace, first byte) is a timer of the router's clock.
-// A dispatch that fails before any byte reached the client fails over
-// (internal/failover), at most --failover-attempts within --upstream-timeout.
 
 import (
 	"bufio"
@@ -41,6 +39,7 @@ import (
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/openai"
+	"github.com/leasehold/leasehold/internal/ttft"
 )
 
 // maxUpstreamBody bounds a non-streaming answer read from an engine.
@@ -71,6 +70,7 @@ func (r *Router) serveInference(w http.ResponseWriter, hr *http.Request, chat bo
 // the caller answers with toAPIError(err).
 func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outcome, error) {
 	var out outcome
+	arrived := r.clock.Now()
 	if r.draining.Load() {
 		return out, ErrShuttingDown
 	}
@@ -134,23 +134,23 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	}
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
-	// In a pool of engines with different contexts, one too small for
-	// the prompt and max_tokens is not offered (exact prompt) or offered
-	// last (estimated prompt).
-	cands := lens.Fit(rank(views, req.prefix, r.cfg.AffinityBonus), prompt+max(req.maxTokens, 1), req.promptTokens > 0)
-	areq := ledger.AcquireRequest{
-		Pool: req.model, Candidates: cands, RequestID: failover.NewRequestID(),
-		Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots,
+	req.class, req.promptEst, req.arrived = prio, prompt, arrived
+	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID()}
+	r.met.admissions.WithLabelValues(string(req.model), string(prio)).Inc()
+	// Failover: attempt n plans without the engines that failed (doc.go).
+	ctx, failed, cands := hr.Context(), []ledger.EngineID(nil), []ledger.EngineID(nil)
+	plan := func() ([]ledger.EngineID, time.Time, error) {
+		c, until, err := r.plan(p, req)
+		if c = failover.Without(c, failed); err == nil && len(c) == 0 {
+			err = fmt.Errorf("%w: engines %v failed and no other is a candidate", ErrUpstream, failed)
+		}
+		cands = c
+		return c, until, err
 	}
-	// Attempt n excludes the engines that failed; the deadline runs from
-	// the first dispatch.
-	ctx, failed := hr.Context(), []ledger.EngineID(nil)
 	for n := 1; ; n++ {
 		a := areq
-		if n > 1 {
-			a.Candidates, a.RequestID = failover.Without(cands, failed), failover.RequestID(areq.RequestID, n)
-		}
-		t, err := r.acquire(ctx, p, a)
+		a.RequestID = failover.RequestID(areq.RequestID, n)
+		t, err := r.acquire(ctx, p, a, plan)
 		if err != nil {
 			reason := "ledger_unavailable"
 			if rej := ledger.AsRejection(err); rej != nil {
@@ -159,8 +159,13 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 				reason = "client_gone"
 			} else if ctx.Err() != nil {
 				reason, err = "upstream_timeout", fmt.Errorf("%w: %d engines failed and none answered within %s", ErrUpstreamTimeout, len(failed), r.cfg.UpstreamTimeout)
+			} else if errors.Is(err, ErrUpstream) {
+				reason = "upstream_error"
 			}
 			r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
+			if reason != "client_gone" && reason != "upstream_timeout" && reason != "upstream_error" {
+				r.met.refused.WithLabelValues(string(req.model), string(prio), reason).Inc()
+			}
 			return out, err
 		}
 		r.met.grants.WithLabelValues(string(req.model)).Inc()
@@ -173,7 +178,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		if expected > 0 {
 			g = lease.NewGrowing(t, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
 		}
-		last := n >= r.cfg.FailoverAttempts || len(a.Candidates) <= 1
+		last := n >= r.cfg.FailoverAttempts || len(failover.Without(cands, []ledger.EngineID{t.Engine()})) == 0
 		status, code, failure := r.dispatch(ctx, w, hr, p, req, t, g, last)
 		if failure == ledger.OutcomeNone {
 			out.status, out.code = status, code
@@ -184,29 +189,11 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	}
 }
 
-// priority is X-Priority, else the body's "priority", else the fleet's
-// default; it must name a configured class.
-func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
-	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
-	if name == "" {
-		name = req.priority
-	}
-	if name == "" {
-		return r.fleet.DefaultPriority, nil
-	}
-	names := make([]string, 0, len(r.fleet.Priorities))
-	for _, p := range r.fleet.Priorities {
-		if p.Name == name {
-			return name, nil
-		}
-		names = append(names, string(p.Name))
-	}
-	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
-}
-
-// acquire admits areq, waiting in p's queue on capacity rejections (see
-// internal/waitq). The last rejection is returned when the wait ends.
-func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest) (lease.Ticket, error) {
+// acquire admits areq on the candidates plan gives at each attempt,
+// waiting in p's queue on capacity rejections (see internal/waitq), but
+// not past the until plan gives (the class's TTFT objective). The last
+// rejection is returned when the wait ends; ttft.ReasonSLO is not waited.
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest, plan func() ([]ledger.EngineID, time.Time, error)) (lease.Ticket, error) {
 	var (
 		elem     *list.Element
 		since    time.Time
@@ -223,16 +210,21 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		}
 	}
 	for {
-		began := r.clock.Now()
-		t, err := r.adm.admit(ctx, areq)
-		result := "granted"
-		switch {
-		case ledger.AsRejection(err) != nil:
-			result = "rejected"
-		case err != nil:
-			result = "error"
+		var t lease.Ticket
+		cands, until, err := plan()
+		if err == nil {
+			began := r.clock.Now()
+			areq.Candidates = cands
+			t, err = r.adm.admit(ctx, areq)
+			result := "granted"
+			switch {
+			case ledger.AsRejection(err) != nil:
+				result = "rejected"
+			case err != nil:
+				result = "error"
+			}
+			r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
 		}
-		r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
 		if err == nil {
 			if elem != nil {
 				waited("granted")
@@ -241,7 +233,7 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 			return t, nil
 		}
 		rej := ledger.AsRejection(err)
-		if rej == nil || rej.Reason == ledger.ReasonTooLarge || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
+		if rej == nil || rej.Reason == ledger.ReasonTooLarge || rej.Reason == ttft.ReasonSLO || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
 			waited("rejected")
 			return nil, err
 		}
@@ -260,7 +252,11 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 		if hint <= 0 {
 			hint = time.Second
 		}
-		retry := r.clock.NewTimer(time.Duration(float64(hint) * (0.5 + rand.Float64())))
+		wait := time.Duration(float64(hint) * (0.5 + rand.Float64()))
+		if !until.IsZero() {
+			wait = max(min(wait, until.Sub(r.clock.Now())), 0) // then plan refuses: ttft_slo
+		}
+		retry := r.clock.NewTimer(wait)
 		select {
 		case <-elem.Value.(chan struct{}):
 		case <-retry.Chan():
@@ -311,6 +307,7 @@ type dispatch struct {
 	known              bool                    // usage reported by the engine
 	chunks             int64                   // stream chunks with choices, when usage is unknown
 	sent               bool                    // the engine may have accepted the request
+	tt                 *ttft.Inflight          // the TTFT estimate's record of this dispatch
 	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
 	cancel             context.CancelCauseFunc // ends ctx
 	att                failover.Attempt        // what the dispatch came to: Release's Outcome
@@ -318,9 +315,8 @@ type dispatch struct {
 }
 
 // dispatch proxies req to t's engine under ctx and releases t. It writes
-// the answer and returns its status and code, unless it is not the last
-// and failed before writing in a way another engine may not
-// (failover.Attempt.Retryable): then it returns the failure's outcome.
+// the answer and returns its status and code, unless (not last) a failure
+// before any write may go to another engine: then it returns its outcome.
 func (r *Router) dispatch(ctx context.Context, w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *lease.Growing, last bool) (status int, code string, failure ledger.Outcome) {
 	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now(), grow: g, last: last}
 	defer d.finish()
@@ -399,9 +395,11 @@ func (d *dispatch) failure(err error) error {
 	d.att.Cancelled = d.ctx.Err() != nil && !d.att.FirstByteTimeout
 	switch {
 	case d.ctx.Err() == nil:
+		d.r.health.Report(d.req.model, d.engine, false)
 		d.r.log.Warn("upstream engine failed", "pool", d.req.model, "engine", d.engine, "url", d.p.urls[d.engine], "err", err)
 		return fmt.Errorf("%w: engine %s", ErrUpstream, d.engine)
 	case d.att.FirstByteTimeout:
+		d.r.health.Report(d.req.model, d.engine, false)
 		return fmt.Errorf("%w: engine %s sent no response byte within the pool's first_byte_timeout %s", ErrUpstreamTimeout, d.engine, d.p.pool.FirstByteTimeout)
 	case d.t.Err() != nil:
 		return fmt.Errorf("lease on engine %s ended while dispatching: %w", d.engine, d.t.Err())
@@ -412,8 +410,7 @@ func (d *dispatch) failure(err error) error {
 	}
 }
 
-// answer writes err as the answer, unless the client is gone or the
-// request fails over (d.retry).
+// answer writes err as the answer, unless the request fails over or the client is gone.
 func (d *dispatch) answer(err error) (int, string) {
 	if d.retry = !d.last && d.att.Retryable(); d.retry {
 		return 0, ""
@@ -447,6 +444,8 @@ func (d *dispatch) send() (int, string) {
 	}
 	start := r.clock.Now()
 	d.sent = true
+	d.tt = r.ttft.Start(ttft.Dispatch{Pool: req.model, Engine: d.engine, Class: req.class, Prompt: req.promptEst, Stream: req.stream, Arrived: req.arrived})
+	defer d.tt.Done()
 	stop := failover.FirstByte(r.clock, d.p.pool.FirstByteTimeout, d.cancel)
 	resp, err := r.client.Do(ureq)
 	if stop() && err == nil {
@@ -458,6 +457,7 @@ func (d *dispatch) send() (int, string) {
 	}
 	defer resp.Body.Close()
 	d.att.Status = resp.StatusCode
+	r.health.Report(req.model, d.engine, resp.StatusCode < 500)
 	r.met.firstByte.WithLabelValues(string(req.model), string(d.engine)).Observe(r.clock.Since(start).Seconds())
 	defer func() {
 		r.met.upstream.WithLabelValues(string(req.model), string(d.engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
@@ -526,7 +526,9 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 				keep = keep || d.req.includeUsage
 			}
 			if hasChoices {
-				d.chunks++
+				if d.chunks++; d.chunks == 1 {
+					d.att.TTFTBreach = d.r.ttft.Breached(d.req.class, d.tt.FirstToken())
+				}
 			}
 			if d.grow != nil {
 				out := d.chunks

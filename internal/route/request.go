@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -55,6 +57,11 @@ type request struct {
 	media estimate.Counts
 	// prefix is the prompt's leading bytes, for engine affinity.
 	prefix []byte
+	// Set by serve once known: the priority class, the prompt tokens
+	// leased (exact or estimated) and when the request arrived.
+	class     ledger.PriorityName
+	promptEst int64
+	arrived   time.Time
 
 	fields map[string]json.RawMessage
 }
@@ -342,6 +349,26 @@ func (r *request) upstreamBody() ([]byte, error) {
 func (r *request) prompt() estimate.Prompt {
 	return estimate.Prompt{Tokens: r.promptTokens, Bytes: r.promptBytes, Messages: r.promptMessages,
 		Media: r.media, MaxTokens: r.maxTokens, N: r.n}
+}
+
+// priority is X-Priority, else the body's "priority", else the fleet's
+// default; it must name a configured class.
+func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
+	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
+	if name == "" {
+		name = req.priority
+	}
+	if name == "" {
+		return r.fleet.DefaultPriority, nil
+	}
+	names := make([]string, 0, len(r.fleet.Priorities))
+	for _, p := range r.fleet.Priorities {
+		if p.Name == name {
+			return name, nil
+		}
+		names = append(names, string(p.Name))
+	}
+	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
 }
 
 // checkContext refuses, before any lease, a request whose prompt is known

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasehold/leasehold/internal/baseline"
+	"github.com/leasehold/leasehold/internal/enginehealth"
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/failover"
 	"github.com/leasehold/leasehold/internal/fleet"
@@ -27,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/ttft"
 	"github.com/leasehold/leasehold/internal/waitq"
 )
 
@@ -67,6 +69,11 @@ type Router struct {
 
 	pools map[ledger.PoolID]*poolRT
 	adm   admitter
+	// ttft estimates each engine's time to first token and holds classes
+	// to their ttft_slo; health is each engine's breaker, drain flag and
+	// this router's recent failures there. Both rank candidates (plan).
+	ttft   *ttft.Estimator
+	health *enginehealth.Recorder
 	// lens is each pool's context length (internal/estimate); lim bounds
 	// requests with it.
 	lens *estimate.ContextLens
@@ -169,6 +176,10 @@ func New(cfg Config, opts Options) (*Router, error) {
 		pools:  map[ledger.PoolID]*poolRT{},
 		errC:   make(chan error, 1), stopC: make(chan struct{}), cutC: make(chan struct{}),
 	}
+	statsAge := 4 * cfg.ViewInterval // as fleetview.Engines
+	r.ttft = ttft.New(ttft.Config{Clock: r.clock, SLOs: opts.Fleet.TTFTSLOs, MaxStatsAge: statsAge})
+	r.health = enginehealth.New(enginehealth.Config{Clock: r.clock, MaxStatsAge: statsAge})
+	r.met.reg.MustRegister(r.ttft)
 	r.fo = failover.NewMetrics(r.met.reg)
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
@@ -220,10 +231,13 @@ func (r *Router) Start(ctx context.Context) error {
 		scrape := fleetapply.ScrapeEngines(telemetry.Scraper{Client: r.client, Timeout: applyScrapeTimeout})
 		ap := fleetapply.New(fleetapply.Config{
 			Fleet: r.fleet, Ledger: r.ledger, Log: r.log, MayNotConfigure: mayNotConfigure,
-			// Capacities scraped here; context lengths learnt in the same round.
+			// Capacities scraped here; context lengths and TTFT seeds learnt in the same round.
 			Discover: func(ctx context.Context, fl *fleet.Fleet, pool ledger.PoolID, known map[telemetry.EngineKey]int64) map[telemetry.EngineKey]int64 {
 				found := scrape(ctx, fl, pool, known)
 				r.lens.Discover(ctx, pool)
+				if p, ok := fl.Pool(pool); ok { // seed TTFT estimates from engine metrics
+					r.ttft.SeedPool(ctx, r.client, applyScrapeTimeout, pool, p.Engines)
+				}
 				return found
 			},
 			Epoch:        la.sessionEpoch,
@@ -260,6 +274,8 @@ func (r *Router) Start(ctx context.Context) error {
 					r.met.viewPolls.WithLabelValues(string(pool), result).Inc()
 				},
 				OnStats: func(pool ledger.PoolID, st ledger.PoolStats) {
+					r.ttft.ObserveStats(pool, st)
+					r.health.ObserveStats(pool, st)
 					if p := r.pools[pool]; p != nil && p.elastic {
 						p.learned.Update(r.clock.Now(), st.Counters)
 					}

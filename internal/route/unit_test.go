@@ -11,38 +11,6 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-func TestRankFreeCapacityAndAffinity(t *testing.T) {
-	views := []engineView{
-		{id: "a", capKV: 100, capSlots: 10, usedKV: 90},
-		{id: "b", capKV: 100, capSlots: 10, usedKV: 10},
-		{id: "c", capKV: 100, capSlots: 10, usedKV: 50, usedSlots: 9},
-	}
-	if got := rank(views, nil, 0.15); got[0] != "b" || got[2] == "b" {
-		t.Errorf("rank without affinity %v, want b first", got)
-	}
-	// Equal free capacity: the same prefix always prefers the same engine,
-	// and different prefixes spread.
-	even := []engineView{{id: "a", capKV: 1, capSlots: 1}, {id: "b", capKV: 1, capSlots: 1}, {id: "c", capKV: 1, capSlots: 1}}
-	firsts := map[ledger.EngineID]int{}
-	for i := range 60 {
-		p := []byte(strings.Repeat("x", i))
-		first := rank(even, p, 0.15)[0]
-		if again := rank(even, p, 0.15)[0]; again != first {
-			t.Fatalf("prefix %d: %s then %s", i, first, again)
-		}
-		firsts[first]++
-	}
-	if len(firsts) != 3 {
-		t.Errorf("affinity over 60 prefixes picked %v, want all three engines", firsts)
-	}
-	// The bonus does not outweigh a large difference in free capacity.
-	for i := range 20 {
-		if got := rank(views, []byte{byte(i)}, 0.15); got[0] != "b" {
-			t.Errorf("prefix %d: %v, want b (80%% free) before a 10%%-free preferred engine", i, got)
-		}
-	}
-}
-
 func TestRetryAfterJitter(t *testing.T) {
 	seen := map[int]bool{}
 	for range 200 {
@@ -70,6 +38,7 @@ func TestErrorTable(t *testing.T) {
 		{&ledger.Rejection{Reason: ledger.ReasonTenantSlots, RetryAfter: time.Second}, 429, "tenant_slot_quota"},
 		{&ledger.Rejection{Reason: ledger.ReasonEngineKV, RetryAfter: time.Second}, 503, "engine_kv"},
 		{&ledger.Rejection{Reason: ledger.ReasonRecovering, RetryAfter: time.Second}, 503, "recovering"},
+		{&ledger.Rejection{Reason: ledger.ReasonBreakerOpen, Engine: "gpu-0", RetryAfter: time.Second}, 503, "breaker_open"},
 		{&ledger.Rejection{Reason: ledger.ReasonTooLarge}, 400, "too_large"},
 		{ErrUnauthorized, 401, "invalid_api_key"},
 		{ledger.ErrClosed, 503, "ledger_unavailable"},
@@ -78,6 +47,8 @@ func TestErrorTable(t *testing.T) {
 	} {
 		if ae := toAPIError(tc.err); ae.status != tc.status || ae.code != tc.code {
 			t.Errorf("%v: %d %s, want %d %s", tc.err, ae.status, ae.code, tc.status, tc.code)
+		} else if rej := ledger.AsRejection(tc.err); rej != nil && rej.RetryAfter > 0 && ae.retryAfter != rej.RetryAfter {
+			t.Errorf("%v: Retry-After hint %s, want the rejection's %s", tc.err, ae.retryAfter, rej.RetryAfter)
 		}
 	}
 }

@@ -12,20 +12,23 @@
 -- The admission rule is ledger.Admit (internal/ledger/admit.go), check for
 -- check: recovery window, too large for the tenant's quota or for every
 -- candidate, tenant KV then slot quota, then each candidate in order
--- (draining, stale telemetry under "block", KV, slots, priority headroom);
+-- (draining, circuit breaker, stale telemetry under "block", KV, slots,
+-- priority headroom); a grant on a half-open engine is a probe lease;
 -- a rejection names the first candidate's reason. KV fits within
 -- floor(cap*max_fill) - floor(cap*growth_headroom), cap the smaller of the
 -- configured and the last reported capacity.
 --
 -- One HMGET reads the pool: meta, the tenant, the priority, every
 -- candidate's spec and last observation (unknown engines and "too large"
--- need them all) and the first candidate's usage; later candidates are parsed, and their usage
+-- need them all), the pool's breaker spec and the first candidate's usage
+-- and breaker; later candidates are parsed, and their usage and breaker
 -- read, only when the ones before refuse. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o'}
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o',
+  'breaker', ef1 .. ':b'}
 local F_SPECS = #fields
 for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
 local F_OBS = #fields
@@ -70,13 +73,16 @@ for j = 1, n do
 end
 local cands = {engine(ARGV[10], v[F_SPECS + 1])}
 usage(cands[1], v[8], v[9], v[10], v[F_OBS + 1])
+cands[1].braw = v[12]
+local bspec = breaker_spec(v[11])
 local function cand(j)
   local e = cands[j]
   if not e then
     e = engine(ARGV[9 + j], v[F_SPECS + j])
     local ef = 'e:' .. e.id
-    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o')
+    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b')
     usage(e, u[1], u[2], u[3], v[F_OBS + j])
+    e.braw = u[4]
     cands[j] = e
   end
   return e
@@ -104,7 +110,7 @@ if qslots > 0 and t.rslots + slots > qslots then return reject(m, 'tenant_slot_q
 local chosen, first
 for j = 1, n do
   local e = cand(j)
-  local r = engine_reason(e, now, maxfill, m.headroom, kv, slots)
+  local r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
   if not r then
     chosen = e
     break
@@ -125,13 +131,18 @@ if taken then
   return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. parse_lease(taken)[L_HOLDER]}
 end
 local deadline = now + ttl
+-- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
+local probe = chosen.breaker.state == 'half_open'
+if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
-  int(now), int(deadline), m.epoch, int(seq), '0', '0', '0'}
+  int(now), int(deadline), m.epoch, int(seq), '0', '0', '0', probe and '1' or '0'}
 l[L_SINCE] = '0'
 put_lease(l)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
   tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
+breaker_write(w, chosen.id, chosen.breaker, chosen.braw)
+if chosen.bt then redis.call('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
 if deadline < m.sweep_at then
   w[#w + 1] = 'sweep_at'
   w[#w + 1] = int(deadline)

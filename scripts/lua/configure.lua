@@ -3,15 +3,17 @@
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 recovery window ms (0 = none), 3 retry-after ms,
 --       4 priority order (names joined by spaces), 5 reserve mode
---       (elastic or worst_case), 6 growth headroom, 7 engine count E, then E x {id, url, kv_tokens, slots, stale_after ns, stale policy},
+--       (elastic or worst_case), 6 growth headroom, 7 the breaker spec
+--       ("failures cooldown_ms probes successes", defaults applied), 8
+--       engine count E, then E x {id, url, kv_tokens, slots, stale_after ns, stale policy},
 --       then tenant count T, then T x {name, kv_share, slot_share},
 --       then priority count P, then P x {name, max_fill}.
 -- Returns: {'ok', epoch, created (1 when this call started a new epoch)}.
 --
 -- A missing meta field means the pool's state is lost or was never there: a
 -- new epoch (TIME in microseconds) starts with its recovery window. Engines'
--- drain flag and telemetry, tenants' reservations and all leases survive
--- re-application; engines and tenants left out of the spec are marked
+-- drain flag, breaker and telemetry, tenants' reservations and all leases
+-- survive re-application; engines and tenants left out of the spec are marked
 -- unconfigured and kept until their last lease ends.
 
 -- retire handles the members of set (engine ids or tenant names, fields
@@ -48,7 +50,7 @@ else
 end
 sweep(now, SWEEP_BATCH)
 
-local i = 7
+local i = 8
 local n = tonumber(ARGV[i]); i = i + 1
 local keep, cap_kv, cap_slots = {}, 0, 0
 for _ = 1, n do
@@ -85,5 +87,5 @@ for _ = 1, n do
 end
 
 redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
-  'order', ARGV[4])
+  'order', ARGV[4], 'breaker', ARGV[7])
 return {'ok', epoch, created}

@@ -42,6 +42,14 @@
 --   e:<id>:u    ms of the latest Reassert that left an unconfirmed lease
 --               on the engine; present while observations should look for
 --               leases to confirm (see observe.lua)
+--   e:<id>:b    "state failures successes opened_ms probes": the engine's
+--               circuit breaker (ledger.Breaker; state closed, open or
+--               half_open; opened_ms 0 when it never opened); absent reads
+--               closed with every count 0
+--   breaker     "failures cooldown_ms probes successes": the pool's
+--               breaker spec, defaults applied (ledger.BreakerSpec;
+--               failures < 0: off); absent (a pool configured before
+--               breakers) reads the defaults
 --   t:<name>    "configured kv_share slot_share"
 --   t:<name>:r  "rkv rslots nleases"
 --   p:<name>    max_fill
@@ -91,26 +99,28 @@ end
 local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
--- order scripts.go decodes (the last, unconfirmed, is '1' while L_SINCE is
--- not '0'), then owns_req ('1' when the lease set its req entry) and
--- since. Its record is fields 1..13, owns_req, overgrown, since: since is
--- the ms of the Reassert that left the lease unconfirmed, '0' for every
--- other lease (ledger.Lease.Unconfirmed). The flags came last, each in its
--- turn, so a record written before overgrown (14 fields) or before since
--- (15) reads them as '0'.
+-- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
+-- probe is '1' for a probe lease, ledger.Lease.Probe), then owns_req ('1'
+-- when the lease set its req entry) and since. Its record is fields
+-- 1..13, owns_req, overgrown, since, probe: since is the ms of the
+-- Reassert that left the lease unconfirmed, '0' for every other lease
+-- (ledger.Lease.Unconfirmed). The flags came last, each in its turn, so a
+-- record written before overgrown (14 fields), before since (15) or before
+-- probe (16) reads them as '0'.
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
 local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_UNCONF = 9, 10, 11, 12, 13, 14, 15
-local L_OWNS, L_SINCE = 16, 17
-local L_N = 15
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*)$'
+local L_PROBE, L_OWNS, L_SINCE = 16, 17, 18
+local L_N = 16
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*)$'
 
 -- parse_lease reads a lease record; nil when s is.
 local function parse_lease(s)
   if not s then return nil end
   local l = {string.match(s, LEASE_PATTERN)}
-  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE] = l[15], l[14], l[16]
+  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE] = l[15], l[14], l[16], l[17]
   if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
   if num(l[L_SINCE]) <= 0 then l[L_SINCE] = '0' end
+  if l[L_PROBE] ~= '1' then l[L_PROBE] = '0' end
   l[L_UNCONF] = l[L_SINCE] == '0' and '0' or '1'
   return l
 end
@@ -119,7 +129,7 @@ local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)
 
 local function set_lease(l)
   redis.call('HSET', K_LEASES, l[L_ID],
-    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE])
+    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE])
 end
 
 -- put_lease stores a new lease (without charging it).
@@ -134,7 +144,7 @@ end
 -- forget removes a removed engine's or tenant's fields with its last lease.
 local function forget_engine(id)
   local f = 'e:' .. id
-  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs', f .. ':u')
+  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs', f .. ':u', f .. ':b')
   redis.call('SREM', K_ENGINES, id)
 end
 
@@ -172,26 +182,93 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
   end
 end
 
+-- Breakers (ledger.Breaker, internal/ledger/breaker.go) ---------------------
+
+local BREAKER_CLOSED = 'closed 0 0 0 0' -- e:<id>:b when absent
+
+-- breaker_spec parses the pool's breaker field; absent, the defaults
+-- (ledger.DefaultBreaker*).
+local function breaker_spec(s)
+  local f, c, p, n = string.match(s or '', '^(%S+) (%S+) (%S+) (%S+)$')
+  if not f then return {failures = 5, cooldown = 10000, probes = 1, successes = 2} end
+  return {failures = tonumber(f), cooldown = tonumber(c), probes = tonumber(p), successes = tonumber(n)}
+end
+
+-- breaker_at parses an engine's e:<id>:b and reads it at now with spec s:
+-- ledger.Breaker.Advance. It returns the breaker and the transition the
+-- reading made ('half_open' when an open breaker's cooldown has passed,
+-- else nil). With the breaker off it reads closed, keeping its probes.
+local function breaker_at(raw, now, s)
+  local st, f, n, at, p = string.match(raw or BREAKER_CLOSED, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+  local b = {state = st, failures = tonumber(f), successes = tonumber(n), opened = tonumber(at), probes = tonumber(p)}
+  if s.failures < 0 then
+    return {state = 'closed', failures = 0, successes = 0, opened = 0, probes = b.probes}
+  end
+  if b.state == 'open' and now >= b.opened + s.cooldown then
+    b.state, b.successes = 'half_open', 0
+    return b, 'half_open'
+  end
+  return b
+end
+
+local function fmt_breaker(b)
+  return b.state .. ' ' .. int(b.failures) .. ' ' .. int(b.successes) .. ' ' .. int(b.opened) .. ' ' .. int(b.probes)
+end
+
+-- breaker_write adds to w the (field, value) pair storing engine id's
+-- breaker b, unless it is raw, what the engine stored (nil: closed).
+local function breaker_write(w, id, b, raw)
+  local s = fmt_breaker(b)
+  if s ~= (raw or BREAKER_CLOSED) then
+    w[#w + 1] = 'e:' .. id .. ':b'
+    w[#w + 1] = s
+  end
+end
+
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
 -- A lease the ledger ends at now (cnt 'expired' or 'revoked') may still run
 -- on its engine: on an engine that has been observed its amounts are added
 -- to the engine's orphan charge, which counts with the correction until
 -- the first observation arriving at or after until = max(until, now +
--- ORPHAN_HOLD) (ledger.EndedByLedger, ledger.Options.OrphanHold).
-local function drop_lease(l, cnt, now)
+-- ORPHAN_HOLD) (ledger.EndedByLedger, ledger.Options.OrphanHold). When
+-- the ledger ends a probe lease it frees its slot of the engine's probe
+-- budget (ledger.Breaker.Unprobe); when its holder releases it, report
+-- (release.lua's ledger.Breaker.Report, nil elsewhere) applies the
+-- outcome. Either stores the breaker read at now and counts its
+-- transitions.
+local function drop_lease(l, cnt, now, report)
   local id = l[L_ID]
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HDEL', K_LEASES, id)
-  local extra
-  if cnt[1] == 'expired' or cnt[1] == 'revoked' then
-    local ef = 'e:' .. l[L_ENGINE]
+  local extra = {}
+  local ef = 'e:' .. l[L_ENGINE]
+  local ended = cnt[1] == 'expired' or cnt[1] == 'revoked'
+  if ended then
     local x = redis.call('HMGET', K_STATE, ef .. ':c', ef .. ':o')
     local _, _, arrived = triple(x[1])
     if arrived > 0 then
       local okv, oslots, until_ms = triple(x[2])
       extra = {ef .. ':o', fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), math.max(until_ms, now + ORPHAN_HOLD))}
+    end
+  end
+  if report or (ended and l[L_PROBE] == '1') then
+    local x = redis.call('HMGET', K_STATE, 'breaker', ef .. ':b')
+    local s = breaker_spec(x[1])
+    local b, t = breaker_at(x[2], now, s)
+    local t2
+    if report then
+      t2 = report(b, now, s, l[L_PROBE] == '1')
+    else
+      b.probes = math.max(0, b.probes - 1)
+    end
+    breaker_write(extra, l[L_ENGINE], b, x[2])
+    for _, tr in ipairs({t or '', t2 or ''}) do
+      if tr ~= '' then
+        cnt[#cnt + 1] = 'breaker:' .. tr
+        cnt[#cnt + 1] = 1
+      end
     end
   end
   charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra)

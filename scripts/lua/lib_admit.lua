@@ -56,6 +56,18 @@ local function engine_reason(e, now, maxfill, h, kv, slots)
   return nil
 end
 
+-- ledger.grantReason: engine_reason for a new grant, with the engine's
+-- breaker (e.braw, its e:<id>:b) checked right after draining under the
+-- pool's breaker spec bs. It sets e.breaker and e.bt to the breaker read
+-- at now and the transition that reading made (breaker_at).
+local function grant_reason(e, now, bs, maxfill, h, kv, slots)
+  if e.draining then return 'draining' end
+  e.breaker, e.bt = breaker_at(e.braw, now, bs)
+  local b = e.breaker
+  if b.state == 'open' or (b.state == 'half_open' and b.probes >= bs.probes) then return 'breaker_open' end
+  return engine_reason(e, now, maxfill, h, kv, slots)
+end
+
 -- ledger.TenantQuota
 local function quota(t, m)
   local qs = 0

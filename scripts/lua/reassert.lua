@@ -95,7 +95,7 @@ if checked then
   extra[#extra + 1] = since
 end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
-  created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0'}
+  created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0', '0'}
 l[L_SINCE] = since
 put_lease(l)
 if deadline < m.sweep_at then

@@ -4,13 +4,47 @@
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 actual prompt tokens,
 --       5 actual completion tokens, 6 the completion-length counter of the
 --       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant;
---       empty: the answer did not finish, no histogram sample).
+--       empty: the answer did not finish, no histogram sample), 7 the
+--       dispatch's outcome (ledger.Outcome; empty: no evidence).
 -- Returns: {'ok', epoch, released (1 or 0)} | {'unknown_pool', ''}
 --        | {'not_holder', epoch}.
 --
 -- An unknown lease reports 0. A lease that had already ended (deadline
 -- passed, or its holder's session died) is removed as expired or revoked
--- and also reports 0. Only a release by the holder counts the usage.
+-- and also reports 0. Only a release by the holder counts the usage and
+-- reports the outcome to the engine's breaker (breaker_report), so a
+-- retried release never counts twice.
+
+-- breaker_report is ledger.Breaker.Report: it applies outcome o of a
+-- released lease (probe: a probe lease) to b, read with breaker_at at now
+-- under spec s, and returns the transition it made, or nil.
+local function breaker_report(b, now, s, probe, o)
+  if probe then b.probes = math.max(0, b.probes - 1) end
+  if s.failures < 0 or o == '' then return nil end
+  local failed = o ~= 'ok'
+  if b.state == 'closed' then
+    if not failed then
+      b.failures = 0
+      return nil
+    end
+    b.failures = b.failures + 1
+    if b.failures >= s.failures then
+      b.state, b.failures, b.opened = 'open', 0, now
+      return 'opened'
+    end
+  elseif b.state == 'half_open' and probe then
+    if failed then
+      b.state, b.successes, b.opened = 'open', 0, now
+      return 'reopened'
+    end
+    b.successes = b.successes + 1
+    if b.successes >= s.successes then
+      b.state, b.successes, b.failures = 'closed', 0, 0
+      return 'closed'
+    end
+  end
+  return nil
+end
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -34,5 +68,9 @@ if ARGV[6] ~= '' then
   counts[#counts + 1] = ARGV[6] .. '/' .. l[L_TENANT]
   counts[#counts + 1] = 1
 end
-drop_lease(l, counts, now)
+local outcome, report = ARGV[7], nil
+if outcome ~= '' or l[L_PROBE] == '1' then
+  report = function(b, at, s, probe) return breaker_report(b, at, s, probe, outcome) end
+end
+drop_lease(l, counts, now, report)
 return {'ok', m.epoch, 1}

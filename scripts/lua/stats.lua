@@ -7,9 +7,11 @@
 --   {{engine id, {field, value, ...}}...}, {{tenant name, {field, value, ...}}...},
 --   priority order, {name, max_fill, ...}, {counter, count, ...},
 --   reserve ('' when configured before reservation modes: elastic),
---   growth headroom}.
+--   growth headroom, the pool's breaker field ('' before breakers)}.
+-- Each engine's breaker is its raw e:<id>:b (field breaker, absent when
+-- never written): Go reads it at now with the pool's spec.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'order')
+local v = redis.call('HMGET', K_STATE, 'meta', 'order', 'breaker')
 local m = meta(v[1])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -18,7 +20,7 @@ local now = clock()
 local engines = {}
 for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
   local f = 'e:' .. id
-  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs', f .. ':o')
+  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs', f .. ':o', f .. ':b')
   if x[1] then
     local cfg, kv, slots, stale_ns, policy, draining = string.match(x[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
     if policy == '-' then policy = '' end
@@ -32,6 +34,10 @@ for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
     if x[6] then
       local okv, oslots, until_ms = triple(x[6])
       for _, p in ipairs({'okv', int(okv), 'oslots', int(oslots), 'orphan_until', int(until_ms)}) do h[#h + 1] = p end
+    end
+    if x[7] then
+      h[#h + 1] = 'breaker'
+      h[#h + 1] = x[7]
     end
     if x[5] then
       local names = {'obs_used', 'obs_total', 'obs_running', 'obs_waiting', 'obs_sec', 'obs_nsec'}
@@ -72,4 +78,4 @@ end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
   redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
   redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
-  m.reserve, string.format('%.17g', m.headroom)}
+  m.reserve, string.format('%.17g', m.headroom), v[3] or ''}

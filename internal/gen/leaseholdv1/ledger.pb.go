@@ -255,8 +255,11 @@ type PoolSpec struct {
 	Reserve string `protobuf:"bytes,6,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	// The share of each engine's KV capacity grants leave to Grow, [0, 0.5].
 	GrowthHeadroom float64 `protobuf:"fixed64,7,opt,name=growth_headroom,json=growthHeadroom,proto3" json:"growth_headroom,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The circuit breaker's thresholds for every engine of the pool
+	// (ledger.BreakerSpec); unset is the defaults.
+	Breaker       *BreakerSpec `protobuf:"bytes,8,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolSpec) Reset() {
@@ -338,6 +341,164 @@ func (x *PoolSpec) GetGrowthHeadroom() float64 {
 	return 0
 }
 
+func (x *PoolSpec) GetBreaker() *BreakerSpec {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
+// BreakerSpec is ledger.BreakerSpec: zero fields take the defaults,
+// failures < 0 turns the breaker off.
+type BreakerSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failures      int64                  `protobuf:"varint,1,opt,name=failures,proto3" json:"failures,omitempty"`
+	Cooldown      *durationpb.Duration   `protobuf:"bytes,2,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	Probes        int64                  `protobuf:"varint,3,opt,name=probes,proto3" json:"probes,omitempty"`
+	Successes     int64                  `protobuf:"varint,4,opt,name=successes,proto3" json:"successes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakerSpec) Reset() {
+	*x = BreakerSpec{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakerSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakerSpec) ProtoMessage() {}
+
+func (x *BreakerSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakerSpec.ProtoReflect.Descriptor instead.
+func (*BreakerSpec) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BreakerSpec) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *BreakerSpec) GetCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+func (x *BreakerSpec) GetProbes() int64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *BreakerSpec) GetSuccesses() int64 {
+	if x != nil {
+		return x.Successes
+	}
+	return 0
+}
+
+// Breaker is one engine's circuit breaker (ledger.Breaker) as read at the
+// stats' now.
+type Breaker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "closed" (or empty), "open" or "half_open".
+	State     string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Failures  int64  `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	Successes int64  `protobuf:"varint,3,opt,name=successes,proto3" json:"successes,omitempty"`
+	// When it last opened; unset if it never did.
+	OpenedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
+	// Probe leases outstanding.
+	Probes        int64 `protobuf:"varint,5,opt,name=probes,proto3" json:"probes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Breaker) Reset() {
+	*x = Breaker{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Breaker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Breaker) ProtoMessage() {}
+
+func (x *Breaker) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Breaker.ProtoReflect.Descriptor instead.
+func (*Breaker) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Breaker) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Breaker) GetFailures() int64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *Breaker) GetSuccesses() int64 {
+	if x != nil {
+		return x.Successes
+	}
+	return 0
+}
+
+func (x *Breaker) GetOpenedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenedAt
+	}
+	return nil
+}
+
+func (x *Breaker) GetProbes() int64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
 type Fence struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -348,7 +509,7 @@ type Fence struct {
 
 func (x *Fence) Reset() {
 	*x = Fence{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[4]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +521,7 @@ func (x *Fence) String() string {
 func (*Fence) ProtoMessage() {}
 
 func (x *Fence) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[4]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +534,7 @@ func (x *Fence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fence.ProtoReflect.Descriptor instead.
 func (*Fence) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Fence) GetEpoch() uint64 {
@@ -409,14 +570,17 @@ type Lease struct {
 	Overgrown bool `protobuf:"varint,14,opt,name=overgrown,proto3" json:"overgrown,omitempty"`
 	// A reasserted lease its engine's telemetry has not shown yet; its
 	// deadline is capped (ledger.Lease.Unconfirmed). Ignored by Reassert.
-	Unconfirmed   bool `protobuf:"varint,15,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	Unconfirmed bool `protobuf:"varint,15,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
+	// A probe lease on a half-open engine: its outcome decides the engine's
+	// breaker (ledger.Lease.Probe). Ignored by Reassert.
+	Probe         bool `protobuf:"varint,16,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[5]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +592,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[5]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +605,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Lease) GetId() string {
@@ -549,6 +713,13 @@ func (x *Lease) GetUnconfirmed() bool {
 	return false
 }
 
+func (x *Lease) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
 type LeaseRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -560,7 +731,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[6]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +743,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[6]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +756,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaseRef) GetPool() string {
@@ -625,7 +796,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[7]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +808,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[7]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +821,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Rejection) GetReason() string {
@@ -692,7 +863,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[8]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +875,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[8]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +888,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Grant) GetLease() *Lease {
@@ -751,7 +922,7 @@ type Renewal struct {
 
 func (x *Renewal) Reset() {
 	*x = Renewal{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[9]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +934,7 @@ func (x *Renewal) String() string {
 func (*Renewal) ProtoMessage() {}
 
 func (x *Renewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[9]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +947,7 @@ func (x *Renewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renewal.ProtoReflect.Descriptor instead.
 func (*Renewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Renewal) GetLease() *Lease {
@@ -807,7 +978,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[10]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +990,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[10]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +1003,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Session) GetPool() string {
@@ -883,14 +1054,19 @@ type Usage struct {
 	CompletionTokens int64                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	// The answer was read to its end: completion_tokens is one sample of
 	// the pool's completion-length histogram (ledger.Usage.Finished).
-	Finished      bool `protobuf:"varint,3,opt,name=finished,proto3" json:"finished,omitempty"`
+	Finished bool `protobuf:"varint,3,opt,name=finished,proto3" json:"finished,omitempty"`
+	// What the dispatch came to, the circuit breaker's evidence: empty (no
+	// evidence) or one of ledger.Outcomes ("ok", "connect_error", "reset",
+	// "status_5xx", "first_byte_timeout", "ttft_slo_breach"); anything else
+	// is InvalidArgument.
+	Outcome       string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[11]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1078,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[11]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1091,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -939,6 +1115,13 @@ func (x *Usage) GetFinished() bool {
 	return false
 }
 
+func (x *Usage) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
 type Observation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -954,7 +1137,7 @@ type Observation struct {
 
 func (x *Observation) Reset() {
 	*x = Observation{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[12]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1149,7 @@ func (x *Observation) String() string {
 func (*Observation) ProtoMessage() {}
 
 func (x *Observation) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[12]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1162,7 @@ func (x *Observation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Observation.ProtoReflect.Descriptor instead.
 func (*Observation) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Observation) GetPool() string {
@@ -1046,16 +1229,18 @@ type EngineStats struct {
 	Removed         bool                   `protobuf:"varint,11,opt,name=removed,proto3" json:"removed,omitempty"`
 	// The part of the correction held for leases the ledger ended, until an
 	// observation arrives at or after orphan_until (Options.OrphanHold).
-	OrphanKv      int64                  `protobuf:"varint,12,opt,name=orphan_kv,json=orphanKv,proto3" json:"orphan_kv,omitempty"`
-	OrphanSlots   int64                  `protobuf:"varint,13,opt,name=orphan_slots,json=orphanSlots,proto3" json:"orphan_slots,omitempty"`
-	OrphanUntil   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=orphan_until,json=orphanUntil,proto3" json:"orphan_until,omitempty"`
+	OrphanKv    int64                  `protobuf:"varint,12,opt,name=orphan_kv,json=orphanKv,proto3" json:"orphan_kv,omitempty"`
+	OrphanSlots int64                  `protobuf:"varint,13,opt,name=orphan_slots,json=orphanSlots,proto3" json:"orphan_slots,omitempty"`
+	OrphanUntil *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=orphan_until,json=orphanUntil,proto3" json:"orphan_until,omitempty"`
+	// The engine's circuit breaker as read at the stats' now.
+	Breaker       *Breaker `protobuf:"bytes,15,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineStats) Reset() {
 	*x = EngineStats{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[13]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1252,7 @@ func (x *EngineStats) String() string {
 func (*EngineStats) ProtoMessage() {}
 
 func (x *EngineStats) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[13]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1265,7 @@ func (x *EngineStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineStats.ProtoReflect.Descriptor instead.
 func (*EngineStats) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EngineStats) GetSpec() *EngineSpec {
@@ -1181,6 +1366,13 @@ func (x *EngineStats) GetOrphanUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *EngineStats) GetBreaker() *Breaker {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
 type TenantStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *TenantSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -1197,7 +1389,7 @@ type TenantStats struct {
 
 func (x *TenantStats) Reset() {
 	*x = TenantStats{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[14]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1401,7 @@ func (x *TenantStats) String() string {
 func (*TenantStats) ProtoMessage() {}
 
 func (x *TenantStats) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[14]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1414,7 @@ func (x *TenantStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantStats.ProtoReflect.Descriptor instead.
 func (*TenantStats) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TenantStats) GetSpec() *TenantSpec {
@@ -1298,7 +1490,7 @@ type PoolStats struct {
 
 func (x *PoolStats) Reset() {
 	*x = PoolStats{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[15]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1502,7 @@ func (x *PoolStats) String() string {
 func (*PoolStats) ProtoMessage() {}
 
 func (x *PoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[15]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1515,7 @@ func (x *PoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStats.ProtoReflect.Descriptor instead.
 func (*PoolStats) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolStats) GetPool() string {
@@ -1433,7 +1625,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[16]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1637,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[16]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1650,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConfigureRequest) GetSpec() *PoolSpec {
@@ -1477,7 +1669,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1681,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1694,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConfigureResponse) GetEpoch() uint64 {
@@ -1523,7 +1715,7 @@ type SetDrainingRequest struct {
 
 func (x *SetDrainingRequest) Reset() {
 	*x = SetDrainingRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1727,7 @@ func (x *SetDrainingRequest) String() string {
 func (*SetDrainingRequest) ProtoMessage() {}
 
 func (x *SetDrainingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1740,7 @@ func (x *SetDrainingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainingRequest.ProtoReflect.Descriptor instead.
 func (*SetDrainingRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetDrainingRequest) GetPool() string {
@@ -1580,7 +1772,7 @@ type SetDrainingResponse struct {
 
 func (x *SetDrainingResponse) Reset() {
 	*x = SetDrainingResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1784,7 @@ func (x *SetDrainingResponse) String() string {
 func (*SetDrainingResponse) ProtoMessage() {}
 
 func (x *SetDrainingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1797,7 @@ func (x *SetDrainingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainingResponse.ProtoReflect.Descriptor instead.
 func (*SetDrainingResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{21}
 }
 
 type KeepAliveRequest struct {
@@ -1619,7 +1811,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1823,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1836,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeepAliveRequest) GetPool() string {
@@ -1677,7 +1869,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1881,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1894,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeepAliveResponse) GetSession() *Session {
@@ -1729,7 +1921,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1933,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1946,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireRequest) GetPool() string {
@@ -1833,7 +2025,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2037,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2050,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -1912,7 +2104,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2116,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2129,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewRequest) GetRef() *LeaseRef {
@@ -1963,7 +2155,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2167,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2180,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewResponse) GetRenewal() *Renewal {
@@ -2008,7 +2200,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2212,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2225,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResizeRequest) GetRef() *LeaseRef {
@@ -2063,7 +2255,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2267,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2280,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResizeResponse) GetResult() isResizeResponse_Result {
@@ -2142,7 +2334,7 @@ type GrowRequest struct {
 
 func (x *GrowRequest) Reset() {
 	*x = GrowRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2346,7 @@ func (x *GrowRequest) String() string {
 func (*GrowRequest) ProtoMessage() {}
 
 func (x *GrowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2359,7 @@ func (x *GrowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrowRequest.ProtoReflect.Descriptor instead.
 func (*GrowRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GrowRequest) GetRef() *LeaseRef {
@@ -2193,7 +2385,7 @@ type GrowResponse struct {
 
 func (x *GrowResponse) Reset() {
 	*x = GrowResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2397,7 @@ func (x *GrowResponse) String() string {
 func (*GrowResponse) ProtoMessage() {}
 
 func (x *GrowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2410,7 @@ func (x *GrowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrowResponse.ProtoReflect.Descriptor instead.
 func (*GrowResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GrowResponse) GetRenewal() *Renewal {
@@ -2238,7 +2430,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2442,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2455,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReleaseRequest) GetRef() *LeaseRef {
@@ -2290,7 +2482,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2494,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2507,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2342,7 +2534,7 @@ type ReassertRequest struct {
 
 func (x *ReassertRequest) Reset() {
 	*x = ReassertRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2546,7 @@ func (x *ReassertRequest) String() string {
 func (*ReassertRequest) ProtoMessage() {}
 
 func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2559,7 @@ func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertRequest.ProtoReflect.Descriptor instead.
 func (*ReassertRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReassertRequest) GetLease() *Lease {
@@ -2397,7 +2589,7 @@ type ReassertResponse struct {
 
 func (x *ReassertResponse) Reset() {
 	*x = ReassertResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2601,7 @@ func (x *ReassertResponse) String() string {
 func (*ReassertResponse) ProtoMessage() {}
 
 func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2614,7 @@ func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertResponse.ProtoReflect.Descriptor instead.
 func (*ReassertResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReassertResponse) GetResult() isReassertResponse_Result {
@@ -2475,7 +2667,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2679,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2692,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ObserveRequest) GetObservation() *Observation {
@@ -2520,7 +2712,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2724,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2737,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ObserveResponse) GetApplied() bool {
@@ -2573,7 +2765,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2777,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2790,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SweepRequest) GetPool() string {
@@ -2626,7 +2818,7 @@ type SweepResponse struct {
 
 func (x *SweepResponse) Reset() {
 	*x = SweepResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2830,7 @@ func (x *SweepResponse) String() string {
 func (*SweepResponse) ProtoMessage() {}
 
 func (x *SweepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2843,7 @@ func (x *SweepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepResponse.ProtoReflect.Descriptor instead.
 func (*SweepResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SweepResponse) GetExpired() int64 {
@@ -2683,7 +2875,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2887,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2900,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
 }
 
 type PoolsResponse struct {
@@ -2720,7 +2912,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2924,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2937,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PoolsResponse) GetPools() []string {
@@ -2769,7 +2961,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2973,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2986,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListRequest) GetPool() string {
@@ -2841,7 +3033,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3045,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3058,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -2885,7 +3077,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3089,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3102,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatsRequest) GetPool() string {
@@ -2929,7 +3121,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3133,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3146,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsResponse) GetStats() *PoolStats {
@@ -2973,7 +3165,7 @@ type CheckTotalsRequest struct {
 
 func (x *CheckTotalsRequest) Reset() {
 	*x = CheckTotalsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3177,7 @@ func (x *CheckTotalsRequest) String() string {
 func (*CheckTotalsRequest) ProtoMessage() {}
 
 func (x *CheckTotalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3190,7 @@ func (x *CheckTotalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTotalsRequest.ProtoReflect.Descriptor instead.
 func (*CheckTotalsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CheckTotalsRequest) GetPool() string {
@@ -3020,7 +3212,7 @@ type Totals struct {
 
 func (x *Totals) Reset() {
 	*x = Totals{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3224,7 @@ func (x *Totals) String() string {
 func (*Totals) ProtoMessage() {}
 
 func (x *Totals) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3237,7 @@ func (x *Totals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Totals.ProtoReflect.Descriptor instead.
 func (*Totals) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Totals) GetKvTokens() int64 {
@@ -3085,7 +3277,7 @@ type TotalsMismatch struct {
 
 func (x *TotalsMismatch) Reset() {
 	*x = TotalsMismatch{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3289,7 @@ func (x *TotalsMismatch) String() string {
 func (*TotalsMismatch) ProtoMessage() {}
 
 func (x *TotalsMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3302,7 @@ func (x *TotalsMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TotalsMismatch.ProtoReflect.Descriptor instead.
 func (*TotalsMismatch) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TotalsMismatch) GetPool() string {
@@ -3158,7 +3350,7 @@ type CheckTotalsResponse struct {
 
 func (x *CheckTotalsResponse) Reset() {
 	*x = CheckTotalsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3362,7 @@ func (x *CheckTotalsResponse) String() string {
 func (*CheckTotalsResponse) ProtoMessage() {}
 
 func (x *CheckTotalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3375,7 @@ func (x *CheckTotalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTotalsResponse.ProtoReflect.Descriptor instead.
 func (*CheckTotalsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{47}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CheckTotalsResponse) GetMismatches() []*TotalsMismatch {
@@ -3215,7 +3407,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"slot_share\x18\x03 \x01(\x01R\tslotShare\"=\n" +
 	"\fPrioritySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
-	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xc1\x02\n" +
+	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xf6\x02\n" +
 	"\bPoolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aengines\x18\x02 \x03(\v2\x18.leasehold.v1.EngineSpecR\aengines\x122\n" +
@@ -3226,10 +3418,22 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x18\n" +
 	"\areserve\x18\x06 \x01(\tR\areserve\x12'\n" +
-	"\x0fgrowth_headroom\x18\a \x01(\x01R\x0egrowthHeadroom\"/\n" +
+	"\x0fgrowth_headroom\x18\a \x01(\x01R\x0egrowthHeadroom\x123\n" +
+	"\abreaker\x18\b \x01(\v2\x19.leasehold.v1.BreakerSpecR\abreaker\"\x96\x01\n" +
+	"\vBreakerSpec\x12\x1a\n" +
+	"\bfailures\x18\x01 \x01(\x03R\bfailures\x125\n" +
+	"\bcooldown\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12\x16\n" +
+	"\x06probes\x18\x03 \x01(\x03R\x06probes\x12\x1c\n" +
+	"\tsuccesses\x18\x04 \x01(\x03R\tsuccesses\"\xaa\x01\n" +
+	"\aBreaker\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
+	"\bfailures\x18\x02 \x01(\x03R\bfailures\x12\x1c\n" +
+	"\tsuccesses\x18\x03 \x01(\x03R\tsuccesses\x127\n" +
+	"\topened_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x12\x16\n" +
+	"\x06probes\x18\x05 \x01(\x03R\x06probes\"/\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xda\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xf0\x03\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3249,7 +3453,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"reasserted\x18\r \x01(\bR\n" +
 	"reasserted\x12\x1c\n" +
 	"\tovergrown\x18\x0e \x01(\bR\tovergrown\x12 \n" +
-	"\vunconfirmed\x18\x0f \x01(\bR\vunconfirmed\"F\n" +
+	"\vunconfirmed\x18\x0f \x01(\bR\vunconfirmed\x12\x14\n" +
+	"\x05probe\x18\x10 \x01(\bR\x05probe\"F\n" +
 	"\bLeaseRef\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -3273,11 +3478,12 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12!\n" +
 	"\flive_holders\x18\x04 \x01(\x03R\vliveHolders\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12E\n" +
-	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"u\n" +
+	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"\x8f\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12\x1a\n" +
-	"\bfinished\x18\x03 \x01(\bR\bfinished\"\xf8\x01\n" +
+	"\bfinished\x18\x03 \x01(\bR\bfinished\x12\x18\n" +
+	"\aoutcome\x18\x04 \x01(\tR\aoutcome\"\xf8\x01\n" +
 	"\vObservation\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06engine\x18\x02 \x01(\tR\x06engine\x12$\n" +
@@ -3286,7 +3492,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\arunning\x18\x05 \x01(\x03R\arunning\x12\x18\n" +
 	"\awaiting\x18\x06 \x01(\x03R\awaiting\x12;\n" +
 	"\vobserved_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAt\"\xb9\x04\n" +
+	"observedAt\"\xea\x04\n" +
 	"\vEngineStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.EngineSpecR\x04spec\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\x12\x1f\n" +
@@ -3304,7 +3510,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\aremoved\x18\v \x01(\bR\aremoved\x12\x1b\n" +
 	"\torphan_kv\x18\f \x01(\x03R\borphanKv\x12!\n" +
 	"\forphan_slots\x18\r \x01(\x03R\vorphanSlots\x12=\n" +
-	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\"\xf1\x01\n" +
+	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\x12/\n" +
+	"\abreaker\x18\x0f \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"\xf1\x01\n" +
 	"\vTenantStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.TenantSpecR\x04spec\x12\x19\n" +
 	"\bquota_kv\x18\x02 \x01(\x03R\aquotaKv\x12\x1f\n" +
@@ -3471,147 +3678,153 @@ func file_leasehold_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_ledger_proto_rawDescData
 }
 
-var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*EngineSpec)(nil),            // 0: leasehold.v1.EngineSpec
 	(*TenantSpec)(nil),            // 1: leasehold.v1.TenantSpec
 	(*PrioritySpec)(nil),          // 2: leasehold.v1.PrioritySpec
 	(*PoolSpec)(nil),              // 3: leasehold.v1.PoolSpec
-	(*Fence)(nil),                 // 4: leasehold.v1.Fence
-	(*Lease)(nil),                 // 5: leasehold.v1.Lease
-	(*LeaseRef)(nil),              // 6: leasehold.v1.LeaseRef
-	(*Rejection)(nil),             // 7: leasehold.v1.Rejection
-	(*Grant)(nil),                 // 8: leasehold.v1.Grant
-	(*Renewal)(nil),               // 9: leasehold.v1.Renewal
-	(*Session)(nil),               // 10: leasehold.v1.Session
-	(*Usage)(nil),                 // 11: leasehold.v1.Usage
-	(*Observation)(nil),           // 12: leasehold.v1.Observation
-	(*EngineStats)(nil),           // 13: leasehold.v1.EngineStats
-	(*TenantStats)(nil),           // 14: leasehold.v1.TenantStats
-	(*PoolStats)(nil),             // 15: leasehold.v1.PoolStats
-	(*ConfigureRequest)(nil),      // 16: leasehold.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 17: leasehold.v1.ConfigureResponse
-	(*SetDrainingRequest)(nil),    // 18: leasehold.v1.SetDrainingRequest
-	(*SetDrainingResponse)(nil),   // 19: leasehold.v1.SetDrainingResponse
-	(*KeepAliveRequest)(nil),      // 20: leasehold.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 21: leasehold.v1.KeepAliveResponse
-	(*AcquireRequest)(nil),        // 22: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 23: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 24: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),         // 25: leasehold.v1.RenewResponse
-	(*ResizeRequest)(nil),         // 26: leasehold.v1.ResizeRequest
-	(*ResizeResponse)(nil),        // 27: leasehold.v1.ResizeResponse
-	(*GrowRequest)(nil),           // 28: leasehold.v1.GrowRequest
-	(*GrowResponse)(nil),          // 29: leasehold.v1.GrowResponse
-	(*ReleaseRequest)(nil),        // 30: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 31: leasehold.v1.ReleaseResponse
-	(*ReassertRequest)(nil),       // 32: leasehold.v1.ReassertRequest
-	(*ReassertResponse)(nil),      // 33: leasehold.v1.ReassertResponse
-	(*ObserveRequest)(nil),        // 34: leasehold.v1.ObserveRequest
-	(*ObserveResponse)(nil),       // 35: leasehold.v1.ObserveResponse
-	(*SweepRequest)(nil),          // 36: leasehold.v1.SweepRequest
-	(*SweepResponse)(nil),         // 37: leasehold.v1.SweepResponse
-	(*PoolsRequest)(nil),          // 38: leasehold.v1.PoolsRequest
-	(*PoolsResponse)(nil),         // 39: leasehold.v1.PoolsResponse
-	(*ListRequest)(nil),           // 40: leasehold.v1.ListRequest
-	(*ListResponse)(nil),          // 41: leasehold.v1.ListResponse
-	(*StatsRequest)(nil),          // 42: leasehold.v1.StatsRequest
-	(*StatsResponse)(nil),         // 43: leasehold.v1.StatsResponse
-	(*CheckTotalsRequest)(nil),    // 44: leasehold.v1.CheckTotalsRequest
-	(*Totals)(nil),                // 45: leasehold.v1.Totals
-	(*TotalsMismatch)(nil),        // 46: leasehold.v1.TotalsMismatch
-	(*CheckTotalsResponse)(nil),   // 47: leasehold.v1.CheckTotalsResponse
-	nil,                           // 48: leasehold.v1.PoolStats.CountersEntry
-	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*BreakerSpec)(nil),           // 4: leasehold.v1.BreakerSpec
+	(*Breaker)(nil),               // 5: leasehold.v1.Breaker
+	(*Fence)(nil),                 // 6: leasehold.v1.Fence
+	(*Lease)(nil),                 // 7: leasehold.v1.Lease
+	(*LeaseRef)(nil),              // 8: leasehold.v1.LeaseRef
+	(*Rejection)(nil),             // 9: leasehold.v1.Rejection
+	(*Grant)(nil),                 // 10: leasehold.v1.Grant
+	(*Renewal)(nil),               // 11: leasehold.v1.Renewal
+	(*Session)(nil),               // 12: leasehold.v1.Session
+	(*Usage)(nil),                 // 13: leasehold.v1.Usage
+	(*Observation)(nil),           // 14: leasehold.v1.Observation
+	(*EngineStats)(nil),           // 15: leasehold.v1.EngineStats
+	(*TenantStats)(nil),           // 16: leasehold.v1.TenantStats
+	(*PoolStats)(nil),             // 17: leasehold.v1.PoolStats
+	(*ConfigureRequest)(nil),      // 18: leasehold.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 19: leasehold.v1.ConfigureResponse
+	(*SetDrainingRequest)(nil),    // 20: leasehold.v1.SetDrainingRequest
+	(*SetDrainingResponse)(nil),   // 21: leasehold.v1.SetDrainingResponse
+	(*KeepAliveRequest)(nil),      // 22: leasehold.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 23: leasehold.v1.KeepAliveResponse
+	(*AcquireRequest)(nil),        // 24: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 25: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 26: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),         // 27: leasehold.v1.RenewResponse
+	(*ResizeRequest)(nil),         // 28: leasehold.v1.ResizeRequest
+	(*ResizeResponse)(nil),        // 29: leasehold.v1.ResizeResponse
+	(*GrowRequest)(nil),           // 30: leasehold.v1.GrowRequest
+	(*GrowResponse)(nil),          // 31: leasehold.v1.GrowResponse
+	(*ReleaseRequest)(nil),        // 32: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 33: leasehold.v1.ReleaseResponse
+	(*ReassertRequest)(nil),       // 34: leasehold.v1.ReassertRequest
+	(*ReassertResponse)(nil),      // 35: leasehold.v1.ReassertResponse
+	(*ObserveRequest)(nil),        // 36: leasehold.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 37: leasehold.v1.ObserveResponse
+	(*SweepRequest)(nil),          // 38: leasehold.v1.SweepRequest
+	(*SweepResponse)(nil),         // 39: leasehold.v1.SweepResponse
+	(*PoolsRequest)(nil),          // 40: leasehold.v1.PoolsRequest
+	(*PoolsResponse)(nil),         // 41: leasehold.v1.PoolsResponse
+	(*ListRequest)(nil),           // 42: leasehold.v1.ListRequest
+	(*ListResponse)(nil),          // 43: leasehold.v1.ListResponse
+	(*StatsRequest)(nil),          // 44: leasehold.v1.StatsRequest
+	(*StatsResponse)(nil),         // 45: leasehold.v1.StatsResponse
+	(*CheckTotalsRequest)(nil),    // 46: leasehold.v1.CheckTotalsRequest
+	(*Totals)(nil),                // 47: leasehold.v1.Totals
+	(*TotalsMismatch)(nil),        // 48: leasehold.v1.TotalsMismatch
+	(*CheckTotalsResponse)(nil),   // 49: leasehold.v1.CheckTotalsResponse
+	nil,                           // 50: leasehold.v1.PoolStats.CountersEntry
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
 }
 var file_leasehold_v1_ledger_proto_depIdxs = []int32{
-	49, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
+	51, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
 	0,  // 1: leasehold.v1.PoolSpec.engines:type_name -> leasehold.v1.EngineSpec
 	1,  // 2: leasehold.v1.PoolSpec.tenants:type_name -> leasehold.v1.TenantSpec
 	2,  // 3: leasehold.v1.PoolSpec.priorities:type_name -> leasehold.v1.PrioritySpec
-	49, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
-	50, // 5: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
-	50, // 6: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 7: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
-	49, // 8: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
-	5,  // 9: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
-	5,  // 10: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
-	50, // 11: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
-	50, // 12: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
-	50, // 13: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 14: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
-	12, // 15: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
-	50, // 16: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	50, // 17: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
-	1,  // 18: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	50, // 19: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	50, // 20: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
-	13, // 21: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
-	14, // 22: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
-	2,  // 23: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	48, // 24: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
-	3,  // 25: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	49, // 26: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 27: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	49, // 28: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	8,  // 29: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
-	7,  // 30: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
-	6,  // 31: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	49, // 32: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	9,  // 33: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
-	6,  // 34: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
-	9,  // 35: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
-	7,  // 36: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
-	6,  // 37: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
-	9,  // 38: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
-	6,  // 39: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 40: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
-	5,  // 41: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	49, // 42: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
-	8,  // 43: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
-	7,  // 44: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
-	12, // 45: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
-	5,  // 46: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
-	15, // 47: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	45, // 48: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
-	45, // 49: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
-	46, // 50: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
-	16, // 51: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	18, // 52: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	20, // 53: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	22, // 54: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	24, // 55: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	26, // 56: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	28, // 57: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
-	30, // 58: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	32, // 59: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	34, // 60: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	36, // 61: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	38, // 62: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	40, // 63: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	42, // 64: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	44, // 65: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
-	17, // 66: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	19, // 67: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	21, // 68: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	23, // 69: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	25, // 70: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	27, // 71: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	29, // 72: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
-	31, // 73: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	33, // 74: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	35, // 75: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	37, // 76: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	39, // 77: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	41, // 78: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	43, // 79: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	47, // 80: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
-	66, // [66:81] is the sub-list for method output_type
-	51, // [51:66] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	51, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
+	4,  // 5: leasehold.v1.PoolSpec.breaker:type_name -> leasehold.v1.BreakerSpec
+	51, // 6: leasehold.v1.BreakerSpec.cooldown:type_name -> google.protobuf.Duration
+	52, // 7: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	52, // 8: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
+	52, // 9: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 10: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
+	51, // 11: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
+	7,  // 12: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	7,  // 13: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
+	52, // 14: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
+	52, // 15: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
+	52, // 16: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
+	0,  // 17: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
+	14, // 18: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
+	52, // 19: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
+	52, // 20: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	5,  // 21: leasehold.v1.EngineStats.breaker:type_name -> leasehold.v1.Breaker
+	1,  // 22: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
+	52, // 23: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	52, // 24: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	15, // 25: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
+	16, // 26: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
+	2,  // 27: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
+	50, // 28: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	3,  // 29: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
+	51, // 30: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	12, // 31: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
+	51, // 32: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 33: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 34: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 35: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
+	51, // 36: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 37: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 38: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 39: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
+	9,  // 40: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 41: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 42: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 43: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
+	13, // 44: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
+	7,  // 45: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
+	51, // 46: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 47: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 48: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
+	14, // 49: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
+	7,  // 50: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
+	17, // 51: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
+	47, // 52: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
+	47, // 53: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
+	48, // 54: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
+	18, // 55: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	20, // 56: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	22, // 57: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	24, // 58: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	26, // 59: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	28, // 60: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	30, // 61: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
+	32, // 62: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	34, // 63: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	36, // 64: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	38, // 65: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	40, // 66: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	42, // 67: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	44, // 68: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	46, // 69: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
+	19, // 70: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	21, // 71: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	23, // 72: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	25, // 73: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	27, // 74: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	29, // 75: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	31, // 76: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
+	33, // 77: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	35, // 78: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	37, // 79: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	39, // 80: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	41, // 81: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	43, // 82: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	45, // 83: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	49, // 84: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
+	70, // [70:85] is the sub-list for method output_type
+	55, // [55:70] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }
@@ -3619,15 +3832,15 @@ func file_leasehold_v1_ledger_proto_init() {
 	if File_leasehold_v1_ledger_proto != nil {
 		return
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[23].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[25].OneofWrappers = []any{
 		(*AcquireResponse_Grant)(nil),
 		(*AcquireResponse_Rejection)(nil),
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[27].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[29].OneofWrappers = []any{
 		(*ResizeResponse_Renewal)(nil),
 		(*ResizeResponse_Rejection)(nil),
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[33].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[35].OneofWrappers = []any{
 		(*ReassertResponse_Grant)(nil),
 		(*ReassertResponse_Rejection)(nil),
 	}
@@ -3637,7 +3850,7 @@ func file_leasehold_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_ledger_proto_rawDesc), len(file_leasehold_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

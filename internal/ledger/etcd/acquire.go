@@ -138,6 +138,7 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		MaxFill: prio.MaxFill, Candidates: states,
 		KVTokens: req.KVTokens, Slots: req.Slots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: epoch, GrowthHeadroom: m.Spec.GrowthHeadroom,
+		Breaker: m.Spec.Breaker,
 	})
 	if rej != nil {
 		// Count the rejection under the same guards: it is part of the
@@ -160,11 +161,15 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 	}
 	engine := req.Candidates[idx]
 	er := erecs[idx]
+	// A grant on a half-open engine is a probe: it takes a slot of the
+	// probe budget in the engine record the grant writes anyway.
+	b, probe := er.advanceBreaker(now, m.Spec.Breaker).Grant(m.Spec.Breaker)
+	er.setBreaker(b)
 	deadline := now.Add(ledger.CeilMillis(req.TTL))
 	lr := leaseRec{
 		Engine: engine, Tenant: req.Tenant, Priority: req.Priority, KVTokens: req.KVTokens, Slots: req.Slots,
 		Holder: req.Holder, RequestID: req.RequestID, CreatedMs: now.UnixMilli(), DeadlineMs: deadline.UnixMilli(),
-		Epoch: m.Epoch, Seq: seq,
+		Epoch: m.Epoch, Seq: seq, Probe: probe,
 	}
 	reserve(&er, &trec, lr, 1)
 	count(&er.Counters, ledger.CounterGrants, 1)

@@ -41,7 +41,22 @@
 // should have deleted the marker; never a past time while it exists. The local
 // clock (Options.Clock) only stamps the times reported (Created, Deadline,
 // Expires, Now, RecoveringUntil, ObservedAt), mints epochs, orders the expiry
-// indexes that bound the sweeps and times the orphan hold below.
+// indexes that bound the sweeps and times the orphan hold and the circuit
+// breaker's cooldown below.
+//
+// # Circuit breaker
+//
+// Each engine's breaker (ledger.Breaker) lives in its engine record, which
+// every grant and every end of a lease on the engine writes anyway under
+// the guards of its transaction: a grant on a half-open engine takes a
+// probe slot, a Release carrying an outcome (or of a probe) applies
+// ledger.Breaker.Report, a probe the ledger ends frees its slot, and each
+// counts its transitions in the record's counters. Two routers reporting
+// at once conflict on the record's guard and one decides again, so each
+// transition happens once. The pool's breaker spec is part of the spec in
+// its meta record. The cooldown is timed, like the orphan hold, by the
+// local clock of the process that reads or writes the breaker: processes
+// whose clocks disagree by d see the cooldown end up to d apart.
 //
 // # Telemetry
 //
@@ -107,7 +122,7 @@
 //	P/meta/<pool>                        pool meta: epoch, created, spec (JSON)
 //	P/pool/<pool>/seq                    last fencing sequence (decimal)
 //	P/pool/<pool>/recovering             recovery window marker; value: "<until ms>,<gone ms>" (nominal end, expected deletion); etcd lease TTL = window
-//	P/pool/<pool>/engine/<engine>        engine state: drain, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters, last spec once removed, reassert confirmation (JSON)
+//	P/pool/<pool>/engine/<engine>        engine state: drain, circuit breaker, reserved kv/slots/leases, correction, orphan charge and its hold, last observation, counters, last spec once removed, reassert confirmation (JSON)
 //	P/pool/<pool>/fresh/<engine>         telemetry freshness marker; etcd lease TTL = StaleAfter
 //	P/pool/<pool>/tenant/<tenant>        tenant reserved kv/slots/leases, rejection counters, last spec once removed (JSON)
 //	P/pool/<pool>/holder/<holder>        holder session: its etcd lease id, TTL, expiry (JSON); kept until its leases are swept

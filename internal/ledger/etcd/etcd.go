@@ -528,6 +528,7 @@ func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Ti
 	s := ledger.EngineState{
 		Spec: spec, Draining: r.Draining,
 		ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots,
+		Breaker: r.breaker(),
 	}
 	s.CorrectionKV, s.CorrectionSlots = r.charged()
 	if r.Obs != nil {

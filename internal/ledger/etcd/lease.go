@@ -409,6 +409,17 @@ func (l *store) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledge
 				er.OrphanUntilMs = max(er.OrphanUntilMs, l.now().Add(ledger.CeilMillis(hold)).UnixMilli())
 			}
 		}
+		// The breaker: a release reports its outcome (when it has one or
+		// is a probe's), a probe the ledger ends frees its budget.
+		switch bs := lv.m.Spec.Breaker; {
+		case out.cause == ledger.CounterReleases && (usage.Outcome != ledger.OutcomeNone || r.Probe):
+			now := l.now()
+			b, t := er.advanceBreaker(now, bs).Report(now, bs, r.Probe, usage.Outcome)
+			er.countTransition(t)
+			er.setBreaker(b)
+		case r.Probe && ledger.EndedByLedger(out.cause):
+			er.setBreaker(er.advanceBreaker(l.now(), bs).Unprobe())
+		}
 		count(&er.Counters, out.cause, 1)
 		if out.cause == ledger.CounterReleases {
 			count(&er.Counters, ledger.CounterReleasedKV, r.KVTokens)

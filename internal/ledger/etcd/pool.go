@@ -438,14 +438,18 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 	for _, spec := range m.Spec.Engines {
 		r := recs[spec.ID]
 		delete(recs, spec.ID)
-		st.Engines = append(st.Engines, engineStats(pool, spec, r, spec.StaleAfter > 0 && !isFresh[l.keys.fresh(pool, spec.ID)], false))
+		es := engineStats(pool, spec, r, spec.StaleAfter > 0 && !isFresh[l.keys.fresh(pool, spec.ID)], false)
+		es.Breaker = r.breaker().At(now, m.Spec.Breaker)
+		st.Engines = append(st.Engines, es)
 	}
 	// Records outside the spec are kept with their counters; the configure
 	// rule (ledger.RowFateOf) says which are still removed rows.
 	for id, r := range recs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
 			spec, _ := m.engineOf(id, r)
-			st.Engines = append(st.Engines, engineStats(pool, spec, r, false, true))
+			es := engineStats(pool, spec, r, false, true)
+			es.Breaker = r.breaker().At(now, m.Spec.Breaker)
+			st.Engines = append(st.Engines, es)
 		}
 	}
 	slices.SortFunc(st.Engines, func(a, b ledger.EngineStats) int { return cmp.Compare(a.Spec.ID, b.Spec.ID) })

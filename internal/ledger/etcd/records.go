@@ -121,6 +121,59 @@ type engineRec struct {
 	// lease reasserted at r is Unconfirmed while r > ConfirmedMs.
 	ReassertedMs int64 `json:"reasserted_ms,omitempty"`
 	ConfirmedMs  int64 `json:"confirmed_ms,omitempty"`
+	// Breaker is the engine's circuit breaker as last stored (read it
+	// with ledger.Breaker.At); nil reads closed with every count 0, as in
+	// records written before breakers. Every write starts from the record
+	// read under the transaction's guards, so its transitions are atomic.
+	Breaker *breakerRec `json:"breaker,omitempty"`
+}
+
+// breakerRec is ledger.Breaker with its time in ledger-clock ms.
+type breakerRec struct {
+	State     ledger.BreakerState `json:"state,omitempty"`
+	Failures  int                 `json:"failures,omitempty"`
+	Successes int                 `json:"successes,omitempty"`
+	OpenedMs  int64               `json:"opened_ms,omitempty"`
+	Probes    int                 `json:"probes,omitempty"`
+}
+
+// breaker returns the engine's stored breaker.
+func (r *engineRec) breaker() ledger.Breaker {
+	if r.Breaker == nil {
+		return ledger.Breaker{}
+	}
+	b := r.Breaker
+	return ledger.Breaker{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedAt: msTime(b.OpenedMs), Probes: b.Probes}
+}
+
+// setBreaker stores b (nil when it is the zero breaker).
+func (r *engineRec) setBreaker(b ledger.Breaker) {
+	if b == (ledger.Breaker{}) {
+		r.Breaker = nil
+		return
+	}
+	var opened int64
+	if !b.OpenedAt.IsZero() {
+		opened = b.OpenedAt.UnixMilli()
+	}
+	r.Breaker = &breakerRec{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedMs: opened, Probes: b.Probes}
+}
+
+// advanceBreaker reads the engine's breaker at now with spec
+// (ledger.Breaker.Advance), counting the transition the reading made in
+// the record's counters, and returns it for the caller to change and
+// store.
+func (r *engineRec) advanceBreaker(now time.Time, spec ledger.BreakerSpec) ledger.Breaker {
+	b, t := r.breaker().Advance(now, spec)
+	r.countTransition(t)
+	return b
+}
+
+// countTransition counts a breaker transition, if any.
+func (r *engineRec) countTransition(t ledger.BreakerTransition) {
+	if t != ledger.TransitionNone {
+		count(&r.Counters, ledger.BreakerCounter(t), 1)
+	}
 }
 
 // unconfirmed reports whether lease r, on the engine of record er, is
@@ -239,6 +292,8 @@ type leaseRec struct {
 	// lease on an engine that had been observed; 0 for every other lease.
 	// The engine record says whether it has been confirmed since.
 	ReassertedMs int64 `json:"reasserted_ms,omitempty"`
+	// Probe marks a probe lease on a half-open engine (ledger.Lease.Probe).
+	Probe bool `json:"probe,omitempty"`
 }
 
 func (r *leaseRec) id() ledger.LeaseID {
@@ -263,7 +318,7 @@ func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
 		ID: r.id(), Pool: pool, Engine: r.Engine, Tenant: r.Tenant, Priority: r.Priority,
 		KVTokens: r.KVTokens, Slots: r.Slots, Holder: r.Holder, RequestID: r.RequestID,
 		Created: msTime(r.CreatedMs), Deadline: msTime(r.DeadlineMs),
-		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown,
+		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown, Probe: r.Probe,
 	}
 }
 

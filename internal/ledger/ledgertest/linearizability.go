@@ -20,8 +20,12 @@ import (
 // history (call and return times on one monotonic clock) must be explained
 // by some sequential order of first-fit admission on engine KV tokens and
 // slots (headroom kept free), with growth never refused, added to its
-// engine and flagged Overgrown past capacity (ledger.GrowthOf). Leases have
-// long TTLs, so nothing expires.
+// engine and flagged Overgrown past capacity (ledger.GrowthOf), and each
+// release's outcome moving its engine's circuit breaker (ledger.Breaker:
+// in pool la three consecutive failures open it, for longer than the test,
+// and an open engine refuses with breaker_open; pool lb's breaker is off,
+// so it keeps contending on capacity). Leases have long TTLs, so nothing
+// expires.
 
 const (
 	linClients = 8
@@ -35,14 +39,24 @@ var linEngines = []ledger.EngineSpec{engine("x1", 1000, 3), engine("x2", 700, 2)
 // of x2, and growth may take either to its capacity and past it.
 const linHeadroom = 0.2
 
+// linBreaker is pool p's breaker: in la three consecutive failed releases
+// open an engine for the rest of the test; in lb it is off.
+func linBreaker(p ledger.PoolID) ledger.BreakerSpec {
+	if p == "la" {
+		return ledger.BreakerSpec{Failures: 3, Cooldown: time.Hour}
+	}
+	return ledger.BreakerSpec{Failures: -1}
+}
+
 // linInput is one call of the history.
 type linInput struct {
-	pool  ledger.PoolID
-	kind  string // "acquire", "grow", "release", "stats"
-	cands []int  // engine indexes, acquire only
-	kv    int64  // acquire: requested; grow: the lease's new size
-	slots int64
-	id    ledger.LeaseID // grow and release
+	pool    ledger.PoolID
+	kind    string // "acquire", "grow", "release", "stats"
+	cands   []int  // engine indexes, acquire only
+	kv      int64  // acquire: requested; grow: the lease's new size
+	slots   int64
+	id      ledger.LeaseID // grow and release
+	outcome ledger.Outcome // release
 }
 
 // linOutput is one return of the history.
@@ -68,10 +82,13 @@ type linLease struct {
 type linState struct {
 	kv, slots [2]int64
 	leases    map[ledger.LeaseID]linLease
+	// breakers are the engines' breakers, their times left zero: with
+	// linBreaker's hour of cooldown an open breaker stays open.
+	breakers [2]ledger.Breaker
 }
 
 func (s linState) with(id ledger.LeaseID, l linLease, add bool) linState {
-	n := linState{kv: s.kv, slots: s.slots, leases: make(map[ledger.LeaseID]linLease, len(s.leases)+1)}
+	n := linState{kv: s.kv, slots: s.slots, leases: make(map[ledger.LeaseID]linLease, len(s.leases)+1), breakers: s.breakers}
 	for k, v := range s.leases {
 		n.leases[k] = v
 	}
@@ -94,13 +111,14 @@ func (s linState) grown(id ledger.LeaseID, l linLease) linState {
 	return n.with(id, l, true)
 }
 
-// linAdmission is the pool-wide part of the model's admissions: tenant t1
-// (kv_share 1) at priority std (max_fill 1) in an elastic pool.
-func linAdmission(s linState) ledger.Admission {
+// linAdmission is the pool-wide part of the model's admissions in pool p:
+// tenant t1 (kv_share 1) at priority std (max_fill 1) in an elastic pool.
+func linAdmission(p ledger.PoolID, s linState) ledger.Admission {
 	a := ledger.Admission{
 		Tenant:         ledger.TenantSpec{Name: tenantAll, KVShare: 1},
 		MaxFill:        1,
 		GrowthHeadroom: linHeadroom,
+		Breaker:        linBreaker(p),
 	}
 	for i, e := range linEngines {
 		a.CapacityKV += e.KVTokens
@@ -113,18 +131,18 @@ func linAdmission(s linState) ledger.Admission {
 
 // linEngine is engine e's state in the model.
 func linEngine(s linState, e int) ledger.EngineState {
-	return ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e]}
+	return ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e], Breaker: s.breakers[e]}
 }
 
 // linGrow is the model's Grow, the contract's rule (ledger.GrowthOf): the
 // lease grown, or false where the call is malformed (the clients never
 // make one).
-func linGrow(s linState, id ledger.LeaseID, kv int64) (linLease, bool) {
+func linGrow(p ledger.PoolID, s linState, id ledger.LeaseID, kv int64) (linLease, bool) {
 	l, ok := s.leases[id]
 	if !ok {
 		return l, false
 	}
-	g, err := ledger.GrowthOf(ledger.ReserveElastic, linAdmission(s), linEngine(s, l.engine),
+	g, err := ledger.GrowthOf(ledger.ReserveElastic, linAdmission(p, s), linEngine(s, l.engine),
 		ledger.Lease{ID: id, KVTokens: l.kv, Overgrown: l.overgrown}, kv)
 	if err != nil {
 		return l, false
@@ -137,8 +155,8 @@ func linGrow(s linState, id ledger.LeaseID, kv int64) (linLease, bool) {
 // linAdmit is the model's admission: the contract's rule, ledger.Admit, on
 // the model state (see linAdmission). It returns the granted engine index
 // or the rejection reason.
-func linAdmit(s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
-	a := linAdmission(s)
+func linAdmit(p ledger.PoolID, s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
+	a := linAdmission(p, s)
 	a.KVTokens, a.Slots = kv, slots
 	for _, e := range cands {
 		a.Candidates = append(a.Candidates, linEngine(s, e))
@@ -168,7 +186,7 @@ var linModel = porcupine.Model{
 		s, in, out := state.(linState), input.(linInput), output.(linOutput)
 		switch in.kind {
 		case "acquire":
-			e, reason := linAdmit(s, in.cands, in.kv, in.slots)
+			e, reason := linAdmit(in.pool, s, in.cands, in.kv, in.slots)
 			if e < 0 {
 				return out.engine == -1 && out.reason == reason, s
 			}
@@ -177,7 +195,7 @@ var linModel = porcupine.Model{
 			}
 			return true, s.with(out.id, linLease{engine: e, kv: in.kv, slots: in.slots}, true)
 		case "grow":
-			l, ok := linGrow(s, in.id, in.kv)
+			l, ok := linGrow(in.pool, s, in.id, in.kv)
 			if !ok || out.grownKV != l.kv || out.over != l.overgrown {
 				return false, s
 			}
@@ -190,7 +208,9 @@ var linModel = porcupine.Model{
 			if !ok {
 				return true, s
 			}
-			return true, s.with(in.id, l, false)
+			n := s.with(in.id, l, false)
+			n.breakers[l.engine], _ = n.breakers[l.engine].Report(time.Time{}, linBreaker(in.pool), false, in.outcome)
+			return true, n
 		case "stats":
 			return out.kv == s.kv && out.slots == s.slots, s
 		}
@@ -198,7 +218,7 @@ var linModel = porcupine.Model{
 	},
 	Equal: func(a, b any) bool {
 		x, y := a.(linState), b.(linState)
-		if x.kv != y.kv || x.slots != y.slots || len(x.leases) != len(y.leases) {
+		if x.kv != y.kv || x.slots != y.slots || x.breakers != y.breakers || len(x.leases) != len(y.leases) {
 			return false
 		}
 		for k, l := range x.leases {
@@ -213,6 +233,7 @@ var linModel = porcupine.Model{
 		h := uint64(len(x.leases))
 		for i := range 2 {
 			h = h*1000003 + uint64(x.kv[i])*31 + uint64(x.slots[i])
+			h = h*31 + uint64(x.breakers[i].Failures)*7 + uint64(len(x.breakers[i].State))
 		}
 		return h
 	},
@@ -227,7 +248,7 @@ var linModel = porcupine.Model{
 		case "grow":
 			return fmt.Sprintf("grow(%s to %d) -> kv=%d overgrown=%v", in.id, in.kv, out.grownKV, out.over)
 		case "release":
-			return fmt.Sprintf("release(%s) -> %v", in.id, out.released)
+			return fmt.Sprintf("release(%s, %q) -> %v", in.id, in.outcome, out.released)
 		}
 		return fmt.Sprintf("stats() -> kv=%v slots=%v", out.kv, out.slots)
 	},
@@ -242,7 +263,8 @@ var linModel = porcupine.Model{
 			ids = append(ids, fmt.Sprintf("%s:x%d:%d%s", id, l.engine+1, l.kv, over))
 		}
 		sort.Strings(ids)
-		return fmt.Sprintf("kv=%v slots=%v leases=[%s]", s.kv, s.slots, strings.Join(ids, " "))
+		return fmt.Sprintf("kv=%v slots=%v breakers=[%s %d, %s %d] leases=[%s]", s.kv, s.slots,
+			s.breakers[0].State, s.breakers[0].Failures, s.breakers[1].State, s.breakers[1].Failures, strings.Join(ids, " "))
 	},
 }
 
@@ -268,7 +290,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 	pools := []ledger.PoolID{"la", "lb"}
 	for _, p := range pools {
 		spec := poolSpec(p, linEngines...)
-		spec.Reserve, spec.GrowthHeadroom = ledger.ReserveElastic, linHeadroom
+		spec.Reserve, spec.GrowthHeadroom, spec.Breaker = ledger.ReserveElastic, linHeadroom, linBreaker(p)
 		if _, err := l.Configure(ctx, spec); err != nil {
 			t.Fatalf("Configure(%s) error = %v", p, err)
 		}
@@ -339,10 +361,11 @@ func (s *suite) testLinearizability(t *testing.T) {
 					i := rng.IntN(len(held[p]))
 					id := held[p][i].id
 					held[p] = append(held[p][:i], held[p][i+1:]...)
-					in := linInput{pool: p, kind: "release", id: id}
+					in := linInput{pool: p, kind: "release", id: id,
+						outcome: []ledger.Outcome{ledger.OutcomeOK, ledger.OutcomeOK, ledger.OutcomeNone, ledger.OutcomeConnect, ledger.OutcomeStatus5xx}[rng.IntN(5)]}
 					call := stamp()
 					rel, unknown, err := retry(&s.backendFailures, func() (ledger.Released, error) {
-						return l.Release(ctx, ledger.LeaseRef{Pool: p, ID: id, Holder: holder}, ledger.Usage{})
+						return l.Release(ctx, ledger.LeaseRef{Pool: p, ID: id, Holder: holder}, ledger.Usage{Outcome: in.outcome})
 					})
 					if err != nil {
 						failed("Release(%s) error = %v", id, err)
@@ -403,6 +426,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 			kinds["overgrown"]++
 		case in.kind == "acquire" && out.engine < 0:
 			kinds["rejected"]++
+			kinds["rejected:"+string(out.reason)]++
 		}
 	}
 	if kinds["grow"] == 0 || kinds["rejected"] == 0 {

@@ -11,7 +11,7 @@ import (
 // first Configure of a pool in this ledger creates its state: a new epoch
 // (the ledger clock in microseconds) and, unless disabled, a recovery
 // window. Later calls replace engines, tenants and priorities and keep drain
-// flags, telemetry, leases and counters; an engine or tenant dropped from
+// flags, breakers, telemetry, leases and counters; an engine or tenant dropped from
 // the spec while it has leases stays, marked removed, until they end.
 func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (epoch ledger.Epoch, err error) {
 	l.writes.do(func() { epoch, err = l.configureNow(ctx, spec) })
@@ -44,6 +44,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 	p.Priorities = slices.Clone(spec.Priorities)
 	p.RetryAfter = spec.RetryAfter
 	p.Reserve, p.GrowthHeadroom = spec.Mode(), spec.GrowthHeadroom
+	p.Breaker = spec.Breaker
 	p.CapacityKV, p.CapacitySlots = 0, 0
 
 	inSpec := map[ledger.EngineID]bool{}

@@ -63,6 +63,11 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 			return fmt.Errorf("%w: lease id %s of the next sequence is held by %s", ledger.ErrFenceExhausted, prev.ID, prev.Holder)
 		}
 		o.pool.Seq = seq
+		// A grant on a half-open engine is a probe: it takes a slot of
+		// the probe budget, stored with the reservation.
+		e := *rows[i]
+		var probe bool
+		e.Breaker, probe = o.advance(e.Breaker).Grant(o.pool.Breaker)
 		ls := &leaseRow{Lease: ledger.Lease{
 			ID:        ledger.MakeLeaseID(fence),
 			Pool:      req.Pool,
@@ -76,8 +81,9 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 			Created:   o.now,
 			Deadline:  plus(o.now, req.TTL),
 			Fence:     fence,
+			Probe:     probe,
 		}}
-		o.addLease(ls, rows[i], t)
+		o.addLease(ls, &e, t)
 		o.count(ledger.CounterGrants, 1)
 		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}
 		return nil
@@ -185,9 +191,11 @@ func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (
 	})
 }
 
-// Release ends a lease and counts the usage reported with it. Releasing a
-// lease that is gone, or that had already ended (it is then removed and
-// counted as expired or revoked), reports Released=false.
+// Release ends a lease and counts the usage reported with it; its outcome
+// is evidence for the engine's breaker (ledger.Breaker.Report). Releasing
+// a lease that is gone, or that had already ended (it is then removed and
+// counted as expired or revoked, and its outcome ignored), reports
+// Released=false: a retried Release never counts twice.
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	var r ledger.Released
 	err := l.update(ctx, ref.Pool, ledger.NoHolder, l.opts.SweepBatch, func(o *op) error {
@@ -203,7 +211,7 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 			o.removeLease(ls, end)
 			return nil
 		}
-		o.removeLease(ls, ledger.CounterReleases)
+		o.dropLease(ls, ledger.CounterReleases, usage.Outcome)
 		o.count(ledger.CounterReleasedKV, ls.KVTokens)
 		o.count(ledger.CounterActualPrompt, usage.PromptTokens)
 		o.count(ledger.CounterActualComplete, usage.CompletionTokens)
@@ -352,6 +360,7 @@ func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission 
 		RetryAfter:      o.pool.RetryAfter,
 		Epoch:           o.pool.Epoch,
 		GrowthHeadroom:  o.pool.GrowthHeadroom,
+		Breaker:         o.pool.Breaker,
 	}
 }
 

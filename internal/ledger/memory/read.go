@@ -98,7 +98,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 		}
 		for row := engines.Next(); row != nil; row = engines.Next() {
 			e := row.(*engineRow)
-			s.Engines = append(s.Engines, e.stats(now))
+			s.Engines = append(s.Engines, e.stats(now, p.Breaker))
 			s.Leases += e.Leases
 		}
 		tenants, err := txn.Get(tableTenants, indexID, pool)

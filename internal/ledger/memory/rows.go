@@ -24,6 +24,8 @@ type poolRow struct {
 	Reserve ledger.ReserveMode
 	// GrowthHeadroom is PoolSpec.GrowthHeadroom.
 	GrowthHeadroom float64
+	// Breaker is PoolSpec.Breaker, as configured (defaults not applied).
+	Breaker ledger.BreakerSpec
 	// CapacityKV and CapacitySlots sum the configured (not removed) engines.
 	CapacityKV    int64
 	CapacitySlots int64
@@ -72,6 +74,9 @@ func newCounters() map[string]int64 {
 	for _, r := range ledger.Reasons {
 		c[rejectionCounter(r)] = 0
 	}
+	for _, t := range ledger.BreakerTransitions {
+		c[ledger.BreakerCounter(t)] = 0
+	}
 	return c
 }
 
@@ -105,6 +110,9 @@ type engineRow struct {
 	// the engine and cleared by the first applied observation that finds
 	// none left: while it is set, observations look for leases to confirm.
 	Unconfirmed bool
+	// Breaker is the engine's circuit breaker as last stored (read it with
+	// Breaker.At); it survives Configure like the drain flag.
+	Breaker ledger.Breaker
 }
 
 func (e *engineRow) state() ledger.EngineState {
@@ -117,10 +125,13 @@ func (e *engineRow) state() ledger.EngineState {
 		CorrectionSlots: e.CorrectionSlots + e.OrphanSlots,
 		ObservedAt:      e.ObservedAt,
 		ReportedKV:      e.LastObservation.KVTokensTotal,
+		Breaker:         e.Breaker,
 	}
 }
 
-func (e *engineRow) stats(now time.Time) ledger.EngineStats {
+// stats reports the engine at now, its breaker read with the pool's
+// breaker spec.
+func (e *engineRow) stats(now time.Time, breaker ledger.BreakerSpec) ledger.EngineStats {
 	return ledger.EngineStats{
 		Spec:            e.Spec,
 		Draining:        e.Draining,
@@ -136,6 +147,7 @@ func (e *engineRow) stats(now time.Time) ledger.EngineStats {
 		OrphanKV:        e.OrphanKV,
 		OrphanSlots:     e.OrphanSlots,
 		OrphanUntil:     e.OrphanUntil,
+		Breaker:         e.Breaker.At(now, breaker),
 	}
 }
 

@@ -116,11 +116,27 @@ func (o *op) ended(ls *leaseRow) string {
 
 // removeLease deletes a lease, returns its capacity to its engine and tenant
 // (dropping a removed engine or tenant with its last lease) and counts the
-// end under counter.
+// end under counter. A probe lease the ledger ends (expired, revoked)
+// frees its slot of the engine's probe budget (ledger.Breaker.Unprobe).
 func (o *op) removeLease(ls *leaseRow, counter string) {
+	o.dropLease(ls, counter, ledger.OutcomeNone)
+}
+
+// dropLease is removeLease; a lease its holder releases (counter
+// releases) reports outcome to the engine's breaker when it carries one
+// or is a probe (the writes every backend makes: ledger.Breaker.Advance).
+func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
 	o.delete(tableLeases, ls)
 	if e := o.engine(ls.Engine); e != nil {
 		c := *e
+		switch {
+		case counter == ledger.CounterReleases && (outcome != ledger.OutcomeNone || ls.Probe):
+			var t ledger.BreakerTransition
+			c.Breaker, t = o.advance(c.Breaker).Report(o.now, o.pool.Breaker, ls.Probe, outcome)
+			o.countTransition(t)
+		case ls.Probe && ledger.EndedByLedger(counter):
+			c.Breaker = o.advance(c.Breaker).Unprobe()
+		}
 		c.ReservedKV -= ls.KVTokens
 		c.ReservedSlots -= ls.Slots
 		c.Leases--
@@ -166,4 +182,19 @@ func (o *op) addLease(ls *leaseRow, e *engineRow, t *tenantRow) {
 	tc.ReservedSlots += ls.Slots
 	tc.Leases++
 	o.insert(tableTenants, &tc)
+}
+
+// advance reads a breaker about to be stored at now (ledger.Breaker.Advance)
+// and counts the transition the reading made.
+func (o *op) advance(b ledger.Breaker) ledger.Breaker {
+	b, t := b.Advance(o.now, o.pool.Breaker)
+	o.countTransition(t)
+	return b
+}
+
+// countTransition counts a breaker transition, if any.
+func (o *op) countTransition(t ledger.BreakerTransition) {
+	if t != ledger.TransitionNone {
+		o.count(ledger.BreakerCounter(t), 1)
+	}
 }

@@ -12,10 +12,13 @@ import (
 )
 
 // TestAdmitMatchesGo holds acquire.lua and resize.lua to ledger.Admit and
-// ledger.AdmitGrowth: random pools (growth headroom, engines whose reported
-// capacity is below, at or above the configured one) and requests, the Go
-// rule evaluated on a Stats snapshot before each call, and the script's
-// decision compared. LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing
+// ledger.AdmitGrowth, and release.lua to ledger.Breaker.Report: random
+// pools (growth headroom, engines whose reported capacity is below, at or
+// above the configured one, breakers that open after 1-3 failures and
+// stay open or are half-open with their probe budget) and requests and
+// releases with random outcomes, the Go rule evaluated on a Stats snapshot
+// before each call, and the script's decision (and probe flag, and
+// breaker after a release) compared. LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing
 // round logs its seed.
 func TestAdmitMatchesGo(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -66,6 +69,14 @@ func randomPool(rng *rand.Rand) ledger.PoolSpec {
 	}
 	for i := range 2 {
 		spec.Priorities = append(spec.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(fmt.Sprintf("q%d", i)), MaxFill: frac()})
+	}
+	// Breakers open after 1-3 failures and either stay open for the round
+	// or are half-open from the next millisecond (the test sleeps past it
+	// after each release, so no decision straddles a cooldown's end).
+	spec.Breaker = ledger.BreakerSpec{Failures: 1 + rng.IntN(3), Cooldown: []time.Duration{time.Millisecond, time.Hour}[rng.IntN(2)],
+		Probes: 1 + rng.IntN(2), Successes: 1 + rng.IntN(2)}
+	if rng.IntN(5) == 0 {
+		spec.Breaker.Failures = -1
 	}
 	return spec
 }
@@ -118,7 +129,7 @@ func readSnapshot(t *testing.T, l ledger.Ledger) snapshot {
 	for _, e := range st.Engines {
 		s.engines[e.Spec.ID] = ledger.EngineState{Spec: e.Spec, Draining: e.Draining, ReservedKV: e.ReservedKV, ReservedSlots: e.ReservedSlots,
 			CorrectionKV: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots, ObservedAt: e.ObservedAt,
-			ReportedKV: e.LastObservation.KVTokensTotal}
+			ReportedKV: e.LastObservation.KVTokensTotal, Breaker: e.Breaker}
 	}
 	for _, x := range st.Tenants {
 		s.tenants[x.Spec.Name] = x
@@ -135,7 +146,7 @@ func (s snapshot) admission(spec ledger.PoolSpec, epoch ledger.Epoch, tenant led
 	ts := s.tenants[tenant]
 	return ledger.Admission{Now: s.st.Now, CapacityKV: s.st.CapacityKV, CapacitySlots: s.st.CapacitySlots, Tenant: ts.Spec,
 		TenantKV: ts.ReservedKV, TenantSlots: ts.ReservedSlots, MaxFill: s.fills[prio], RetryAfter: spec.RetryAfter, Epoch: epoch,
-		GrowthHeadroom: spec.GrowthHeadroom}
+		GrowthHeadroom: spec.GrowthHeadroom, Breaker: spec.Breaker}
 }
 
 // startRound configures a randomPool on a new ledger on srv, checks Stats
@@ -176,8 +187,16 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 			i := rng.IntN(len(held))
 			x := held[i]
 			if rng.IntN(2) == 0 {
-				if _, err := l.Release(ctx, x.Ref(), ledger.Usage{}); err != nil {
+				o := []ledger.Outcome{ledger.OutcomeNone, ledger.OutcomeOK, ledger.OutcomeConnect, ledger.OutcomeStatus5xx, ledger.OutcomeReset}[rng.IntN(5)]
+				want, _ := engines[x.Engine].Breaker.Report(snap.st.Now, spec.Breaker, x.Probe, o)
+				if _, err := l.Release(ctx, x.Ref(), ledger.Usage{Outcome: o}); err != nil {
 					t.Fatalf("Release: %v", err)
+				}
+				time.Sleep(2 * time.Millisecond) // past a 1ms cooldown: read both as of after it
+				after := readSnapshot(t, l)
+				got, want := after.engines[x.Engine].Breaker, want.At(after.st.Now, spec.Breaker)
+				if got.State != want.State || got.Failures != want.Failures || got.Successes != want.Successes || got.Probes != want.Probes {
+					t.Errorf("step %d Release(%s on %s, probe %v, outcome %q): breaker %+v, Go rule %+v", step, x.ID, x.Engine, x.Probe, o, got, want)
 				}
 				held = append(held[:i], held[i+1:]...)
 				continue
@@ -209,18 +228,25 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 		}
 		a.KVTokens, a.Slots = r.KVTokens, r.Slots
 		idx, want := ledger.Admit(a)
-		wantEngine := ledger.EngineID("")
+		wantEngine, wantProbe := ledger.EngineID(""), false
 		if idx >= 0 {
 			wantEngine = r.Candidates[idx]
+			_, wantProbe = a.Candidates[idx].Breaker.Grant(spec.Breaker)
 		}
 		g, err := l.Acquire(ctx, r)
 		if rej := ledger.AsRejection(err); rej != nil {
 			outcomes[string(rej.Reason)]++
 		} else if err == nil {
 			outcomes["granted"]++
+			if g.Lease.Probe {
+				outcomes["probes"]++
+			}
 		}
 		compare(t, fmt.Sprintf("step %d Acquire(kv=%d slots=%d %s/%s on %v)", step, r.KVTokens, r.Slots, r.Tenant, r.Priority, r.Candidates),
 			err, want, wantEngine, g.Lease.Engine)
+		if err == nil && g.Lease.Probe != wantProbe {
+			t.Errorf("step %d Acquire on %s: Probe = %v, Go rule %v", step, g.Lease.Engine, g.Lease.Probe, wantProbe)
+		}
 		if err == nil {
 			if got, perr := ledger.ParseLeaseID(g.Lease.ID); perr != nil || got != g.Lease.Fence || g.Lease.ID != ledger.MakeLeaseID(g.Lease.Fence) {
 				t.Errorf("lease id %q does not encode fence %s", g.Lease.ID, g.Lease.Fence)

@@ -22,6 +22,9 @@
 //	                         and session expiry, lowered by every write of
 //	                         one, recomputed by each sweep)
 //	  created, order         ms; priority names joined by spaces
+//	  breaker                "failures cooldown_ms probes successes": the
+//	                         pool's breaker spec, defaults applied
+//	                         (ledger.BreakerSpec; failures < 0: off)
 //	  e:<id>                 "configured kv slots stale_ns policy draining"
 //	  e:<id>:r, e:<id>:c     "rkv rslots nleases" (reservations), "ckv cslots
 //	                         obs_arrived" (telemetry correction)
@@ -38,6 +41,11 @@
 //	  e:<id>:u               ms of the latest Reassert that left an
 //	                         unconfirmed lease on the engine: while present,
 //	                         observe.lua looks for leases to confirm
+//	  e:<id>:b               "state failures successes opened_ms probes":
+//	                         the engine's circuit breaker (ledger.Breaker;
+//	                         state closed, open or half_open, stored as
+//	                         last written: readers apply Breaker.At);
+//	                         absent reads closed
 //	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
@@ -47,9 +55,11 @@
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
 //	                         holder req created deadline fence_epoch
-//	                         fence_seq reasserted owns_req overgrown since"
-//	                         (since: the ms of the Reassert that left the
-//	                         lease unconfirmed, 0 for every other lease)
+//	                         fence_seq reasserted owns_req overgrown since
+//	                         probe" (since: the ms of the Reassert that left
+//	                         the lease unconfirmed, 0 for every other lease;
+//	                         probe: 1 for a probe lease on a half-open
+//	                         engine)
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
@@ -67,11 +77,13 @@
 // nothing can have expired and every session is live.
 //
 // The last two fields of meta and overgrown in a lease record came with
-// reservation modes, since and e:<id>:u with bounded reasserts. The
-// scripts read a meta or a lease record written before them (elastic, no
-// headroom, not overgrown, confirmed), but earlier scripts do not read what
-// these write: keep every reserver and router on one version
-// (docs/operations.md, "Upgrading without losing a lease").
+// reservation modes, since and e:<id>:u with bounded reasserts, breaker,
+// e:<id>:b and probe with circuit breakers. The scripts read a meta, a
+// pool or a lease record written before them (elastic, no headroom, not
+// overgrown, confirmed, the default breaker spec, every breaker closed,
+// not a probe), but earlier scripts do not read what these write: keep
+// every reserver and router on one version (docs/operations.md,
+// "Upgrading without losing a lease").
 //
 // # Ledger loss
 //
@@ -107,5 +119,10 @@
 //     pool: only an observation of an engine marked e:<id>:u pays it, until
 //     no unconfirmed lease is left on the engine.
 //   - CheckTotals is one read-only script (totals.lua).
+//   - A breaker's cooldown is timed by Redis TIME, like every deadline.
+//     A grant, a Release with an outcome or of a probe, and the end of a
+//     probe lease store the breaker as read at that time
+//     (ledger.Breaker.Advance), so "breaker:half_open" is counted by the
+//     first of those after the cooldown; Stats reads it half-open at once.
 //   - Durations are sent in whole milliseconds, rounded up.
 package redis

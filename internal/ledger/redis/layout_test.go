@@ -34,8 +34,8 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 		t.Fatalf("meta = %q, want 7 fields ending in worst_case 0", meta)
 	}
 	rec := client.HGet(ctx, leases, string(g.Lease.ID)).Val()
-	if f := strings.Fields(rec); len(f) != 16 || f[14] != "0" || f[15] != "0" {
-		t.Fatalf("lease record = %q, want 16 fields ending in overgrown 0, since 0", rec)
+	if f := strings.Fields(rec); len(f) != 17 || f[14] != "0" || f[15] != "0" || f[16] != "0" {
+		t.Fatalf("lease record = %q, want 17 fields ending in overgrown 0, since 0, probe 0", rec)
 	}
 	client.HSet(ctx, state, "meta", strings.Join(strings.Fields(meta)[:5], " "))
 	client.HSet(ctx, leases, string(g.Lease.ID), strings.Join(strings.Fields(rec)[:14], " "))
@@ -55,7 +55,7 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 	if err != nil || r.Lease.KVTokens != 800 || !r.Lease.Overgrown {
 		t.Fatalf("Grow(a to 800 past gpu-0's capacity) = %+v, %v; want 800, overgrown", r.Lease, err)
 	}
-	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 16 || f[14] != "1" || f[15] != "0" {
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 17 || f[14] != "1" || f[15] != "0" {
 		t.Errorf("lease record after the overgrowth = %q, want overgrown 1 then since 0", f)
 	}
 	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama", Engine: "gpu-0"}); err != nil || len(ls) != 2 || ls[0] != r.Lease {
@@ -95,7 +95,7 @@ func TestLayoutBeforeUnconfirmed(t *testing.T) {
 	if err != nil || rn.Lease.Unconfirmed || !rn.Lease.Overgrown {
 		t.Fatalf("Renew of the 15-field record = %+v, %v; want confirmed and overgrown", rn.Lease, err)
 	}
-	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 16 || f[14] != "1" || f[15] != "0" {
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 17 || f[14] != "1" || f[15] != "0" {
 		t.Errorf("lease record after Renew = %q, want overgrown 1 then since 0", f)
 	}
 
@@ -110,10 +110,77 @@ func TestLayoutBeforeUnconfirmed(t *testing.T) {
 		t.Fatalf("Reassert on an observed engine = %+v, %v; want Unconfirmed", ra.Lease, err)
 	}
 	f = strings.Fields(client.HGet(ctx, leases, string(x.ID)).Val())
-	if len(f) != 16 || f[15] == "0" {
-		t.Errorf("lease record of the reasserted lease = %q, want 16 fields ending in its since (ms)", f)
+	if len(f) != 17 || f[15] == "0" || f[16] != "0" {
+		t.Errorf("lease record of the reasserted lease = %q, want 17 fields: its since (ms), then probe 0", f)
 	}
 	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama", Holder: "h1"}); err != nil || len(ls) != 2 || !ls[1].Unconfirmed || ls[0].Unconfirmed {
 		t.Errorf("List = %+v, %v; want the reasserted lease (second) Unconfirmed, the other not", ls, err)
+	}
+}
+
+// TestLayoutBeforeBreakers checks the scripts read what the layout before
+// circuit breakers wrote (see the package doc): a pool with no breaker
+// field reads the default spec, an engine with no e:<id>:b is closed, a
+// lease record of 16 fields (no probe) is not a probe, and a Renew writes
+// it back with probe 0. A probe lease writes probe 1, which List and
+// Release read.
+func TestLayoutBeforeBreakers(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	spec := basicSpec()
+	spec.Breaker = ledger.BreakerSpec{Failures: 1, Cooldown: time.Millisecond}
+	mustConfigure(t, l, spec)
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state, leases := p+":{llama}:state", p+":{llama}:leases"
+	if got := client.HGet(ctx, state, "breaker").Val(); got != "1 1 1 2" {
+		t.Fatalf("breaker field = %q, want \"1 1 1 2\" (failures, cooldown ms, probes, successes; defaults filled in)", got)
+	}
+	g, err := l.Acquire(ctx, req("h1", "a", 100, 1, "gpu-0"))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val())
+	client.HSet(ctx, leases, string(g.Lease.ID), strings.Join(f[:16], " "))
+	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama"}); err != nil || len(ls) != 1 || ls[0] != g.Lease {
+		t.Fatalf("List of the 16-field record = %+v, %v; want %+v", ls, err, g.Lease)
+	}
+	if rn, err := l.Renew(ctx, g.Lease.Ref(), time.Minute); err != nil || rn.Lease.Probe {
+		t.Fatalf("Renew of the 16-field record = %+v, %v; want not a probe", rn.Lease, err)
+	}
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 17 || f[16] != "0" {
+		t.Errorf("lease record after Renew = %q, want 17 fields ending in probe 0", f)
+	}
+
+	// Without the breaker field the pool reads the defaults: one failure
+	// no longer opens gpu-0 (five do).
+	client.HDel(ctx, state, "breaker")
+	if _, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{Outcome: ledger.OutcomeConnect}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := client.HGet(ctx, state, "e:gpu-0:b").Val(); got != "closed 1 0 0 0" {
+		t.Errorf("e:gpu-0:b after one failure under the default spec = %q, want \"closed 1 0 0 0\"", got)
+	}
+	st, err := l.Stats(ctx, "llama")
+	if err != nil || len(st.Engines) == 0 || st.Engines[0].Breaker != (ledger.Breaker{Failures: 1}) {
+		t.Fatalf("Stats = %+v, %v; want gpu-0's breaker closed with one failure", st.Engines, err)
+	}
+
+	// A probe lease's record ends in probe 1.
+	client.HSet(ctx, state, "e:gpu-0:b", "open 0 0 1 0")
+	mustConfigure(t, l, spec)
+	pr, err := l.Acquire(ctx, req("h1", "b", 100, 1, "gpu-0"))
+	if err != nil || !pr.Lease.Probe {
+		t.Fatalf("Acquire on the half-open gpu-0 = %+v, %v; want a probe", pr.Lease, err)
+	}
+	if f := strings.Fields(client.HGet(ctx, leases, string(pr.Lease.ID)).Val()); len(f) != 17 || f[16] != "1" {
+		t.Errorf("probe lease record = %q, want 17 fields ending in probe 1", f)
+	}
+	if got := client.HGet(ctx, state, "e:gpu-0:b").Val(); got != "half_open 0 0 1 1" {
+		t.Errorf("e:gpu-0:b after the probe's grant = %q, want \"half_open 0 0 1 1\"", got)
+	}
+	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama"}); err != nil || len(ls) != 1 || !ls[0].Probe {
+		t.Errorf("List = %+v, %v; want the probe lease", ls, err)
 	}
 }

@@ -248,7 +248,7 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 		order = append(order, string(p.Name))
 	}
 	args := []any{ms(l.opts.RecoveryWindow), ms(retry), strings.Join(order, " "), string(spec.Mode()), ftoa(spec.GrowthHeadroom),
-		len(spec.Engines)}
+		breakerArg(spec.Breaker), len(spec.Engines)}
 	for _, e := range spec.Engines {
 		args = append(args, string(e.ID), e.URL, itoa(e.KVTokens), itoa(e.Slots), itoa(int64(e.StaleAfter)), string(e.StalePolicy))
 	}
@@ -354,14 +354,16 @@ func (l *store) renewal(ctx context.Context, s func(*scripts) *goredis.Script, r
 // release by the holder counts the usage, and a finished answer's
 // completion length in the pool's and the tenant's histogram counters
 // (ledger.CompletionCounters; the script appends the lease's tenant to the
-// pool's counter name, and counts none for an empty name).
+// pool's counter name, and counts none for an empty name), and reports
+// its outcome to the engine's breaker (ledger.Breaker.Report, in
+// release.lua).
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
 	histogram := ""
 	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
 		histogram = c[0]
 	}
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
-		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram)
+		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram, string(usage.Outcome))
 	if err != nil {
 		return ledger.Released{}, err
 	}

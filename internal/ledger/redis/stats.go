@@ -12,7 +12,7 @@ import (
 
 // decodeStats reads stats.lua's reply (see its header for the shape).
 func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
-	if len(r.rest) < 13 {
+	if len(r.rest) < 14 {
 		return ledger.PoolStats{}, fmt.Errorf("malformed stats reply: %d elements", len(r.rest))
 	}
 	x := r.rest
@@ -30,13 +30,14 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 		Reserve:         ledger.PoolSpec{Reserve: ledger.ReserveMode(str(x[11]))}.Mode(),
 		GrowthHeadroom:  float(str(x[12])),
 	}
+	breaker := parseBreakerSpec(str(x[13]))
 	engines, _ := x[6].([]any)
 	for _, v := range engines {
 		pair, _ := v.([]any)
 		if len(pair) != 2 {
 			return ledger.PoolStats{}, fmt.Errorf("malformed engine in stats reply")
 		}
-		st.Engines = append(st.Engines, decodeEngine(ledger.EngineID(str(pair[0])), hashMap(pair[1]), pool, now))
+		st.Engines = append(st.Engines, decodeEngine(ledger.EngineID(str(pair[0])), hashMap(pair[1]), pool, now, breaker))
 	}
 	sort.Slice(st.Engines, func(i, j int) bool { return st.Engines[i].Spec.ID < st.Engines[j].Spec.ID })
 	tenants, _ := x[7].([]any)
@@ -75,8 +76,9 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 
 // decodeEngine reads one engine of stats.lua's reply. The orphan charge
 // counts with the correction everywhere, so the correction reported is
-// their sum (ledger.Options.OrphanHold).
-func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, now time.Time) ledger.EngineStats {
+// their sum (ledger.Options.OrphanHold). The breaker is read at now with
+// the pool's breaker spec (ledger.Breaker.At).
+func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, now time.Time, breaker ledger.BreakerSpec) ledger.EngineStats {
 	es := ledger.EngineStats{
 		Spec: ledger.EngineSpec{
 			ID:          id,
@@ -97,6 +99,7 @@ func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, n
 		OrphanKV:        integer(h["okv"]),
 		OrphanSlots:     integer(h["oslots"]),
 		OrphanUntil:     millisOrZero(integer(h["orphan_until"])),
+		Breaker:         parseBreaker(h["breaker"]).At(now, breaker),
 	}
 	if _, ok := h["obs_sec"]; ok {
 		es.LastObservation = ledger.Observation{

@@ -293,6 +293,7 @@ func fuzzSeeds(lease ledger.Lease) map[string][]proto.Message {
 			Engines:    []*pb.EngineSpec{{Id: "e1", KvTokens: 1 << 40, Slots: 1 << 20}},
 			Tenants:    []*pb.TenantSpec{{Name: "t", KvShare: 1}},
 			Priorities: []*pb.PrioritySpec{{Name: "std", MaxFill: 1}},
+			Breaker:    &pb.BreakerSpec{Failures: 1, Cooldown: durationpb.New(time.Millisecond), Probes: 1, Successes: 1},
 		}}},
 		"SetDraining": {&pb.SetDrainingRequest{Pool: "p", Engine: "e1", Draining: true}},
 		"KeepAlive": {
@@ -314,6 +315,8 @@ func fuzzSeeds(lease ledger.Lease) map[string][]proto.Message {
 		"Release": {
 			&pb.ReleaseRequest{Ref: ref(string(holderB)), Usage: &pb.Usage{PromptTokens: 1, CompletionTokens: 1 << 40, Finished: true}},
 			&pb.ReleaseRequest{Ref: ref(string(holderA))},
+			&pb.ReleaseRequest{Ref: ref(string(holderA)), Usage: &pb.Usage{Outcome: "connect_error"}},
+			&pb.ReleaseRequest{Ref: ref(string(holderA)), Usage: &pb.Usage{Outcome: "exploded"}},
 		},
 		"Reassert": {
 			&pb.ReassertRequest{Lease: pbLease(bigID, string(holderA), bigSeq, 1<<40), Ttl: ttl},

@@ -63,6 +63,16 @@ func decode[M, T any](m M, from func(*decoder, M) T) (T, error) {
 	return v, d.err
 }
 
+// int narrows a wire int64 to int (IntFromPB), recording the first
+// failure.
+func (d *decoder) int(field string, v int64) int {
+	n, err := IntFromPB(field, v)
+	if err != nil {
+		d.fail(field, err)
+	}
+	return n
+}
+
 func (d *decoder) fail(field string, err error) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s: %v", ledger.ErrInvalidArgument, field, err)
@@ -87,6 +97,7 @@ func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
 	out := &pb.PoolSpec{
 		Name: string(s.Name), RetryAfter: Duration(s.RetryAfter),
 		Reserve: string(s.Reserve), GrowthHeadroom: s.GrowthHeadroom,
+		Breaker: breakerSpecToPB(s.Breaker),
 	}
 	for _, e := range s.Engines {
 		out.Engines = append(out.Engines, engineSpecToPB(e))
@@ -104,6 +115,7 @@ func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	s := ledger.PoolSpec{
 		Name: ledger.PoolID(m.GetName()), RetryAfter: d.dur("retry_after", m.GetRetryAfter()),
 		Reserve: ledger.ReserveMode(m.GetReserve()), GrowthHeadroom: m.GetGrowthHeadroom(),
+		Breaker: breakerSpecFromPB(&d, m.GetBreaker()),
 	}
 	for i, e := range m.GetEngines() {
 		s.Engines = append(s.Engines, engineSpecFromPB(&d, fmt.Sprintf("engines[%d]", i), e))
@@ -113,6 +125,45 @@ func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	}
 	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
+}
+
+// breakerSpecToPB encodes a pool's breaker spec; the zero spec (the
+// defaults) is unset.
+func breakerSpecToPB(s ledger.BreakerSpec) *pb.BreakerSpec {
+	if s == (ledger.BreakerSpec{}) {
+		return nil
+	}
+	return &pb.BreakerSpec{Failures: int64(s.Failures), Cooldown: Duration(s.Cooldown), Probes: int64(s.Probes), Successes: int64(s.Successes)}
+}
+
+// breakerSpecFromPB decodes a pool's breaker spec; unset is the zero spec.
+func breakerSpecFromPB(d *decoder, m *pb.BreakerSpec) ledger.BreakerSpec {
+	return ledger.BreakerSpec{
+		Failures: d.int("breaker.failures", m.GetFailures()), Cooldown: d.dur("breaker.cooldown", m.GetCooldown()),
+		Probes: d.int("breaker.probes", m.GetProbes()), Successes: d.int("breaker.successes", m.GetSuccesses()),
+	}
+}
+
+// breakerToPB encodes an engine's breaker.
+func breakerToPB(b ledger.Breaker) *pb.Breaker {
+	return &pb.Breaker{State: b.State.String(), Failures: int64(b.Failures), Successes: int64(b.Successes),
+		OpenedAt: Timestamp(b.OpenedAt), Probes: int64(b.Probes)}
+}
+
+// breakerFromPB decodes an engine's breaker; unset reads closed.
+func breakerFromPB(d *decoder, field string, m *pb.Breaker) ledger.Breaker {
+	b := ledger.Breaker{
+		Failures: d.int(field+".failures", m.GetFailures()), Successes: d.int(field+".successes", m.GetSuccesses()),
+		OpenedAt: d.time(field+".opened_at", m.GetOpenedAt()), Probes: d.int(field+".probes", m.GetProbes()),
+	}
+	switch st := ledger.BreakerState(m.GetState()); st {
+	case "", "closed":
+	case ledger.BreakerOpen, ledger.BreakerHalfOpen:
+		b.State = st
+	default:
+		d.fail(field+".state", fmt.Errorf("%w: %.64q, want closed, open or half_open", ledger.ErrInvalidArgument, string(st)))
+	}
+	return b
 }
 
 func engineSpecToPB(e ledger.EngineSpec) *pb.EngineSpec {
@@ -194,7 +245,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 		Priority: string(l.Priority), KvTokens: l.KVTokens, Slots: l.Slots, Holder: string(l.Holder),
 		RequestId: string(l.RequestID), Created: Timestamp(l.Created), Deadline: Timestamp(l.Deadline),
 		Fence: &pb.Fence{Epoch: uint64(l.Fence.Epoch), Seq: l.Fence.Seq}, Reasserted: l.Reasserted,
-		Overgrown: l.Overgrown, Unconfirmed: l.Unconfirmed,
+		Overgrown: l.Overgrown, Unconfirmed: l.Unconfirmed, Probe: l.Probe,
 	}
 }
 
@@ -211,7 +262,7 @@ func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
 		RequestID: ledger.RequestID(m.GetRequestId()),
 		Created:   d.time("lease.created", m.GetCreated()), Deadline: d.time("lease.deadline", m.GetDeadline()),
 		Fence:      ledger.Fence{Epoch: ledger.Epoch(m.GetFence().GetEpoch()), Seq: m.GetFence().GetSeq()},
-		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(), Unconfirmed: m.GetUnconfirmed(),
+		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(), Unconfirmed: m.GetUnconfirmed(), Probe: m.GetProbe(),
 	}
 }
 
@@ -287,12 +338,16 @@ func SessionFromPB(m *pb.Session) (ledger.Session, error) {
 
 // UsageToPB encodes reported usage.
 func UsageToPB(u ledger.Usage) *pb.Usage {
-	return &pb.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Finished: u.Finished}
+	return &pb.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Finished: u.Finished,
+		Outcome: string(u.Outcome)}
 }
 
-// UsageFromPB decodes reported usage.
+// UsageFromPB decodes reported usage. The outcome is taken as sent: the
+// ledger's ValidateUsage refuses an unknown one (ErrInvalidArgument, the
+// outcome named) before anything changes.
 func UsageFromPB(m *pb.Usage) ledger.Usage {
-	return ledger.Usage{PromptTokens: m.GetPromptTokens(), CompletionTokens: m.GetCompletionTokens(), Finished: m.GetFinished()}
+	return ledger.Usage{PromptTokens: m.GetPromptTokens(), CompletionTokens: m.GetCompletionTokens(), Finished: m.GetFinished(),
+		Outcome: ledger.Outcome(m.GetOutcome())}
 }
 
 // ObservationToPB encodes an observation.
@@ -360,6 +415,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 			LastObservation: ObservationToPB(e.LastObservation), ObservedAt: Timestamp(e.ObservedAt),
 			Stale: e.Stale, Removed: e.Removed,
 			OrphanKv: e.OrphanKV, OrphanSlots: e.OrphanSlots, OrphanUntil: Timestamp(e.OrphanUntil),
+			Breaker: breakerToPB(e.Breaker),
 		})
 	}
 	for _, t := range s.Tenants {
@@ -395,6 +451,7 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 			ObservedAt:      d.time(f+".observed_at", e.GetObservedAt()), Stale: e.GetStale(), Removed: e.GetRemoved(),
 			OrphanKV: e.GetOrphanKv(), OrphanSlots: e.GetOrphanSlots(),
 			OrphanUntil: d.time(f+".orphan_until", e.GetOrphanUntil()),
+			Breaker:     breakerFromPB(&d, f+".breaker", e.GetBreaker()),
 		})
 	}
 	for _, t := range m.GetTenants() {

@@ -127,7 +127,9 @@ func TestConversionsRoundTrip(t *testing.T) {
 	overgrown.Reasserted, overgrown.Overgrown = false, true
 	unconfirmed := lease
 	unconfirmed.Unconfirmed = true
-	for _, l := range []ledger.Lease{lease, overgrown, unconfirmed} {
+	probe := lease
+	probe.Reasserted, probe.Probe = false, true
+	for _, l := range []ledger.Lease{lease, overgrown, unconfirmed, probe} {
 		if got, err := LeaseFromPB(LeaseToPB(l)); err != nil || got != l {
 			t.Errorf("lease round trip = %+v, %v; want %+v", got, err, l)
 		}
@@ -149,7 +151,11 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	worstCase := spec
 	worstCase.Reserve, worstCase.GrowthHeadroom = ledger.ReserveWorstCase, 0
-	for _, s := range []ledger.PoolSpec{spec, worstCase} {
+	breaker := spec
+	breaker.Breaker = ledger.BreakerSpec{Failures: 3, Cooldown: 1500 * time.Millisecond, Probes: 2, Successes: 4}
+	breakerOff := spec
+	breakerOff.Breaker.Failures = -1
+	for _, s := range []ledger.PoolSpec{spec, worstCase, breaker, breakerOff} {
 		if got, err := PoolSpecFromPB(PoolSpecToPB(s)); err != nil || !reflect.DeepEqual(got, s) {
 			t.Errorf("spec round trip = %+v, %v; want %+v", got, err, s)
 		}
@@ -167,10 +173,15 @@ func TestConversionsRoundTrip(t *testing.T) {
 		Reserve: ledger.ReserveElastic, GrowthHeadroom: 0.125,
 		Engines: []ledger.EngineStats{{Spec: spec.Engines[0], Draining: true, ReservedKV: 1, ReservedSlots: 1, Leases: 1, CorrectionKV: 2,
 			LastObservation: ledger.Observation{Pool: "p", Engine: "e", KVTokensUsed: 3, KVTokensTotal: 4, ObservedAt: t0}, ObservedAt: t0, Stale: true, Removed: true,
-			OrphanKV: 2, OrphanSlots: 1, OrphanUntil: t0.Add(time.Second)}},
+			OrphanKV: 2, OrphanSlots: 1, OrphanUntil: t0.Add(time.Second),
+			Breaker: ledger.Breaker{State: ledger.BreakerHalfOpen, Successes: 1, OpenedAt: t0.Add(-time.Minute), Probes: 2}},
+			{Spec: ledger.EngineSpec{ID: "f", URL: "http://f", KVTokens: 5, Slots: 1}, Breaker: ledger.Breaker{Failures: 3}},
+			{Spec: ledger.EngineSpec{ID: "g", URL: "http://g", KVTokens: 5, Slots: 1},
+				Breaker: ledger.Breaker{State: ledger.BreakerOpen, OpenedAt: t0}}},
 		Tenants:    []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1, Removed: true}},
 		Priorities: spec.Priorities,
 		Counters: map[string]int64{ledger.CounterGrants: 4, ledger.CounterGrowths: 2, ledger.CounterOvergrowths: 1, ledger.CounterGrownKV: 30,
+			ledger.BreakerCounter(ledger.TransitionOpened): 2, ledger.BreakerCounter(ledger.TransitionHalfOpen): 1,
 			ledger.CompletionCounterPrefix + "95": 1, ledger.CompletionCounterPrefix + "95/t": 1},
 	}
 	if got, err := PoolStatsFromPB(PoolStatsToPB(st)); err != nil || !reflect.DeepEqual(got, st) {
@@ -182,6 +193,16 @@ func TestConversionsRoundTrip(t *testing.T) {
 	}
 	if _, err := RejectionFromPB(&pb.Rejection{Reason: "made_up"}); err == nil {
 		t.Errorf("unknown rejection reason decoded without error")
+	}
+	for _, o := range append([]ledger.Outcome{ledger.OutcomeNone}, ledger.Outcomes...) {
+		u := ledger.Usage{PromptTokens: 3, CompletionTokens: 4, Finished: true, Outcome: o}
+		if got := UsageFromPB(UsageToPB(u)); got != u {
+			t.Errorf("usage round trip = %+v, want %+v", got, u)
+		}
+	}
+	bad := &pb.PoolStats{Engines: []*pb.EngineStats{{Breaker: &pb.Breaker{State: "ajar"}}}}
+	if _, err := PoolStatsFromPB(bad); !errors.Is(err, ledger.ErrInvalidArgument) || !strings.Contains(err.Error(), "engines[0].breaker.state") {
+		t.Errorf("breaker state ajar = %v, want ErrInvalidArgument naming engines[0].breaker.state", err)
 	}
 }
 

@@ -1,0 +1,25 @@
+// Package rank orders the candidate engines of one request (the router's
+// step 4, docs/design.md, "A request's way through the router"). The
+// ledger decides what fits; the order only says where to try first, and
+// which engines not to try at all.
+//
+// Exclusion and tiers come first, whatever the capacity:
+//
+//   - an engine whose circuit breaker is open, or that is draining, is no
+//     candidate (the ledger would refuse it);
+//   - then healthy engines, then engines this router saw fail recently
+//     (internal/enginehealth: a crashed engine fails fast, frees its
+//     leases and looks the emptiest), then half-open engines (their probe
+//     budget is the ledger's).
+//
+// Within a tier the score is free capacity, the smaller of the free KV and
+// free slot fractions as the router sees them (its own leases and the
+// fleet view's totals), plus AffinityBonus for the engine the prompt's
+// leading bytes prefer by rendezvous hashing (highest hash of prefix and
+// engine id: requests sharing a prefix go to the same engine while it has
+// room, where its prefix cache may hold them), less a latency penalty:
+// TTFTWeight × (estimate − best estimate) / max(best estimate, 50 ms),
+// at most TTFTWeight, so an engine whose estimated time to first token is
+// half again the best one's gives up a quarter of its free capacity.
+// Ties are broken by the rendezvous order, so the choice is stable.
+package rank
