@@ -141,8 +141,10 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	ctx, failed, cands := hr.Context(), []ledger.EngineID(nil), []ledger.EngineID(nil)
 	plan := func() ([]ledger.EngineID, time.Time, error) {
 		c, until, err := r.plan(p, req)
-		if c = failover.Without(c, failed); err == nil && len(c) == 0 {
-			err = fmt.Errorf("%w: engines %v failed and no other is a candidate", ErrUpstream, failed)
+		if err == nil && len(failed) > 0 {
+			if c = failover.Without(c, failed); len(c) == 0 {
+				err = fmt.Errorf("%w: engines %v failed and no other is a candidate", ErrUpstream, failed)
+			}
 		}
 		cands = c
 		return c, until, err
@@ -178,7 +180,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		if expected > 0 {
 			g = lease.NewGrowing(t, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
 		}
-		last := n >= r.cfg.FailoverAttempts || len(failover.Without(cands, []ledger.EngineID{t.Engine()})) == 0
+		last := n >= r.cfg.FailoverAttempts || len(cands) <= 1 // t's engine is one of them
 		status, code, failure := r.dispatch(ctx, w, hr, p, req, t, g, last)
 		if failure == ledger.OutcomeNone {
 			out.status, out.code = status, code
