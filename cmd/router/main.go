@@ -5,7 +5,7 @@
 // down in order.
 //
 //	router --ledger URL --config FLEET.yaml --listen ADDR --id NAME [--admission=ledger|local]
-//	       [--block-lease-kv N --block-lease-slots N] [--prompt-tokens=estimate|tokenize]
+//	       [--block-lease-kv N --block-lease-slots N] [--prompt-tokens=estimate|tokenize] [--failover-attempts N]
 //	       [--ledger-ca-file FILE] [--ledger-cert-file FILE --ledger-key-file FILE]
 //
 // --block-lease-kv/--block-lease-slots (both 0, off, by default) size the
@@ -18,6 +18,12 @@
 // (bounded by --tokenize-timeout, default 2s), falling back to the
 // estimate, counted in leasehold_router_tokenize_errors_total, when that
 // fails.
+//
+// --failover-attempts N (LEASEHOLD_FAILOVER_ATTEMPTS; default 3, 1 turns
+// it off) bounds a request's dispatches: one that fails before any byte
+// reached the client (refused, reset, engine 500/502/503/504, no response
+// byte within the pool's first_byte_timeout) goes to another engine, all
+// within --upstream-timeout (default 10m) from the first dispatch.
 //
 // --max-model-len (default 8192) is the context length of a pool whose
 // fleet entry gives no max_model_len until its engines report theirs (GET

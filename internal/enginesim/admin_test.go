@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestFailErrorsAndMetrics(t *testing.T) {
 	if _, _, err := sc.Scrape(t.Context(), ts.URL+"/metrics", telemetry.FormatVLLM); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("scrape with metrics off: %v, want HTTP 503", err)
 	}
-	if status, b := do(t, ts, "GET", "/admin/fail", ""); status != 200 || string(b) != `{"errors":true,"hang":false,"metrics_off":true,"tokenize":false}`+"\n" {
+	if status, b := do(t, ts, "GET", "/admin/fail", ""); status != 200 || string(b) != `{"errors":true,"hang":false,"metrics_off":true,"tokenize":false,"unavailable":false,"reset":false}`+"\n" {
 		t.Fatalf("fail state: %s", b)
 	}
 	do(t, ts, "POST", "/admin/fail?mode=none", "")
@@ -179,5 +180,76 @@ func TestFailAbort(t *testing.T) {
 	s := e.Stats()
 	if s.RequestsFailed != 2 || s.RequestsAborted != 0 || s.KVBlocksUsed != 0 || s.AcceptedRequests != 0 {
 		t.Fatalf("after abort: %+v", s)
+	}
+}
+
+// unavailable answers 503 where errors answers 500; reset cuts the
+// connection of every OpenAI request without an answer while the admin
+// endpoints and /metrics still answer; crash is reset plus abort: the
+// request in flight is cut too. none clears them.
+func TestFailUnavailableResetCrash(t *testing.T) {
+	_, ts := newServer(t, fastConfig())
+	e, manual := newServer(t, Config{KVTokens: 1024, Slots: 4, manual: true, PrefillTokensPerSec: 1e9})
+	post := func(ts *httptest.Server, path, body string) (int, error) {
+		resp, err := ts.Client().Post(ts.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return resp.StatusCode, err
+	}
+	inference := []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"a","max_tokens":2}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"a"}],"max_tokens":2}`},
+		{"/tokenize", `{"prompt":"a"}`},
+	}
+	for _, tc := range []struct {
+		mode       string
+		wantStatus int // 0: the connection is cut
+	}{
+		{"unavailable", http.StatusServiceUnavailable},
+		{"503", http.StatusServiceUnavailable},
+		{"reset", 0},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			if status, b := do(t, ts, "POST", "/admin/fail?mode="+tc.mode, ""); status != 200 {
+				t.Fatalf("mode %s: %d %s", tc.mode, status, b)
+			}
+			defer do(t, ts, "POST", "/admin/fail?mode=none", "")
+			for _, p := range inference {
+				status, err := post(ts, p.path, p.body)
+				if tc.wantStatus == 0 && err == nil {
+					t.Errorf("%s: answered %d, want a cut connection", p.path, status)
+				}
+				if tc.wantStatus != 0 && (err != nil || status != tc.wantStatus) {
+					t.Errorf("%s: %d %v, want %d", p.path, status, err, tc.wantStatus)
+				}
+			}
+			if status, _ := do(t, ts, "GET", "/metrics", ""); status != 200 {
+				t.Errorf("/metrics under %s: %d, want 200", tc.mode, status)
+			}
+		})
+	}
+	if status, err := post(ts, "/v1/completions", `{"prompt":"a","max_tokens":2}`); err != nil || status != 200 {
+		t.Fatalf("after none: %d %v, want 200", status, err)
+	}
+
+	errC := make(chan error, 1)
+	go func() {
+		_, err := post(manual, "/v1/completions", `{"prompt":"a","max_tokens":50,"stream":true}`)
+		errC <- err
+	}()
+	poll.Eventually(t, 5*time.Second, "running", func() bool { return e.Stats().Running == 1 })
+	e.advance(2)
+	status, b := do(t, manual, "POST", "/admin/fail?mode=crash", "")
+	if status != 200 || !strings.Contains(string(b), `"aborted":1`) || !strings.Contains(string(b), `"reset":true`) {
+		t.Fatalf("crash: %d %s, want 1 aborted and reset on", status, b)
+	}
+	if err := <-errC; err == nil {
+		t.Errorf("the stream in flight ended cleanly, want a cut connection")
+	}
+	if _, err := post(manual, "/v1/completions", `{"prompt":"a","max_tokens":2}`); err == nil {
+		t.Errorf("a new request after crash was answered, want a cut connection")
 	}
 }

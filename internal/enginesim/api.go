@@ -102,12 +102,20 @@ func (e *Engine) Handler() http.Handler {
 	return mux
 }
 
+// injectedError answers as the faults in force make an OpenAI endpoint,
+// /tokenize or /health answer, and reports whether it did.
 func (e *Engine) injectedError(w http.ResponseWriter) bool {
-	if f, _ := e.faults(); f.Errors {
+	switch f, _ := e.faults(); {
+	case f.Reset:
+		dropConnection()
+	case f.Errors:
 		writeError(w, &apiError{status: http.StatusInternalServerError, typ: "server_error", code: "injected_failure", msg: "enginesim: injected failure (POST /admin/fail)"})
-		return true
+	case f.Unavailable:
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "injected_unavailable", msg: "enginesim: injected unavailability (POST /admin/fail)"})
+	default:
+		return false
 	}
-	return false
+	return true
 }
 
 func (e *Engine) serveHealth(w http.ResponseWriter, _ *http.Request) {

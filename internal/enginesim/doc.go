@@ -49,8 +49,10 @@
 //     accepted, unfinished sequences of (prompt_tokens + tokens generated
 //     so far), running or waiting — with its peak and the time it spent
 //     above capacity. GET /admin/stats, POST /admin/reset.
-//   - Fault injection (POST /admin/fail): answer 500, hang, stop serving
-//     metrics, fail /tokenize alone, or drop every request in flight.
+//   - Fault injection (POST /admin/fail): answer 500 or 503, hang, cut
+//     every connection without an answer (reset; crash also drops every
+//     request in flight), stop serving metrics, fail /tokenize alone, or
+//     drop every request in flight.
 //
 // # What it does not do
 //

@@ -119,6 +119,13 @@ type Pool struct {
 	// ledger's defaults filled in for what the file omits; Failures -1
 	// turns it off.
 	Breaker ledger.BreakerSpec
+	// FirstByteTimeout bounds the wait for an engine's response headers
+	// (first_byte_timeout; 0, the default: no bound but the router's
+	// --upstream-timeout). Past it the dispatch fails with
+	// first_byte_timeout and the request may go to another engine. A
+	// non-streamed answer's headers come with the whole answer: the bound
+	// must exceed the pool's longest non-streamed generation.
+	FirstByteTimeout time.Duration
 }
 
 // Engine is one GPU engine replica.
@@ -226,6 +233,8 @@ type poolYAML struct {
 	// GrowthHeadroom is growth_headroom.
 	GrowthHeadroom *float64     `yaml:"growth_headroom,omitempty"`
 	Breaker        *breakerYAML `yaml:"breaker,omitempty"`
+	// FirstByteTimeout is first_byte_timeout.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout,omitempty"`
 }
 
 type breakerYAML struct {
@@ -385,7 +394,7 @@ func build(raw fileYAML) (*Fleet, []error) {
 	var errs []error
 	f := &Fleet{DefaultPriority: ledger.PriorityName(raw.DefaultPriority)}
 	for _, p := range raw.Pools {
-		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter, MediaTokens: DefaultMediaTokens}
+		pool := Pool{Name: ledger.PoolID(p.Name), RetryAfter: DefaultRetryAfter, MediaTokens: DefaultMediaTokens, FirstByteTimeout: p.FirstByteTimeout}
 		if m := p.MediaTokens; m != nil {
 			for _, f := range []struct {
 				v   *int64

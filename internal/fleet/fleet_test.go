@@ -156,7 +156,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout)`}},
 		{"unknown breaker field", repl("  - name: p\n", "  - name: p\n    breaker:\n      failures: 3\n      timeout: 2s\n"), []string{`line 5: unknown field "timeout" in breaker (allowed: failures, cooldown, probes, successes)`}},
 		{"breaker failures zero", repl("  - name: p\n", "  - name: p\n    breaker: {failures: 0}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576 (consecutive failed dispatches that open an engine's breaker), or -1 to turn the breaker off, got 0"}},
 		{"breaker failures below -1", repl("  - name: p\n", "  - name: p\n    breaker: {failures: -2}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576", "got -2"}},
@@ -211,6 +211,8 @@ func TestParseErrors(t *testing.T) {
 		{"headroom above one", repl("kv_tokens: 1000", "headroom: 1.5"), []string{"pools[0].engines[0].headroom: must be in (0, 1], got 1.5"}},
 		{"discovery without telemetry", repl("kv_tokens: 1000", "stale_after: 0s"), []string{"pools[0].engines[0].stale_after: is 0s (no telemetry), but kv_tokens is omitted"}},
 		{"retry_after negative", repl("  - name: p\n", "  - name: p\n    retry_after: -2s\n"), []string{"pools[0].retry_after: must be in 0s..24h0m0s, got -2s"}},
+		{"first_byte_timeout negative", repl("  - name: p\n", "  - name: p\n    first_byte_timeout: -1s\n"), []string{"pools[0].first_byte_timeout: must be in 0s..24h0m0s, got -1s"}},
+		{"first_byte_timeout without unit", repl("  - name: p\n", "  - name: p\n    first_byte_timeout: 5\n"), []string{"line 3: cannot unmarshal !!int `5` into time.Duration"}},
 		{"max_model_len zero", repl("  - name: p\n", "  - name: p\n    max_model_len: 0\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got 0 (the engines' context length in tokens; omit it to discover it from the engines)"}},
 		{"max_model_len negative", repl("  - name: p\n", "  - name: p\n    max_model_len: -4096\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got -4096"}},
 		{"max_model_len too small", repl("  - name: p\n", "  - name: p\n    max_model_len: 8\n"), []string{"pools[0].max_model_len: must be in 16..1099511627776, got 8"}},
@@ -583,5 +585,27 @@ func TestEngineKey(t *testing.T) {
 		if engineKey(p[0]) == engineKey(p[1]) {
 			t.Errorf("engineKey(%q) = engineKey(%q): want two engines", p[0], p[1])
 		}
+	}
+}
+
+// first_byte_timeout: omitted is 0 (no bound), else the duration given.
+func TestFirstByteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       time.Duration
+	}{
+		{"omitted", "", 0},
+		{"zero", "    first_byte_timeout: 0s\n", 0},
+		{"set", "    first_byte_timeout: 2500ms\n", 2500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse([]byte(strings.Replace(base, "  - name: p\n", "  - name: p\n"+tc.line, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Pools[0].FirstByteTimeout; got != tc.want {
+				t.Errorf("FirstByteTimeout = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -26,6 +26,8 @@ func Marshal(f *Fleet) ([]byte, error) {
 			MaxModelLen: nonZero(p.MaxModelLen),
 			MediaTokens: &mediaYAML{Image: &m.Image, Audio: &m.Audio, Video: &m.Video},
 			Reserve:     string(p.Reserve),
+			// 0 is the default: omitted.
+			FirstByteTimeout: p.FirstByteTimeout,
 		}
 		if p.Reserve == ledger.ReserveElastic {
 			// A zero headroom is a setting here; with no reserve at

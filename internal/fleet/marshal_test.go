@@ -25,6 +25,7 @@ func TestMarshalRoundTrip(t *testing.T) {
     media_tokens: {image: 0, audio: 10, video: 20}
     growth_headroom: 0
     breaker: {failures: 3, cooldown: 2500ms, probes: 2, successes: 4}
+    first_byte_timeout: 2500ms
     engines:
       - {id: e0, url: http://127.0.0.1:9001, kv_tokens: 1000, slots: 8, format: sglang, stale_after: 0s, stale_policy: block}
       - {id: e1, url: http://127.0.0.1:9002/, metrics_url: http://127.0.0.1:9102/m, slots: 4, headroom: 0.5}

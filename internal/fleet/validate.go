@@ -142,6 +142,7 @@ func (f *Fleet) check() []error {
 		pp := fmt.Sprintf("pools[%d]", i)
 		unique(c, pools, "pools", i, "name", p.Name)
 		c.duration(pp+".retry_after", p.RetryAfter, 0)
+		c.duration(pp+".first_byte_timeout", p.FirstByteTimeout, 0)
 		switch p.Reserve {
 		case ledger.ReserveElastic:
 			if !(p.GrowthHeadroom >= 0 && p.GrowthHeadroom <= ledger.MaxGrowthHeadroom) {

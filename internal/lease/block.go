@@ -156,7 +156,10 @@ func (s *Sub) finish(err error) {
 // Release returns the sub-request's share to its block; idempotent. When
 // the block is dead (its Done closed, or retired) and this was its last
 // sub-request, the block is released to the ledger with the summed usage
-// of its sub-requests, and that release's error is returned.
+// of its sub-requests, and that release's error is returned. The block's
+// release reports no outcome (OutcomeNone): the ledger counts one outcome
+// per lease, and a block's sub-requests each came to their own, so
+// usage.Outcome is not breaker evidence here.
 func (s *Sub) Release(usage ledger.Usage) error {
 	s.releaseOnce.Do(func() {
 		s.finish(ErrReleased)

@@ -64,9 +64,10 @@ type faultLedger struct {
 	acquires    atomic.Int64 // Acquire calls that reached the proxy
 	releases    atomic.Int64 // Release calls that reached the proxy
 
-	// mu guards lastSession.
+	// mu guards lastSession and released.
 	mu          sync.Mutex
 	lastSession ledger.Session
+	released    []ledger.Usage // what each Release the ledger applied was given
 }
 
 var _ ledger.Ledger = (*faultLedger)(nil)
@@ -159,7 +160,25 @@ func (f *faultLedger) Release(ctx context.Context, r ledger.LeaseRef, u ledger.U
 	if err := f.gate(ctx); err != nil {
 		return ledger.Released{}, err
 	}
-	return f.l().Release(ctx, r, u)
+	rel, err := f.l().Release(ctx, r, u)
+	if err == nil && rel.Released {
+		f.mu.Lock()
+		f.released = append(f.released, u)
+		f.mu.Unlock()
+	}
+	return rel, err
+}
+
+// outcomes returns the outcomes of the releases the ledger applied, in
+// order.
+func (f *faultLedger) outcomes() []ledger.Outcome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]ledger.Outcome, len(f.released))
+	for i, u := range f.released {
+		out[i] = u.Outcome
+	}
+	return out
 }
 
 func (f *faultLedger) Reassert(ctx context.Context, l ledger.Lease, ttl time.Duration) (ledger.Grant, error) {

@@ -21,6 +21,9 @@ const EnvPrefix = "LEASEHOLD_"
 // maxClockOffset bounds --clock-offset.
 const maxClockOffset = 24 * time.Hour
 
+// maxFailoverAttempts bounds --failover-attempts.
+const maxFailoverAttempts = 16
+
 // Admission modes.
 const (
 	// AdmissionLedger leases every request from the shared ledger (the
@@ -133,9 +136,13 @@ type Config struct {
 	// has noticed the closed connection and aborted before the capacity
 	// is granted again (default 250ms).
 	AbortGrace time.Duration
-	// UpstreamTimeout bounds one upstream exchange, streaming included
-	// (default 10m).
+	// UpstreamTimeout bounds a request's upstream exchanges from its first
+	// dispatch, failovers and streaming included (default 10m).
 	UpstreamTimeout time.Duration
+	// FailoverAttempts bounds a request's dispatches: one that fails before
+	// any byte reached the client goes on to another engine, at most this
+	// many in all (internal/failover; default 3, 1 turns failover off).
+	FailoverAttempts int
 	// ScrapeInterval is the local admission's metrics scrape interval
 	// (default 1s).
 	ScrapeInterval time.Duration
@@ -206,6 +213,8 @@ func Defaults() Config {
 		BlockLeaseIdle:  lease.DefaultBlockIdle,
 		LogLevel:        "info",
 		HTTP:            httpguard.Defaults(),
+
+		FailoverAttempts: 3,
 	}
 }
 
@@ -237,7 +246,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.QueueTimeout, "queue-timeout", c.QueueTimeout, "longest wait for capacity")
 	fs.BoolVar(&c.QueueQuota, "queue-quota", c.QueueQuota, "also queue tenant-quota rejections")
 	fs.DurationVar(&c.AbortGrace, "abort-grace", c.AbortGrace, "how long a cut request's lease is kept so the engine aborts it first")
-	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "bound on one upstream exchange, streaming included")
+	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout, "bound on a request's upstream exchanges from its first dispatch, failovers and streaming included")
+	fs.IntVar(&c.FailoverAttempts, "failover-attempts", c.FailoverAttempts, "most dispatches of one request: one that fails before any byte reached the client goes to another engine (1: no failover)")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", c.ScrapeInterval, "--admission=local: engine metrics scrape interval")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on draining in-flight requests at shutdown")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", c.ReadyTimeout, "how long the pools may stay unconfigured in the ledger before an error is logged (the router keeps retrying, unready)")
@@ -338,6 +348,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ViewInterval != 0 && c.ViewInterval < 10*time.Millisecond {
 		bad("--view-interval = %s: want 0 (off) or at least 10ms", c.ViewInterval)
+	}
+	if c.FailoverAttempts < 1 || c.FailoverAttempts > maxFailoverAttempts {
+		bad("--failover-attempts = %d: want 1..%d (1: no failover)", c.FailoverAttempts, maxFailoverAttempts)
 	}
 	if c.QueueDepth < 0 {
 		bad("--queue-depth = %d: want >= 0", c.QueueDepth)

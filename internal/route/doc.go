@@ -49,7 +49,11 @@
 //     way out, under its own bounded context. In an elastic pool the lease
 //     first reserves the learned completion length (estimate.Learned, fed
 //     by the fleet view's Stats polls) and a streamed answer grows it ahead
-//     of its output (lease.Growing).
+//     of its output (lease.Growing). The release carries the dispatch's
+//     outcome (internal/failover); one that failed before any byte reached
+//     the client goes back to steps 4 and 5 without the failed engines,
+//     at most --failover-attempts times, the pool's first_byte_timeout
+//     bounding each wait for the engine's headers.
 //
 // The statuses and codes of every error are one table, toAPIError
 // (errors.go).

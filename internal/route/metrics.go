@@ -42,7 +42,7 @@ func newMetrics() *metrics {
 		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "grants_total",
 			Help: "Capacity grants (leases, or local admissions in the baseline mode)."}, []string{"pool"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejections_total",
-			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable or client_gone."}, []string{"pool", "reason"}),
+			Help: "Requests finally refused capacity (after any wait), by ledger reason, ledger_unavailable, client_gone, upstream_error (failing over, no other candidate) or upstream_timeout (failing over, the request's deadline passed)."}, []string{"pool", "reason"}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admission_requests_total",
 			Help: "Requests that asked for capacity (validated, before any lease), once each, by priority class: the denominator of the refusal ratio."}, []string{"pool", "priority"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refused_requests_total",

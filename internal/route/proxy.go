@@ -15,7 +15,7 @@ package route
 // request finds the capacity free), in the background after AbortGrace
 // when the request was cut (Shutdown waits for it, under its ctx; if that
 // ends first the release goes at once). Every wait here (queue timeout,
-// retry hint, abort grace) is a timer of the router's clock.
+// retry hint, abort grace, first byte) is a timer of the router's clock.
 
 import (
 	"bufio"
@@ -35,8 +35,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/failover"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/openai"
 	"github.com/leasehold/leasehold/internal/ttft"
 )
 
@@ -133,75 +135,60 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
 	req.class, req.promptEst, req.arrived = prio, prompt, arrived
-	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots}
+	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID()}
 	r.met.admissions.WithLabelValues(string(req.model), string(prio)).Inc()
-	t, err := r.acquire(hr.Context(), p, areq, func() ([]ledger.EngineID, time.Time, error) { return r.plan(p, req) })
-	if err != nil {
-		reason := "ledger_unavailable"
-		if rej := ledger.AsRejection(err); rej != nil {
-			reason = string(rej.Reason)
-		} else if hr.Context().Err() != nil {
-			reason = "client_gone"
+	// Failover: attempt n plans without the engines that failed (doc.go).
+	ctx, failed, cands := hr.Context(), []ledger.EngineID(nil), []ledger.EngineID(nil)
+	plan := func() ([]ledger.EngineID, time.Time, error) {
+		c, until, err := r.plan(p, req)
+		if err == nil && len(failed) > 0 {
+			if c = failover.Without(c, failed); len(c) == 0 {
+				err = fmt.Errorf("%w: engines %v failed and no other is a candidate", ErrUpstream, failed)
+			}
 		}
-		r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
-		if reason != "client_gone" {
-			r.met.refused.WithLabelValues(string(req.model), string(prio), reason).Inc()
+		cands = c
+		return c, until, err
+	}
+	for n := 1; ; n++ {
+		a := areq
+		a.RequestID = failover.RequestID(areq.RequestID, n)
+		t, err := r.acquire(ctx, p, a, plan)
+		if err != nil {
+			reason := "ledger_unavailable"
+			if rej := ledger.AsRejection(err); rej != nil {
+				reason = string(rej.Reason)
+			} else if hr.Context().Err() != nil {
+				reason = "client_gone"
+			} else if ctx.Err() != nil {
+				reason, err = "upstream_timeout", fmt.Errorf("%w: %d engines failed and none answered within %s", ErrUpstreamTimeout, len(failed), r.cfg.UpstreamTimeout)
+			} else if errors.Is(err, ErrUpstream) {
+				reason = "upstream_error"
+			}
+			r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
+			if reason != "client_gone" && reason != "upstream_timeout" && reason != "upstream_error" {
+				r.met.refused.WithLabelValues(string(req.model), string(prio), reason).Inc()
+			}
+			return out, err
 		}
-		return out, err
-	}
-	r.met.grants.WithLabelValues(string(req.model)).Inc()
-	var g *lease.Growing
-	if expected > 0 {
-		g = lease.NewGrowing(t, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
-	}
-	status, code := r.dispatch(w, hr, p, req, t, g)
-	out.status, out.code = status, code
-	return out, nil
-}
-
-// checkContext refuses, before any lease, a request whose prompt is known
-// exactly (token ids, or counted by --prompt-tokens=tokenize) and does not
-// fit maxCtx, the largest context of the pool's engines: no engine could
-// serve it. An estimated prompt is never refused here (the estimate errs
-// high); the engine judges it.
-func checkContext(req *request, maxCtx int64) error {
-	if req.promptTokens <= 0 {
-		return nil
-	}
-	param := "prompt"
-	if req.chat {
-		param = "messages"
-	}
-	switch {
-	case req.promptTokens >= maxCtx:
-		return &contextLengthError{param: param, msg: fmt.Sprintf(
-			"this model's maximum context length is %d tokens; the prompt has %d, leaving no room for output", maxCtx, req.promptTokens)}
-	case req.maxTokens > 0 && req.promptTokens+req.maxTokens > maxCtx:
-		return &contextLengthError{param: req.maxTokensField, msg: fmt.Sprintf(
-			"this model's maximum context length is %d tokens; you requested %d (%d in the prompt, %d for the output): lower %s or shorten the prompt",
-			maxCtx, req.promptTokens+req.maxTokens, req.promptTokens, req.maxTokens, req.maxTokensField)}
-	}
-	return nil
-}
-
-// priority is X-Priority, else the body's "priority", else the fleet's
-// default; it must name a configured class.
-func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
-	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
-	if name == "" {
-		name = req.priority
-	}
-	if name == "" {
-		return r.fleet.DefaultPriority, nil
-	}
-	names := make([]string, 0, len(r.fleet.Priorities))
-	for _, p := range r.fleet.Priorities {
-		if p.Name == name {
-			return name, nil
+		r.met.grants.WithLabelValues(string(req.model)).Inc()
+		if n == 1 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
+			defer cancel()
 		}
-		names = append(names, string(p.Name))
+		var g *lease.Growing
+		if expected > 0 {
+			g = lease.NewGrowing(t, req.n, min(prompt, lens.Reserve)*req.n, kv, worst)
+		}
+		last := n >= r.cfg.FailoverAttempts || len(cands) <= 1 // t's engine is one of them
+		status, code, failure := r.dispatch(ctx, w, hr, p, req, t, g, last)
+		if failure == ledger.OutcomeNone {
+			out.status, out.code = status, code
+			return out, nil
+		}
+		failed = append(failed, t.Engine())
+		r.fo.FailedOver(req.model, failure)
 	}
-	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
 }
 
 // acquire admits areq on the candidates plan gives at each attempt,
@@ -297,18 +284,6 @@ func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequ
 // A reader goes back only after dispatch is done with every slice of it.
 var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 32<<10) }}
 
-// usageOf reads an OpenAI usage object.
-type usageJSON struct {
-	PromptTokens     int64                   `json:"prompt_tokens"`
-	CompletionTokens int64                   `json:"completion_tokens"`
-	Details          *estimate.PromptDetails `json:"prompt_tokens_details"`
-}
-
-// ledgerUsage is u as the ledger's release takes it.
-func (u *usageJSON) ledgerUsage() ledger.Usage {
-	return ledger.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-}
-
 // Dispatch. A granted request goes to its engine as one dispatch: send the
 // request, then whole (read the answer, then write it) or stream (pass
 // events through as they come), and finish on every way out: release the
@@ -336,17 +311,20 @@ type dispatch struct {
 	sent               bool                    // the engine may have accepted the request
 	tt                 *ttft.Inflight          // the TTFT estimate's record of this dispatch
 	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
+	cancel             context.CancelCauseFunc // ends ctx
+	att                failover.Attempt        // what the dispatch came to: Release's Outcome
+	last, retry        bool                    // last: answer every failure; retry: a failure left unanswered, to fail over
 }
 
-// dispatch proxies req to t's engine and releases t. It always writes the
-// answer and returns its status and error code.
-func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *lease.Growing) (status int, code string) {
-	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now(), grow: g}
+// dispatch proxies req to t's engine under ctx and releases t. It writes
+// the answer and returns its status and code, unless (not last) a failure
+// before any write may go to another engine: then it returns its outcome.
+func (r *Router) dispatch(ctx context.Context, w http.ResponseWriter, hr *http.Request, p *poolRT, req *request, t lease.Ticket, g *lease.Growing, last bool) (status int, code string, failure ledger.Outcome) {
+	d := &dispatch{r: r, w: w, hr: hr, p: p, req: req, t: t, engine: t.Engine(), granted: r.clock.Now(), grow: g, last: last}
 	defer d.finish()
-	ctx, cancelTimeout := context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
-	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	d.cancel = cancel
 	stopWatch := make(chan struct{})
 	defer close(stopWatch)
 	go func() {
@@ -357,7 +335,10 @@ func (r *Router) dispatch(w http.ResponseWriter, hr *http.Request, p *poolRT, re
 		}
 	}()
 	d.ctx = ctx
-	return d.send()
+	if status, code = d.send(); d.retry {
+		failure = d.att.Outcome()
+	}
+	return status, code, failure
 }
 
 // finish releases the lease on the way out: at once when the answer was
@@ -366,7 +347,8 @@ func (d *dispatch) finish() {
 	if !d.known {
 		d.usage = ledger.Usage{CompletionTokens: d.chunks}
 	}
-	d.usage.Finished = d.complete
+	d.usage.Finished, d.usage.Outcome = d.complete, d.att.Outcome()
+	d.r.fo.Dispatched(d.req.model, d.engine, d.usage.Outcome)
 	if !d.sent || d.finished {
 		// Before the answer ends: a client that sends its next request
 		// once this one is done finds the capacity (and its tenant's
@@ -408,13 +390,19 @@ func (d *dispatch) release() {
 	}
 }
 
-// failure classifies an upstream error by what ended ctx; the log, never the answer, has the URL.
+// failure classifies an upstream error by what ended ctx into d.att; the log, never the answer, has the URL.
 func (d *dispatch) failure(err error) error {
-	switch cause := context.Cause(d.ctx); {
+	cause := context.Cause(d.ctx)
+	d.att.Err, d.att.FirstByteTimeout = err, errors.Is(cause, failover.ErrFirstByteTimeout)
+	d.att.Cancelled = d.ctx.Err() != nil && !d.att.FirstByteTimeout
+	switch {
 	case d.ctx.Err() == nil:
 		d.r.health.Report(d.req.model, d.engine, false)
 		d.r.log.Warn("upstream engine failed", "pool", d.req.model, "engine", d.engine, "url", d.p.urls[d.engine], "err", err)
 		return fmt.Errorf("%w: engine %s", ErrUpstream, d.engine)
+	case d.att.FirstByteTimeout:
+		d.r.health.Report(d.req.model, d.engine, false)
+		return fmt.Errorf("%w: engine %s sent no response byte within the pool's first_byte_timeout %s", ErrUpstreamTimeout, d.engine, d.p.pool.FirstByteTimeout)
 	case d.t.Err() != nil:
 		return fmt.Errorf("lease on engine %s ended while dispatching: %w", d.engine, d.t.Err())
 	case errors.Is(cause, ErrUpstreamTimeout):
@@ -424,8 +412,11 @@ func (d *dispatch) failure(err error) error {
 	}
 }
 
-// answer writes err as the answer, unless the client is gone.
+// answer writes err as the answer, unless the request fails over or the client is gone.
 func (d *dispatch) answer(err error) (int, string) {
+	if d.retry = !d.last && d.att.Retryable(); d.retry {
+		return 0, ""
+	}
 	if d.hr.Context().Err() != nil {
 		return 499, "client_gone" // nobody to answer
 	}
@@ -457,18 +448,23 @@ func (d *dispatch) send() (int, string) {
 	d.sent = true
 	d.tt = r.ttft.Start(ttft.Dispatch{Pool: req.model, Engine: d.engine, Class: req.class, Prompt: req.promptEst, Stream: req.stream, Arrived: req.arrived})
 	defer d.tt.Done()
+	stop := failover.FirstByte(r.clock, d.p.pool.FirstByteTimeout, d.cancel)
 	resp, err := r.client.Do(ureq)
+	if stop() && err == nil {
+		resp.Body.Close() // too late: the dispatch is cancelled
+		err = failover.ErrFirstByteTimeout
+	}
 	if err != nil {
 		return d.answer(d.failure(err))
 	}
 	defer resp.Body.Close()
+	d.att.Status = resp.StatusCode
 	r.health.Report(req.model, d.engine, resp.StatusCode < 500)
 	r.met.firstByte.WithLabelValues(string(req.model), string(d.engine)).Observe(r.clock.Since(start).Seconds())
 	defer func() {
 		r.met.upstream.WithLabelValues(string(req.model), string(d.engine), strconv.FormatBool(req.stream)).Observe(r.clock.Since(start).Seconds())
 	}()
 
-	d.w.Header().Set("X-Leasehold-Engine", string(d.engine))
 	if !req.stream || resp.StatusCode != http.StatusOK {
 		return d.whole(resp)
 	}
@@ -482,13 +478,12 @@ func (d *dispatch) whole(resp *http.Response) (int, string) {
 		return d.answer(d.failure(err))
 	}
 	d.finished, d.complete = true, resp.StatusCode == http.StatusOK
-	if d.complete {
-		var u struct {
-			Usage *usageJSON `json:"usage"`
-		}
-		if json.Unmarshal(data, &u) == nil && u.Usage != nil {
-			d.usage, d.details, d.known = u.Usage.ledgerUsage(), u.Usage.Details, true
-		}
+	if d.retry = !d.last && d.att.Retryable(); d.retry {
+		return 0, "" // a 5xx another engine may not give
+	}
+	d.w.Header().Set("X-Leasehold-Engine", string(d.engine))
+	if u := openai.BodyUsage(data); d.complete && u != nil {
+		d.usage, d.details, d.known = u.Ledger(), u.Details, true
 	}
 	copyHeader(d.w.Header(), resp.Header, "Content-Type")
 	d.w.WriteHeader(resp.StatusCode)
@@ -505,6 +500,7 @@ func (d *dispatch) whole(resp *http.Response) (int, string) {
 // when the client did not.
 func (d *dispatch) stream(resp *http.Response) (int, string) {
 	w := d.w
+	w.Header().Set("X-Leasehold-Engine", string(d.engine))
 	copyHeader(w.Header(), resp.Header, "Content-Type", "Cache-Control")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
@@ -526,14 +522,14 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			continue // inside an event
 		}
 		if event.Len() > 0 {
-			keep, u, hasChoices := inspectEvent(event.Bytes())
+			keep, u, hasChoices := openai.Inspect(event.Bytes())
 			if u != nil {
-				d.usage, d.details, d.known = u.ledgerUsage(), u.Details, true
+				d.usage, d.details, d.known = u.Ledger(), u.Details, true
 				keep = keep || d.req.includeUsage
 			}
 			if hasChoices {
 				if d.chunks++; d.chunks == 1 {
-					d.tt.FirstToken()
+					d.att.TTFTBreach = d.r.ttft.Breached(d.req.class, d.tt.FirstToken())
 				}
 			}
 			if d.grow != nil {
@@ -575,34 +571,6 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			}
 		}
 	}
-}
-
-// inspectEvent looks at one SSE event: keep is false for the usage-only
-// chunk (which the caller keeps if the client asked for it), u is its
-// usage, hasChoices reports a chunk carrying output.
-func inspectEvent(ev []byte) (keep bool, u *usageJSON, hasChoices bool) {
-	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
-	if !ok {
-		return true, nil, false
-	}
-	data = bytes.TrimSpace(data)
-	if bytes.Equal(data, []byte("[DONE]")) {
-		return true, nil, false
-	}
-	if !bytes.Contains(data, []byte(`"usage"`)) {
-		return true, nil, bytes.Contains(data, []byte(`"index"`))
-	}
-	var c struct {
-		Choices []json.RawMessage `json:"choices"`
-		Usage   *usageJSON        `json:"usage"`
-	}
-	if json.Unmarshal(data, &c) != nil {
-		return true, nil, false
-	}
-	if c.Usage != nil && len(c.Choices) == 0 {
-		return false, c.Usage, false
-	}
-	return true, c.Usage, len(c.Choices) > 0
 }
 
 func copyHeader(dst, src http.Header, names ...string) {

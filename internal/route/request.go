@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/openai"
 )
 
 // The request as the router needs it: validated before any lease is taken,
@@ -118,7 +120,7 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if err != nil {
 			return nil, err
 		}
-		r.promptBytes += weighJSON(n)
+		r.promptBytes += openai.WeighJSON(n)
 	} else if err := r.parsePrompt(fields["prompt"], &prefix, prefixBytes); err != nil {
 		return nil, err
 	}
@@ -232,10 +234,10 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		if m.Role == nil || *m.Role == "" {
 			return badf(fmt.Sprintf("messages[%d].role", i), "messages[%d].role is required", i)
 		}
-		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + weighJSON(compactLen(m.ToolCalls))
+		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + openai.WeighJSON(openai.CompactLen(m.ToolCalls))
 		appendPrefix(prefix, prefixBytes, *m.Role)
 		var text string
-		var parts []contentPart
+		var parts []openai.ContentPart
 		switch {
 		case isNull(m.Content):
 		case json.Unmarshal(m.Content, &text) == nil:
@@ -243,7 +245,7 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 			appendPrefix(prefix, prefixBytes, text)
 		case json.Unmarshal(m.Content, &parts) == nil:
 			for j, p := range parts {
-				kind, ok := partKinds[p.Type]
+				kind, ok := openai.PartKind(p.Type)
 				if !ok {
 					return badf(fmt.Sprintf("messages[%d].content[%d].type", i, j),
 						"messages[%d].content[%d].type %q is not a content part type this router can size (text, refusal, image_url, input_audio, audio_url, video_url)", i, j, p.Type)
@@ -264,23 +266,6 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 	return nil
 }
 
-// contentPart is one part of a chat message's content array.
-type contentPart struct {
-	Type    string `json:"type"`
-	Text    string `json:"text"`
-	Refusal string `json:"refusal"`
-}
-
-// partKinds maps the content part types the router sizes to a media kind,
-// or to estimate.Kinds for text. The names are OpenAI's and vLLM's; an
-// unknown type is refused rather than leased as nothing.
-var partKinds = map[string]estimate.Kind{
-	"text": estimate.Kinds, "input_text": estimate.Kinds, "refusal": estimate.Kinds,
-	"image_url": estimate.Image, "image": estimate.Image, "input_image": estimate.Image, "image_embeds": estimate.Image, "image_pil": estimate.Image,
-	"input_audio": estimate.Audio, "audio_url": estimate.Audio, "audio": estimate.Audio,
-	"video_url": estimate.Video, "video": estimate.Video,
-}
-
 // toolBytes is the size of a chat request's tool definitions ("tools", and
 // the older "functions"), which the chat template renders into the prompt:
 // they take KV like the messages, often more.
@@ -296,26 +281,9 @@ func toolBytes(fields map[string]json.RawMessage) (int64, error) {
 		if v := bytes.TrimSpace(raw); len(v) == 0 || v[0] != '[' {
 			return 0, badf(name, "%s must be an array of definitions", name)
 		}
-		n += compactLen(raw)
+		n += openai.CompactLen(raw)
 	}
 	return n, nil
-}
-
-// weighJSON is what n bytes of compact JSON count toward promptBytes: JSON
-// runs nearer 3 bytes a token than prose's 4, so 4/3 of them.
-func weighJSON(n int64) int64 { return (4*n + 2) / 3 }
-
-// compactLen is the length of raw JSON without insignificant whitespace
-// (0 for absent or null).
-func compactLen(raw json.RawMessage) int64 {
-	if isNull(raw) {
-		return 0
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return int64(len(raw))
-	}
-	return int64(b.Len())
 }
 
 // parsePrompt accepts a string, an array of one string, token ids, or an
@@ -381,6 +349,51 @@ func (r *request) upstreamBody() ([]byte, error) {
 func (r *request) prompt() estimate.Prompt {
 	return estimate.Prompt{Tokens: r.promptTokens, Bytes: r.promptBytes, Messages: r.promptMessages,
 		Media: r.media, MaxTokens: r.maxTokens, N: r.n}
+}
+
+// priority is X-Priority, else the body's "priority", else the fleet's
+// default; it must name a configured class.
+func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
+	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
+	if name == "" {
+		name = req.priority
+	}
+	if name == "" {
+		return r.fleet.DefaultPriority, nil
+	}
+	names := make([]string, 0, len(r.fleet.Priorities))
+	for _, p := range r.fleet.Priorities {
+		if p.Name == name {
+			return name, nil
+		}
+		names = append(names, string(p.Name))
+	}
+	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
+}
+
+// checkContext refuses, before any lease, a request whose prompt is known
+// exactly (token ids, or counted by --prompt-tokens=tokenize) and does not
+// fit maxCtx, the largest context of the pool's engines: no engine could
+// serve it. An estimated prompt is never refused here (the estimate errs
+// high); the engine judges it.
+func checkContext(req *request, maxCtx int64) error {
+	if req.promptTokens <= 0 {
+		return nil
+	}
+	param := "prompt"
+	if req.chat {
+		param = "messages"
+	}
+	switch {
+	case req.promptTokens >= maxCtx:
+		return &contextLengthError{param: param, msg: fmt.Sprintf(
+			"this model's maximum context length is %d tokens; the prompt has %d, leaving no room for output", maxCtx, req.promptTokens)}
+	case req.maxTokens > 0 && req.promptTokens+req.maxTokens > maxCtx:
+		return &contextLengthError{param: req.maxTokensField, msg: fmt.Sprintf(
+			"this model's maximum context length is %d tokens; you requested %d (%d in the prompt, %d for the output): lower %s or shorten the prompt",
+			maxCtx, req.promptTokens+req.maxTokens, req.promptTokens, req.maxTokens, req.maxTokensField)}
+	}
+	return nil
 }
 
 // checkMedia refuses items of a kind the pool's model takes none of.

@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/internal/baseline"
 	"github.com/leasehold/leasehold/internal/enginehealth"
 	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/failover"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/fleetview"
@@ -60,6 +61,7 @@ type Router struct {
 	log    *slog.Logger
 	client *http.Client
 	met    *metrics
+	fo     *failover.Metrics
 	opts   Options
 	// clock is the only clock the router reads (Options.Clock skewed by
 	// --clock-offset); the lease Manager gets it too.
@@ -178,6 +180,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r.ttft = ttft.New(ttft.Config{Clock: r.clock, SLOs: opts.Fleet.TTFTSLOs, MaxStatsAge: statsAge})
 	r.health = enginehealth.New(enginehealth.Config{Clock: r.clock, MaxStatsAge: statsAge})
 	r.met.reg.MustRegister(r.ttft)
+	r.fo = failover.NewMetrics(r.met.reg)
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}

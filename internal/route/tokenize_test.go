@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/enginesim"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/openai"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -94,7 +95,7 @@ func (h *harness) enginePromptTokens(t *testing.T, body map[string]any) int64 {
 		t.Fatalf("request: %d %v %s", status, err, data)
 	}
 	var r struct {
-		Usage usageJSON `json:"usage"`
+		Usage openai.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &r); err != nil || r.Usage.PromptTokens < 1 {
 		t.Fatalf("usage of %s: %v", data, err)
