@@ -33,6 +33,10 @@ func TestEngineFailureChecks(t *testing.T) {
 		{T: 1, Kind: FaultEngineKill, Target: "engine-0", Phase: "inject"},
 		{T: 9, Kind: FaultEngineKill, Target: "engine-0", Phase: "heal"},
 	}
+	errs := []FaultEvent{
+		{T: 11, Kind: FaultEngineErrors, Target: "engine-2", Phase: "inject"},
+		{T: 13, Kind: FaultEngineErrors, Target: "engine-2", Phase: "heal"},
+	}
 	hang := []FaultEvent{
 		{T: 2, Kind: FaultEngineHang, Target: "engine-1", Phase: "inject"},
 		{T: 5, Kind: FaultEngineHang, Target: "engine-1", Phase: "heal"},
@@ -94,15 +98,20 @@ func TestEngineFailureChecks(t *testing.T) {
 		{"no hang", CheckHangBounded, evidence{requests: withHang(100)}, false, "no engine_hang"},
 		{"nothing sent in the hang", CheckHangBounded, evidence{faults: hang, requests: reqs(5, 12, 20, ok200)}, false, "no streamed request"},
 
-		{"every faulted engine opened", CheckBreakerTransitions, evidence{faults: append(kill, hang...), audits: shown,
+		{"every killed or hung engine opened", CheckBreakerTransitions, evidence{faults: append(kill, hang...), audits: shown,
 			breakers: []BreakerEvent{opened("engine-0", 1.4), opened("engine-1", 3.1), {T: 4, Engine: "engine-0", From: "open", To: "half_open"}}},
-			true, "2 of 2 faulted engines opened; 3 transitions"},
+			true, "2 of 2 killed or hung engines opened; 3 transitions"},
 		{"opened within the settle after the heal", CheckBreakerTransitions, evidence{faults: hang, audits: shown,
-			breakers: []BreakerEvent{opened("engine-1", 7.5)}}, true, "engine-1 opened 5.5s after its fault"},
+			breakers: []BreakerEvent{opened("engine-1", 7.5)}}, true, "engine-1 (engine_hang 2.0s-5.0s) opened 5.5s in"},
 		{"one never opened", CheckBreakerTransitions, evidence{faults: append(kill, hang...), audits: shown,
-			breakers: []BreakerEvent{opened("engine-0", 1.4), opened("engine-2", 3)}}, false, "never opened: engine-1 (fault 2.0s-5.0s)"},
+			breakers: []BreakerEvent{opened("engine-0", 1.4), opened("engine-2", 3)}}, false, "never opened: engine-1 (engine_hang 2.0s-5.0s)"},
 		{"opened before the fault", CheckBreakerTransitions, evidence{faults: hang, audits: shown,
 			breakers: []BreakerEvent{opened("engine-1", 1.5)}}, false, "never opened: engine-1"},
+		{"500s reported, not judged", CheckBreakerTransitions, evidence{faults: append(kill, errs...),
+			audits:   []AuditSample{{T: 1, Breakers: map[string]string{"engine-2": "closed"}}, {T: 12, BreakerFailures: map[string]int{"engine-2": 2}}},
+			breakers: []BreakerEvent{opened("engine-0", 1.4)}}, true, "500s, not judged: engine-2 (engine_errors 11.0s-13.0s) not opened, at most 2 consecutive failures counted"},
+		{"500s only", CheckBreakerTransitions, evidence{faults: errs, audits: shown, breakers: []BreakerEvent{opened("engine-2", 11.5)}},
+			false, "no engine was killed or hung"},
 		{"no breaker in the audit", CheckBreakerTransitions, evidence{faults: kill, audits: []AuditSample{{T: 1}}}, false, "the ledger keeps none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +140,9 @@ func TestBreakerState(t *testing.T) {
 		{``, "", false},
 		{`7`, "", false},
 	} {
+		if n, want := breakerFailures(json.RawMessage(tc.raw)), map[string]int{`{"failures":2}`: 2}[tc.raw]; n != want {
+			t.Errorf("breakerFailures(%s) = %d, want %d", tc.raw, n, want)
+		}
 		state, ok := breakerState(json.RawMessage(tc.raw))
 		if state != tc.state || ok != tc.ok {
 			t.Errorf("breakerState(%s) = %q, %v; want %q, %v", tc.raw, state, ok, tc.state, tc.ok)

@@ -110,7 +110,10 @@ type AuditSample struct {
 	// Breakers is each engine's circuit-breaker state (closed, open,
 	// half_open) where the audit shows one.
 	Breakers map[string]string `json:"breakers,omitempty"`
-	Err      string            `json:"err,omitempty"`
+	// BreakerFailures is, per engine whose count is not zero, the
+	// consecutive failed dispatches its closed breaker has counted.
+	BreakerFailures map[string]int `json:"breaker_failures,omitempty"`
+	Err             string         `json:"err,omitempty"`
 }
 
 // ReclaimEvent is how long a router's leases outlived its death (SIGKILL)
@@ -306,6 +309,12 @@ func (c *cluster) sampleAudit(ctx context.Context, rec *recorder) (*auditJSON, e
 					s.Breakers = map[string]string{}
 				}
 				s.Breakers[e.Engine] = st
+			}
+			if n := breakerFailures(e.Breaker); n > 0 {
+				if s.BreakerFailures == nil {
+					s.BreakerFailures = map[string]int{}
+				}
+				s.BreakerFailures[e.Engine] = n
 			}
 		}
 		for k, v := range byTenant {
