@@ -299,6 +299,17 @@ func (ev *evidence) checkHangBounded() Verdict {
 	return v
 }
 
+// breakerAtEnd is engine e's last breaker state in the event log.
+func (ev *evidence) breakerAtEnd(e string) string {
+	st := breakerClosed
+	for _, b := range ev.breakers {
+		if b.Engine == e {
+			st = b.To
+		}
+	}
+	return st
+}
+
 // checkBreakerTransitions: the ledger's breaker of every engine killed or
 // hung opened while the fault lasted (or within the settle time after
 // it), as the event log's breaker events show. There every dispatch
@@ -307,7 +318,8 @@ func (ev *evidence) checkHangBounded() Verdict {
 // resets the consecutive failures the breaker counts, while every router
 // that met a 500 demotes the engine on its own (internal/enginehealth),
 // so whether the count reaches breaker.failures is a race. Every
-// transition seen is listed.
+// transition seen is listed, and whether each judged breaker closed again
+// after its engine healed (reported, not judged).
 func (ev *evidence) checkBreakerTransitions() Verdict {
 	v := Verdict{}
 	faulted := map[string]map[string][][2]float64{}
@@ -365,7 +377,14 @@ func (ev *evidence) checkBreakerTransitions() Verdict {
 					missed = append(missed, what)
 				default:
 					judged++
-					opened = append(opened, fmt.Sprintf("%s opened %.1fs in", what, at-w[0]))
+					closed := "still " + ev.breakerAtEnd(e) + " at the end"
+					for _, b := range ev.breakers {
+						if b.Engine == e && b.To == breakerClosed && b.T > w[1] {
+							closed = fmt.Sprintf("closed %.1fs after the heal", b.T-w[1])
+							break
+						}
+					}
+					opened = append(opened, fmt.Sprintf("%s opened %.1fs in, %s", what, at-w[0], closed))
 				}
 			}
 		}
