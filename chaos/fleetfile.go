@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"go.yaml.in/yaml/v3"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -24,6 +23,11 @@ import (
 func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	t := c.sc.Topology
 	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens, Reserve: ledger.ReserveMode(t.Reserve)}
+	pool.FirstByteTimeout = t.FirstByteTimeout.D()
+	if b := t.Breaker; b != nil {
+		// Zero fields are left out of the file and take the fleet's defaults.
+		pool.Breaker = ledger.BreakerSpec{Failures: b.Failures, Cooldown: b.Cooldown.D(), Probes: b.Probes, Successes: b.Successes}
+	}
 	if pool.Reserve == ledger.ReserveElastic {
 		pool.GrowthHeadroom = fleet.DefaultGrowthHeadroom
 		if t.GrowthHeadroom != nil {
@@ -55,6 +59,12 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	}
 	for _, p := range t.Priorities {
 		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+		if p.TTFTSLO > 0 {
+			if f.TTFTSLOs == nil {
+				f.TTFTSLOs = map[ledger.PriorityName]time.Duration{}
+			}
+			f.TTFTSLOs[ledger.PriorityName(p.Name)] = p.TTFTSLO.D()
+		}
 	}
 	f.Lease = fleet.Lease{SessionTTL: t.SessionTTL.D(), OrphanHold: t.OrphanHold.D()}
 	if t.RecoveryWindow != nil {
@@ -73,9 +83,6 @@ func (c *cluster) fleetYAML(urls func(i int) string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b, err = withHealth(b, c.sc.Topology); err != nil {
-		return nil, err
-	}
 	if _, err := fleet.Parse(b); err != nil {
 		return nil, fmt.Errorf("chaos: the generated fleet file is invalid: %w", err)
 	}
@@ -89,63 +96,4 @@ func (c *cluster) writeFleet() error {
 	}
 	c.fleetPath = filepath.Join(c.dir, "fleet.yaml")
 	return os.WriteFile(c.fleetPath, b, 0o644)
-}
-
-// withHealth adds the topology's issue-16 settings to the fleet file b:
-// pools[].breaker, pools[].first_byte_timeout and priorities[].ttft_slo,
-// under the names the fleet file gives them. They are written into the
-// YAML rather than through fleet's types so that the scenarios parse and
-// run against any checkout: where the fleet schema lacks a field, Parse
-// rejects the file and the run stops with that error, naming the field.
-func withHealth(b []byte, t Topology) ([]byte, error) {
-	var slo bool
-	for _, p := range t.Priorities {
-		slo = slo || p.TTFTSLO > 0
-	}
-	if t.Breaker == nil && t.FirstByteTimeout == 0 && !slo {
-		return b, nil
-	}
-	var f map[string]any
-	if err := yaml.Unmarshal(b, &f); err != nil {
-		return nil, err
-	}
-	pools, _ := f["pools"].([]any)
-	for _, p := range pools {
-		pool, ok := p.(map[string]any)
-		if !ok {
-			continue
-		}
-		if br := t.Breaker; br != nil {
-			m := map[string]any{}
-			if br.Failures != 0 {
-				m["failures"] = br.Failures
-			}
-			if br.Cooldown != 0 {
-				m["cooldown"] = br.Cooldown.String()
-			}
-			if br.Probes != 0 {
-				m["probes"] = br.Probes
-			}
-			if br.Successes != 0 {
-				m["successes"] = br.Successes
-			}
-			pool["breaker"] = m
-		}
-		if t.FirstByteTimeout > 0 {
-			pool["first_byte_timeout"] = t.FirstByteTimeout.String()
-		}
-	}
-	prios, _ := f["priorities"].([]any)
-	for _, p := range prios {
-		pr, ok := p.(map[string]any)
-		if !ok {
-			continue
-		}
-		for _, ps := range t.Priorities {
-			if pr["name"] == ps.Name && ps.TTFTSLO > 0 {
-				pr["ttft_slo"] = ps.TTFTSLO.String()
-			}
-		}
-	}
-	return yaml.Marshal(f)
 }

@@ -30,7 +30,6 @@ func TestScenariosShort(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				skipWithoutSchema(t, sc)
 				runShort(t, sc, Options{Ledger: ledger, Binaries: bins})
 			})
 		}
@@ -65,7 +64,6 @@ func TestScenariosShortEtcd(t *testing.T) {
 			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis }) {
 				t.Skip("restarts redis-server: no etcd counterpart")
 			}
-			skipWithoutSchema(t, sc)
 			if raceEnabled {
 				// The etcd embedded here runs under the race detector: its
 				// latency is not etcd's. Measured on two cores: spike p95
@@ -81,21 +79,6 @@ func TestScenariosShortEtcd(t *testing.T) {
 			}
 			runShort(t, sc, Options{Ledger: LedgerEtcd, Etcd: es.HostPort(), Binaries: bins})
 		})
-	}
-}
-
-// skipWithoutSchema skips a scenario whose issue-16 settings (a pool's
-// breaker or first_byte_timeout, a class's ttft_slo) this checkout's fleet
-// file does not take yet, naming what it rejects; such a scenario cannot
-// start here (cmd/chaos reports the same error as a failed run).
-func skipWithoutSchema(t *testing.T, sc *Scenario) {
-	t.Helper()
-	c := &cluster{sc: sc}
-	for i, g := range sc.Topology.Engines {
-		c.engines = append(c.engines, &engineNode{id: fmt.Sprintf("engine-%d", i), addr: "127.0.0.1:1", kvTokens: g.KVTokens, slots: g.Slots})
-	}
-	if _, err := c.fleetYAML(func(int) string { return "http://127.0.0.1:1" }); err != nil {
-		t.Skipf("%s needs fleet settings this checkout lacks (issue 16): %v", sc.Name, err)
 	}
 }
 

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 func spikeScenario(t *testing.T) *Scenario {
@@ -170,40 +169,38 @@ leasehold_router_other_bucket{le="0.1"} 99
 	}
 }
 
-// TestWithHealth: the topology's breaker, first-byte timeout and ttft_slo
-// land where the fleet file keeps them, and nothing else changes.
-func TestWithHealth(t *testing.T) {
-	base, err := fleet.Marshal(&fleet.Fleet{Pools: []fleet.Pool{{Name: "sim"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	same, err := withHealth(base, Topology{})
-	if err != nil || !bytes.Equal(same, base) {
-		t.Errorf("without settings the file changed (%v):\n%s", err, same)
-	}
+// TestFleetHealthSettings: the topology's breaker, first-byte timeout and
+// ttft_slo reach the fleet file the processes read, the breaker's unset
+// fields at the fleet's defaults.
+func TestFleetHealthSettings(t *testing.T) {
 	sc := spikeScenario(t)
-	top := sc.Topology
-	top.Breaker = &BreakerSpec{Failures: 3, Cooldown: Duration(2 * time.Second)}
-	top.FirstByteTimeout = Duration(time.Second)
-	b := append(base, []byte("priorities:\n  - {name: interactive, max_fill: 1}\n  - {name: batch, max_fill: 0.8}\n")...)
-	got, err := withHealth(b, top)
+	sc.Topology.Breaker = &BreakerSpec{Failures: 3, Cooldown: Duration(2 * time.Second)}
+	sc.Topology.FirstByteTimeout = Duration(time.Second)
+	c := &cluster{sc: sc, engines: []*engineNode{{id: "engine-0", addr: "127.0.0.1:1", kvTokens: 16384, slots: 16}}}
+	b, err := c.fleetYAML(func(int) string { return "http://127.0.0.1:1" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct {
-		Pools []struct {
-			Breaker          map[string]any `yaml:"breaker"`
-			FirstByteTimeout string         `yaml:"first_byte_timeout"`
-		} `yaml:"pools"`
-		Priorities []map[string]any `yaml:"priorities"`
-	}
-	if err := yaml.Unmarshal(got, &f); err != nil {
+	f, err := fleet.Parse(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Pools) != 1 || fmt.Sprint(f.Pools[0].Breaker) != "map[cooldown:2s failures:3]" || f.Pools[0].FirstByteTimeout != "1s" {
-		t.Errorf("pools = %+v, want breaker map[cooldown:2s failures:3], first_byte_timeout 1s", f.Pools)
+	want := ledger.BreakerSpec{Failures: 3, Cooldown: 2 * time.Second, Probes: ledger.DefaultBreakerProbes, Successes: ledger.DefaultBreakerSuccesses}
+	if p := f.Pools[0]; p.Breaker != want || p.FirstByteTimeout != time.Second {
+		t.Errorf("pool breaker %+v, first_byte_timeout %s; want %+v, 1s", p.Breaker, p.FirstByteTimeout, want)
 	}
-	if len(f.Priorities) != 2 || f.Priorities[0]["ttft_slo"] != "1s" || f.Priorities[1]["ttft_slo"] != nil {
-		t.Errorf("priorities = %v, want ttft_slo 1s on interactive only", f.Priorities)
+	if got := fmt.Sprint(f.TTFTSLOs); got != "map[interactive:1s]" {
+		t.Errorf("ttft_slo = %s, want map[interactive:1s]", got)
+	}
+	// Without them the pool keeps the fleet's defaults.
+	plain := &cluster{sc: testScenario(t), engines: c.engines}
+	if b, err = plain.fleetYAML(func(int) string { return "http://127.0.0.1:1" }); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = fleet.Parse(b); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.Pools[0]; p.Breaker != (ledger.BreakerSpec{}).WithDefaults() || p.FirstByteTimeout != 0 || len(f.TTFTSLOs) != 0 {
+		t.Errorf("plain pool breaker %+v, first_byte_timeout %s, slos %v; want the defaults", p.Breaker, p.FirstByteTimeout, f.TTFTSLOs)
 	}
 }
