@@ -24,6 +24,11 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckQuotaRejected:    (*evidence).checkQuotaRejected,
 	CheckPriorityHeadroom: (*evidence).checkPriorityHeadroom,
 	CheckTenantQuota:      (*evidence).checkTenantQuota,
+	// Issue 16 (enginefail.go, spike.go).
+	CheckFailuresAfterCrash: (*evidence).checkFailuresAfterCrash,
+	CheckHangBounded:        (*evidence).checkHangBounded,
+	CheckBreakerTransitions: (*evidence).checkBreakerTransitions,
+	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
 }
 
 // check runs the named check.

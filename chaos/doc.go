@@ -14,6 +14,10 @@
 //   - failpoint.go: the fault timeline (kill/stop/cont a router, kill the
 //     reserver, restart Redis, partitions, stale telemetry, engine crash,
 //     clock offset, duplicate retries);
+//   - enginefail.go: engines killed, hung or answering 500s, the breaker
+//     transitions logged from the audit, and their checks;
+//   - spike.go: a step in open-loop arrivals, the ttft_slo check and the
+//     baselines run beside a scenario (seed 002's table);
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;
@@ -29,6 +33,7 @@
 //	go run ./cmd/chaos quickstart              # embedded ledger, nothing to install
 //	go run ./cmd/chaos --short all             # every scenario's CI variant
 //	go run ./cmd/chaos --ledger redis --json kill-routers
+//	go run ./cmd/chaos spike                   # the SLO run and its three baselines, one table
 //	go run ./cmd/chaos --ledger etcd --etcd 127.0.0.1:2379 kill-routers
 //	go run ./cmd/chaos replay $TMPDIR/leasehold-chaos/kill-routers-memory-…
 //

@@ -178,6 +178,8 @@ func (f *failpoints) inject(ctx context.Context, ft Fault) {
 			r.down.Store(err != nil)
 			f.note(at, ft, r.id, "inject", "restarted with "+env, err)
 		}
+	case FaultEngineKill, FaultEngineHang, FaultEngineErrors:
+		f.engineFault(ctx, bg, ft)
 	case FaultDuplicateRetries:
 		f.tr.dupUntil.Store(time.Now().Add(ft.For.D()).UnixNano())
 		f.note(time.Now(), ft, "clients", "inject", "each request sent twice with one X-Request-Id", nil)

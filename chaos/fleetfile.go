@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -22,6 +23,11 @@ import (
 func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	t := c.sc.Topology
 	pool := fleet.Pool{Name: ledger.PoolID(t.Model), MediaTokens: fleet.DefaultMediaTokens, Reserve: ledger.ReserveMode(t.Reserve)}
+	pool.FirstByteTimeout = t.FirstByteTimeout.D()
+	if b := t.Breaker; b != nil {
+		// Zero fields are left out of the file and take the fleet's defaults.
+		pool.Breaker = ledger.BreakerSpec{Failures: b.Failures, Cooldown: b.Cooldown.D(), Probes: b.Probes, Successes: b.Successes}
+	}
 	if pool.Reserve == ledger.ReserveElastic {
 		pool.GrowthHeadroom = fleet.DefaultGrowthHeadroom
 		if t.GrowthHeadroom != nil {
@@ -53,6 +59,12 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	}
 	for _, p := range t.Priorities {
 		f.Priorities = append(f.Priorities, ledger.PrioritySpec{Name: ledger.PriorityName(p.Name), MaxFill: p.MaxFill})
+		if p.TTFTSLO > 0 {
+			if f.TTFTSLOs == nil {
+				f.TTFTSLOs = map[ledger.PriorityName]time.Duration{}
+			}
+			f.TTFTSLOs[ledger.PriorityName(p.Name)] = p.TTFTSLO.D()
+		}
 	}
 	f.Lease = fleet.Lease{SessionTTL: t.SessionTTL.D(), OrphanHold: t.OrphanHold.D()}
 	if t.RecoveryWindow != nil {

@@ -3,7 +3,8 @@ package chaos
 // The event log: one JSON object per line, each with "type" and "t"
 // (seconds since load start). Types: request, fault, engine (a sample of
 // one engine's /admin/stats), audit (a sample of the reserver's
-// /v1/audit), reclaim (a killed holder's leases gone). The recorder keeps
+// /v1/audit), reclaim (a killed holder's leases gone), breaker (an
+// engine's circuit breaker changed between two audits). The recorder keeps
 // what the checks need in memory as it writes.
 
 import (
@@ -44,6 +45,15 @@ type RequestEvent struct {
 	// request; Completion the completion tokens its usage reported.
 	TTFTMS     float64 `json:"ttft_ms,omitempty"`
 	Completion int     `json:"completion_tokens,omitempty"`
+	// HeadersMS is the time to the response's status and headers (for a
+	// stream through a router: to the engine's first response byte).
+	HeadersMS float64 `json:"headers_ms,omitempty"`
+	// Engine is the engine that answered (the router's
+	// X-Leasehold-Engine header).
+	Engine string `json:"engine,omitempty"`
+
+	// firstToken, when set, is called at the first token.
+	firstToken func()
 }
 
 // FaultEvent is one fault step.
@@ -97,7 +107,13 @@ type AuditSample struct {
 	TenantShare map[string]float64 `json:"tenant_share,omitempty"`
 	// Stale lists the engines the audit shows with stale telemetry.
 	Stale []string `json:"stale,omitempty"`
-	Err   string   `json:"err,omitempty"`
+	// Breakers is each engine's circuit-breaker state (closed, open,
+	// half_open) where the audit shows one.
+	Breakers map[string]string `json:"breakers,omitempty"`
+	// BreakerFailures is, per engine whose count is not zero, the
+	// consecutive failed dispatches its closed breaker has counted.
+	BreakerFailures map[string]int `json:"breaker_failures,omitempty"`
+	Err             string         `json:"err,omitempty"`
 }
 
 // ReclaimEvent is how long a router's leases outlived its death (SIGKILL)
@@ -124,8 +140,9 @@ type auditJSON struct {
 		RecoveringUntil *time.Time `json:"recovering_until"`
 	} `json:"pools"`
 	Engines []struct {
-		Engine string `json:"engine"`
-		Stale  bool   `json:"stale"`
+		Engine  string          `json:"engine"`
+		Stale   bool            `json:"stale"`
+		Breaker json.RawMessage `json:"breaker"`
 	} `json:"engines"`
 	Leases []struct {
 		ID       string `json:"id"`
@@ -149,6 +166,10 @@ type recorder struct {
 	engines  []EngineSample
 	audits   []AuditSample
 	reclaims []ReclaimEvent
+	// breaker is each engine's last breaker state seen, breakerEvents
+	// its changes.
+	breaker       map[string]string
+	breakerEvents []BreakerEvent
 }
 
 func newRecorder(path string) (*recorder, error) {
@@ -283,6 +304,18 @@ func (c *cluster) sampleAudit(ctx context.Context, rec *recorder) (*auditJSON, e
 			if e.Stale {
 				s.Stale = append(s.Stale, e.Engine)
 			}
+			if st, ok := breakerState(e.Breaker); ok {
+				if s.Breakers == nil {
+					s.Breakers = map[string]string{}
+				}
+				s.Breakers[e.Engine] = st
+			}
+			if n := breakerFailures(e.Breaker); n > 0 {
+				if s.BreakerFailures == nil {
+					s.BreakerFailures = map[string]int{}
+				}
+				s.BreakerFailures[e.Engine] = n
+			}
 		}
 		for k, v := range byTenant {
 			if pool > 0 {
@@ -291,6 +324,9 @@ func (c *cluster) sampleAudit(ctx context.Context, rec *recorder) (*auditJSON, e
 		}
 	}
 	rec.audit(s)
+	if s.Breakers != nil {
+		rec.breakers(s.T, s.Breakers)
+	}
 	return a, err
 }
 
@@ -313,6 +349,17 @@ func holdersOf(a *auditJSON, id string) (holders []string, leases int) {
 
 // ReadEvents reads an event log back into its typed events.
 func ReadEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines []EngineSample, audits []AuditSample, reclaims []ReclaimEvent, err error) {
+	reqs, faults, engines, audits, reclaims, _, err = readEvents(path)
+	return
+}
+
+// ReadBreakerEvents reads the breaker events of an event log.
+func ReadBreakerEvents(path string) ([]BreakerEvent, error) {
+	_, _, _, _, _, bs, err := readEvents(path)
+	return bs, err
+}
+
+func readEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines []EngineSample, audits []AuditSample, reclaims []ReclaimEvent, breakers []BreakerEvent, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return
@@ -324,6 +371,7 @@ func ReadEvents(path string) (reqs []RequestEvent, faults []FaultEvent, engines 
 		"engine":  func(line []byte) error { return appendJSON(line, &engines) },
 		"audit":   func(line []byte) error { return appendJSON(line, &audits) },
 		"reclaim": func(line []byte) error { return appendJSON(line, &reclaims) },
+		"breaker": func(line []byte) error { return appendJSON(line, &breakers) },
 	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)

@@ -58,6 +58,13 @@ func WriteTable(w io.Writer, res *Result) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%d\t%d\t%.2f\t\n", e.Engine, e.KVCapacity, e.PeakDemand, e.KVRatio, e.Slots, e.PeakSeqs, e.SlotRatio)
 	}
 	tw.Flush()
+	if res.TTFTEstimate != nil {
+		fmt.Fprintf(w, "routers' TTFT estimate error |estimate − observed| / observed: p50 %s\n", res.TTFTEstimate)
+	}
+	if len(res.Spike) > 0 {
+		fmt.Fprintln(w)
+		WriteSpike(w, res.Spike)
+	}
 	if res.Chart != "" {
 		fmt.Fprintf(w, "chart: %s\n", res.Chart)
 	}

@@ -15,11 +15,12 @@ import (
 )
 
 // tablesEnv picks the report's tables (comma-separated: goodput,
-// headroom, first-use; default all).
+// headroom, first-use, spike; default all).
 const tablesEnv = "LEASEHOLD_BENCH_TABLES"
 
 // BenchmarkReport is the goodput benchmark (make bench): GoodputVariants
-// and FirstUseVariants, printed as markdown tables. The goodput window
+// and FirstUseVariants, printed as markdown tables, and the spike
+// scenario with its baselines (seed 002's table). The goodput window
 // after its warmup is 15 phases (30 s at the default BENCH_PHASE of 2s).
 // Run directories stay under DefaultRunsDir.
 func BenchmarkReport(b *testing.B) {
@@ -62,8 +63,36 @@ func BenchmarkReport(b *testing.B) {
 				fmt.Sprintf("First use: 1 engine (64 slots, 16,384 KV tokens, uniform outputs mean 128, context 4,096, speed 10), "+
 					"1 router on the embedded ledger, 48 closed-loop clients, non-streamed chat; %s warmup, %s measured", d, 15*d/2))
 		}
+		if only("spike") {
+			spikeTable(ctx, b, out, filepath.Join(runs, "spike"), bins)
+		}
 	}
 	fmt.Print(out.String())
+}
+
+// spikeTable runs the spike scenario with its baselines (seed 002's table)
+// and writes the table and the SLO run's verdicts.
+func spikeTable(ctx context.Context, b *testing.B, out io.Writer, dir string, bins Binaries) {
+	sc, err := Load("spike")
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	res, err := Run(ctx, sc, Options{Binaries: bins, RunDir: dir, NoChart: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := sc.Workload
+	fmt.Fprintf(out, "\nSpike: %d engines (%d slots, %d KV tokens, speed %g), %d routers on %s; open loop %g requests/s, ×%g from %s for %s, %s in all; "+
+		"streamed chat, half interactive (ttft_slo in the last row), half batch; a client gives up without a first token after %s (%.0fs)\n\n",
+		sc.Topology.Engines[0].Count, sc.Topology.Engines[0].Slots, sc.Topology.Engines[0].KVTokens, sc.Topology.Engines[0].Speed,
+		sc.Topology.Routers, sc.Topology.Ledger, w.Rate, w.Spike.Factor, w.Spike.At, w.Spike.For, w.Duration, w.FirstTokenTimeout,
+		time.Since(start).Seconds())
+	WriteSpike(out, res.Spike)
+	for _, c := range res.Checks {
+		fmt.Fprintf(out, "\n%s %s: %s %s", passWord(c.Pass), c.Check, c.Figure, c.Detail)
+	}
+	fmt.Fprintln(out)
 }
 
 // table runs vs and writes their table under title.

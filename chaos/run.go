@@ -72,6 +72,13 @@ type Result struct {
 	// (nil without routers, or when one could not be read: RouterErr).
 	Router    *RouterCounters `json:"router,omitempty"`
 	RouterErr string          `json:"router_error,omitempty"`
+	// TTFTEstimate is the routers' TTFT estimate error when the load
+	// ended (nil where they export none).
+	TTFTEstimate *EstimateError `json:"ttft_estimate_error,omitempty"`
+	// Spike is a scenario with baselines' table: each baseline path, then
+	// the scenario's own run (whose checks and figures the rest of the
+	// Result holds).
+	Spike []SpikeRow `json:"spike,omitempty"`
 }
 
 // CompareRow is one variant of a compare scenario.
@@ -154,6 +161,8 @@ func Run(ctx context.Context, sc *Scenario, opts Options) (*Result, error) {
 	var res *Result
 	if s.Compare != nil {
 		res, err = runCompare(ctx, s, dir, opts)
+	} else if len(s.Baselines) > 0 && !opts.Short {
+		res, err = runBaselines(ctx, s, dir, opts)
 	} else {
 		res, err = runOne(ctx, s, dir, opts)
 	}
@@ -374,6 +383,11 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 		} else {
 			res.Router = &rc
 		}
+		if e, err := c.ttftEstimateError(ctx); err != nil {
+			res.RouterErr = err.Error()
+		} else {
+			res.TTFTEstimate = e
+		}
 	}
 
 	// Drain: every lease should be released now that the load is over.
@@ -407,7 +421,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 
 	rec.mu.Lock()
 	ev.requests, ev.faults, ev.engines = rec.requests, rec.faults, rec.engines
-	ev.audits, ev.reclaims = rec.audits, rec.reclaims
+	ev.audits, ev.reclaims, ev.breakers = rec.audits, rec.reclaims, rec.breakerEvents
 	rec.mu.Unlock()
 	res.Pass = true
 	for _, name := range s.Checks {
@@ -435,7 +449,8 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 // isLedgerCheck: checks that read the ledger audit, meaningless without it.
 func isLedgerCheck(name string) bool {
 	switch name {
-	case CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckPriorityHeadroom, CheckTenantQuota, CheckStaleSeen:
+	case CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckPriorityHeadroom, CheckTenantQuota, CheckStaleSeen,
+		CheckBreakerTransitions:
 		return true
 	}
 	return false

@@ -70,11 +70,16 @@ const (
 	FaultEngineCrash      = "engine_crash"      // enginesim aborts every request and fails new ones for `for`
 	FaultClockOffset      = "clock_offset"      // restart a router with --clock-offset (LEASEHOLD_CLOCK_OFFSET) = offset
 	FaultDuplicateRetries = "duplicate_retries" // clients send each request twice with one X-Request-Id for `for`
+	// The engine faults of issue 16 (enginefail.go), each for `for`.
+	FaultEngineKill   = "engine_kill"   // SIGKILL an enginesim: listener and connections close; restarted empty after `for`
+	FaultEngineHang   = "engine_hang"   // enginesim leaves new requests unanswered (POST /admin/fail hang)
+	FaultEngineErrors = "engine_errors" // enginesim answers every request 500 (POST /admin/fail errors)
 )
 
 var faultKinds = []string{
 	FaultKillRouter, FaultStopRouter, FaultContRouter, FaultKillReserver, FaultRestartRedis,
 	FaultPartition, FaultStaleTelemetry, FaultEngineCrash, FaultClockOffset, FaultDuplicateRetries,
+	FaultEngineKill, FaultEngineHang, FaultEngineErrors,
 }
 
 // Partition links and modes.
@@ -104,12 +109,19 @@ const (
 	// Audit-sample checks.
 	CheckPriorityHeadroom = "priority_headroom"
 	CheckTenantQuota      = "tenant_quota"
+	// Engine-failure checks (enginefail.go).
+	CheckFailuresAfterCrash = "failures_after_crash"
+	CheckHangBounded        = "hang_bounded"
+	CheckBreakerTransitions = "breaker_transitions"
+	// Spike checks (spike.go).
+	CheckTTFTSLOHeld = "ttft_slo_held"
 )
 
 var checkNames = []string{
 	CheckNoOverCapacity, CheckReclaim, CheckNoLeasesAtEnd, CheckNoDeadHolder, CheckCleanErrors,
 	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
+	CheckFailuresAfterCrash, CheckHangBounded, CheckBreakerTransitions, CheckTTFTSLOHeld,
 }
 
 // DefaultChecks run when a scenario lists none.
@@ -131,6 +143,10 @@ type Scenario struct {
 	// Compare, when set, runs the workload once per router count and
 	// admission mode and prints peak usage / capacity side by side.
 	Compare *Compare `yaml:"compare,omitempty"`
+	// Baselines, when set, run the same workload first along each listed
+	// path (direct, local, no_slo: see spike.go) and report them beside the
+	// scenario's own run in one table; skipped by --short.
+	Baselines []string `yaml:"baselines,omitempty"`
 	// Short overrides parts of the scenario for CI (--short).
 	Short *Short `yaml:"short,omitempty"`
 }
@@ -175,6 +191,22 @@ type Topology struct {
 	GrowthHeadroom *float64 `yaml:"growth_headroom,omitempty"`
 	// RouterFlags are extra flags for every router.
 	RouterFlags []string `yaml:"router_flags,omitempty"`
+	// Breaker is the pool's circuit breaker (fleet pools[].breaker;
+	// default: the fleet's).
+	Breaker *BreakerSpec `yaml:"breaker,omitempty"`
+	// FirstByteTimeout is the pool's first_byte_timeout: how long a router
+	// waits for an engine's first response byte before it fails over
+	// (default: the fleet's). hang_bounded judges against it.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout,omitempty"`
+}
+
+// BreakerSpec is the fleet file's pools[].breaker: zero fields take the
+// fleet's defaults.
+type BreakerSpec struct {
+	Failures  int      `yaml:"failures,omitempty"`
+	Cooldown  Duration `yaml:"cooldown,omitempty"`
+	Probes    int      `yaml:"probes,omitempty"`
+	Successes int      `yaml:"successes,omitempty"`
 }
 
 // elastic reports whether the pool reserves elastically (judged on actual
@@ -214,6 +246,9 @@ func (t TenantSpec) APIKey() string { return "sk-" + t.Name }
 type PrioritySpec struct {
 	Name    string  `yaml:"name"`
 	MaxFill float64 `yaml:"max_fill"`
+	// TTFTSLO is the class's ttft_slo (0: none): routers refuse what they
+	// estimate would miss it; ttft_slo_held judges it.
+	TTFTSLO Duration `yaml:"ttft_slo,omitempty"`
 }
 
 // Workload is the client pool's traffic.
@@ -228,6 +263,8 @@ type Workload struct {
 	// MaxInFlight (default 256).
 	Rate        float64 `yaml:"rate,omitempty"`
 	MaxInFlight int     `yaml:"max_in_flight,omitempty"`
+	// Spike multiplies Rate by Factor from At for For (open loop only).
+	Spike *Spike `yaml:"spike,omitempty"`
 	// PromptTokens and OutputTokens (max_tokens) are drawn per request.
 	PromptTokens Dist `yaml:"prompt_tokens"`
 	OutputTokens Dist `yaml:"output_tokens"`
@@ -247,6 +284,10 @@ type Workload struct {
 	Seed uint64 `yaml:"seed,omitempty"`
 	// Timeout bounds one request (default 30s).
 	Timeout Duration `yaml:"timeout,omitempty"`
+	// FirstTokenTimeout, when set, is how long a client waits for a
+	// streamed request's first token before it gives up (recorded as a
+	// failure: the system was too slow, not the client).
+	FirstTokenTimeout Duration `yaml:"first_token_timeout,omitempty"`
 	// Backoff: a client honours Retry-After up to this long (default 200ms)
 	// before its next request.
 	Backoff Duration `yaml:"backoff,omitempty"`
@@ -254,6 +295,13 @@ type Workload struct {
 	// (a benchmark's window) instead of waiting for them; they are
 	// recorded with Err "client: cut at end of load".
 	CutAtEnd bool `yaml:"cut_at_end,omitempty"`
+}
+
+// Spike is a step in open-loop arrivals: Rate × Factor in [At, At+For).
+type Spike struct {
+	At     Duration `yaml:"at"`
+	For    Duration `yaml:"for"`
+	Factor float64  `yaml:"factor"`
 }
 
 // Dist is a token-count distribution: uniform in [min, max], or fixed when
@@ -300,6 +348,8 @@ type Short struct {
 	// Faults, when given, replace the scenario's.
 	Faults  []Fault `yaml:"faults,omitempty"`
 	Routers []int   `yaml:"compare_routers,omitempty"`
+	// Spike, when given, replaces the workload's.
+	Spike *Spike `yaml:"spike,omitempty"`
 }
 
 // Duration is a time.Duration written as "3s" in YAML.
@@ -479,6 +529,10 @@ func (s *Scenario) WithShort() *Scenario {
 	}
 	if sh.Faults != nil {
 		c.Faults = slices.Clone(sh.Faults)
+	}
+	if sh.Spike != nil {
+		sp := *sh.Spike
+		c.Workload.Spike = &sp
 	}
 	if sh.Routers != nil && c.Compare != nil {
 		c.Compare.Routers = slices.Clone(sh.Routers)

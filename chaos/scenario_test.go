@@ -23,7 +23,7 @@ workload:
 
 func TestBuiltinScenariosParse(t *testing.T) {
 	names := Names()
-	for _, want := range []string{"quickstart", "kill-routers", "redis-restart", "partition", "stale-telemetry", "tenant-quota", "priority-headroom", "compare"} {
+	for _, want := range []string{"quickstart", "kill-routers", "redis-restart", "partition", "stale-telemetry", "tenant-quota", "priority-headroom", "compare", "engine-failure", "spike"} {
 		if !contains(names, want) {
 			t.Errorf("built-in scenarios %v lack %s", names, want)
 		}
@@ -73,6 +73,20 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"output sigma", "topology:\n  engines: [{kv_tokens: 20000, slots: 8, output_sigma: 6}]\n", "topology.engines[0].output_sigma"},
 		{"max model len", "topology:\n  engines: [{kv_tokens: 20000, slots: 8, max_model_len: 30000}]\n", "topology.engines[0].max_model_len"},
 		{"no max tokens", "workload:\n  no_max_tokens: 1.5\n", "workload.no_max_tokens"},
+		{"engine fault target", "faults: [{at: 1s, kind: engine_hang, target: engine-7, for: 1s}]\n", "faults[0].target"},
+		{"engine fault for", "faults: [{at: 1s, kind: engine_kill, target: engine-0}]\n", "faults[0].for"},
+		{"ttft_slo", "topology:\n  priorities: [{name: interactive, max_fill: 1, ttft_slo: -1s}]\n", "topology.priorities[0].ttft_slo"},
+		{"breaker", "topology:\n  breaker: {failures: -2}\n", "topology.breaker.failures"},
+		{"first byte timeout", "topology:\n  first_byte_timeout: -1s\n", "topology.first_byte_timeout"},
+		{"hang check without a timeout", "checks: [hang_bounded]\n", "judges against topology.first_byte_timeout"},
+		{"slo check without a slo", "checks: [ttft_slo_held]\n", "needs a topology.priorities[].ttft_slo"},
+		{"spike closed loop", "workload:\n  spike: {at: 1s, for: 1s, factor: 10}\n", "needs open-loop arrivals"},
+		{"spike past the load", "workload:\n  concurrency: 0\n  rate: 5\n  spike: {at: 1s, for: 5s, factor: 10}\n", "ends after workload.duration"},
+		{"spike factor", "workload:\n  concurrency: 0\n  rate: 5\n  spike: {at: 0s, for: 1s, factor: 0}\n", "workload.spike.factor"},
+		{"baseline path", "baselines: [carrier_pigeon]\n", "baselines[0]"},
+		{"baseline without a slo", "baselines: [no_slo]\n", "needs a topology.priorities[].ttft_slo to leave out"},
+		{"baselines with faults", "baselines: [direct]\nfaults: [{at: 1s, kind: kill_router}]\n", "want a fault-free ledger-admission scenario"},
+		{"first token timeout", "workload:\n  first_token_timeout: -1s\n", "workload.first_token_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(merge(t, minimal, tc.edit)))

@@ -97,8 +97,24 @@ func (s *Scenario) Validate() error {
 		tenants[tn.Name] = true
 	}
 	prios := map[string]bool{}
-	for _, p := range t.Priorities {
+	slo := false
+	for i, p := range t.Priorities {
 		prios[p.Name] = true
+		if p.TTFTSLO < 0 {
+			bad(fmt.Sprintf("topology.priorities[%d].ttft_slo", i), "%s: want >= 0 (0: none)", p.TTFTSLO)
+		}
+		slo = slo || p.TTFTSLO > 0
+	}
+	if b := t.Breaker; b != nil {
+		if b.Failures < -1 {
+			bad("topology.breaker.failures", "%d: want >= 1, or -1 (off), or 0 (the fleet's default)", b.Failures)
+		}
+		if b.Cooldown < 0 || b.Probes < 0 || b.Successes < 0 {
+			bad("topology.breaker", "cooldown %s, probes %d, successes %d: want each >= 0 (0: the fleet's default)", b.Cooldown, b.Probes, b.Successes)
+		}
+	}
+	if t.FirstByteTimeout < 0 {
+		bad("topology.first_byte_timeout", "%s: want >= 0 (0: the fleet's default)", t.FirstByteTimeout)
 	}
 	if t.SessionTTL.D() < time.Second {
 		bad("topology.session_ttl", "%s: want >= 1s", t.SessionTTL)
@@ -137,6 +153,23 @@ func (s *Scenario) Validate() error {
 			bad("workload.priorities", "%q is not a topology priority", name)
 		}
 	}
+	if sp := w.Spike; sp != nil {
+		switch {
+		case w.Rate <= 0:
+			bad("workload.spike", "needs open-loop arrivals (workload.rate)")
+		case sp.Factor <= 0 || sp.Factor > 100:
+			bad("workload.spike.factor", "%g: want (0, 100]", sp.Factor)
+		case sp.At < 0 || sp.For <= 0:
+			bad("workload.spike", "at %s for %s: want at >= 0, for > 0", sp.At, sp.For)
+		case sp.At+sp.For > w.Duration:
+			bad("workload.spike", "at %s for %s ends after workload.duration %s", sp.At, sp.For, w.Duration)
+		case w.Rate*sp.Factor > 10000:
+			bad("workload.spike.factor", "%g: the spike's rate %g is over 10000", sp.Factor, w.Rate*sp.Factor)
+		}
+	}
+	if w.FirstTokenTimeout < 0 {
+		bad("workload.first_token_timeout", "%s: want >= 0 (0: none)", w.FirstTokenTimeout)
+	}
 	if w.NoMaxTokens < 0 || w.NoMaxTokens > 1 {
 		bad("workload.no_max_tokens", "%g: want [0, 1]", w.NoMaxTokens)
 	}
@@ -154,6 +187,24 @@ func (s *Scenario) Validate() error {
 		if !slices.Contains(checkNames, c) {
 			bad(fmt.Sprintf("checks[%d]", i), "%q: want one of %s", c, strings.Join(checkNames, ", "))
 		}
+		switch {
+		case c == CheckHangBounded && t.FirstByteTimeout <= 0:
+			bad(fmt.Sprintf("checks[%d]", i), "%s judges against topology.first_byte_timeout: set it", c)
+		case c == CheckTTFTSLOHeld && !slo:
+			bad(fmt.Sprintf("checks[%d]", i), "%s needs a topology.priorities[].ttft_slo", c)
+		}
+	}
+	for i, b := range s.Baselines {
+		p := fmt.Sprintf("baselines[%d]", i)
+		switch {
+		case !slices.Contains(baselinePaths, b):
+			bad(p, "%q: want one of %s", b, strings.Join(baselinePaths, ", "))
+		case b == BaselineNoSLO && !slo:
+			bad(p, "%s needs a topology.priorities[].ttft_slo to leave out", b)
+		}
+	}
+	if len(s.Baselines) > 0 && (len(s.Faults) > 0 || s.Compare != nil || t.Admission != AdmissionLedger) {
+		bad("baselines", "want a fault-free ledger-admission scenario without compare (the baselines run its load along other paths)")
 	}
 	if c := s.Compare; c != nil {
 		if len(c.Routers) == 0 {
@@ -202,7 +253,7 @@ func validateFaults(path string, faults []Fault, s *Scenario) []error {
 			if s.Topology.Ledger != LedgerRedis {
 				bad(i, "kind", "restart_redis needs topology.ledger: redis")
 			}
-		case FaultStaleTelemetry, FaultEngineCrash:
+		case FaultStaleTelemetry, FaultEngineCrash, FaultEngineKill, FaultEngineHang, FaultEngineErrors:
 			if !validTarget(f.Target, "engine", s.engineCount()) {
 				bad(i, "target", "%q: want engine-0..engine-%d or all", f.Target, s.engineCount()-1)
 			}

@@ -64,6 +64,19 @@ func TestScenariosShortEtcd(t *testing.T) {
 			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis }) {
 				t.Skip("restarts redis-server: no etcd counterpart")
 			}
+			if raceEnabled {
+				// The etcd embedded here runs under the race detector: its
+				// latency is not etcd's. Measured on two cores: spike p95
+				// TTFT 1.4-2.0 s with -race, 0.4-0.7 s without;
+				// engine-failure's p99 first byte 2.0 s with -race.
+				sc.Checks = slices.DeleteFunc(slices.Clone(sc.Checks), func(c string) bool {
+					if c == CheckTTFTSLOHeld || c == CheckHangBounded {
+						t.Logf("%s not judged: it judges latency, and -race slows the embedded etcd", c)
+						return true
+					}
+					return false
+				})
+			}
 			runShort(t, sc, Options{Ledger: LedgerEtcd, Etcd: es.HostPort(), Binaries: bins})
 		})
 	}

@@ -3,8 +3,9 @@ package chaos
 // The client pool: OpenAI requests with the fleet's API keys, spread over
 // the routers the runner has not taken down (as a load balancer with
 // health checks would), closed loop (Concurrency clients) or open loop
-// (Poisson arrivals at Rate). Every draw comes from the workload seed, so
-// a replay sends the same requests in the same order per client.
+// (Poisson arrivals at Rate, times workload.spike's factor during it).
+// Every draw comes from the workload seed, so a replay sends the same
+// requests in the same order per client.
 
 import (
 	"bufio"
@@ -202,8 +203,10 @@ func (t *traffic) run(ctx context.Context, stop time.Time) {
 	rng := rand.New(rand.NewPCG(w.Seed, 0))
 	sem := make(chan struct{}, w.MaxInFlight)
 	next := time.Now()
+	begin := stop.Add(-w.Duration.D()) // load start: the spike's origin
 	for seq := 0; ctx.Err() == nil; seq++ {
-		next = next.Add(time.Duration(-math.Log(1-rng.Float64()) / w.Rate * float64(time.Second)))
+		rate := w.rateAt(next.Sub(begin))
+		next = next.Add(time.Duration(-math.Log(1-rng.Float64()) / rate * float64(time.Second)))
 		if next.After(stop) {
 			break
 		}
@@ -273,15 +276,28 @@ func (t *traffic) send(ctx context.Context, r *routerNode, req request, dup bool
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, w.Timeout.D())
 	defer cancel()
+	var gaveUp *time.Timer
+	if req.stream && w.FirstTokenTimeout > 0 {
+		gaveUp = time.AfterFunc(w.FirstTokenTimeout.D(), cancel)
+		ev.firstToken = func() { gaveUp.Stop() }
+	}
 	wait := t.exchange(rctx, r, endpoint, b, req, &ev, start)
 	end := time.Now()
+	if gaveUp != nil && ev.TTFTMS == 0 && !gaveUp.Stop() && ctx.Err() == nil && ev.Status/100 != 4 && ev.Status != 503 {
+		ev.Err = fmt.Sprintf("%s: no first token within %s", errFirstToken, w.FirstTokenTimeout)
+	}
 	if w.CutAtEnd && ctx.Err() != nil && (ev.Err != "" || ev.Status == 0) {
 		ev.Err = errCutAtEnd
 	}
 	ev.T, ev.End, ev.LatencyMS = t.rec.since(start), t.rec.since(end), float64(end.Sub(start).Microseconds())/1000
+	ev.firstToken = nil
 	t.rec.request(ev)
 	return wait
 }
+
+// errFirstToken starts the Err of a stream the client gave up on for want
+// of a first token (workload.first_token_timeout).
+const errFirstToken = "first token timeout"
 
 // errCutAtEnd is the Err of a request CutAtEnd cancelled ("client:"
 // errors are the client's own, not the system's).
@@ -341,6 +357,8 @@ func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, 
 	}
 	defer resp.Body.Close()
 	ev.Status = resp.StatusCode
+	ev.HeadersMS = float64(time.Since(start).Microseconds()) / 1000
+	ev.Engine = resp.Header.Get("X-Leasehold-Engine")
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error struct {
@@ -377,6 +395,9 @@ func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, 
 			done = true
 		case ev.TTFTMS == 0 && hasText(data):
 			ev.TTFTMS = float64(time.Since(start).Microseconds()) / 1000
+			if ev.firstToken != nil {
+				ev.firstToken()
+			}
 		case bytes.Contains(data, []byte(`"usage":{`)):
 			if n, ok := usageOf(data); ok {
 				ev.Completion = n

@@ -71,6 +71,7 @@ type evidence struct {
 	engines  []EngineSample
 	audits   []AuditSample
 	reclaims []ReclaimEvent
+	breakers []BreakerEvent
 	// endLeases is the audit's lease count after the drain (-1: unknown),
 	// endWait how long the drain wait took.
 	endLeases int

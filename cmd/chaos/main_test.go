@@ -22,6 +22,8 @@ func TestCLI(t *testing.T) {
 		stderr string
 	}{
 		{"list", []string{"list"}, 0, "quickstart", ""},
+		{"list names engine-failure", []string{"list"}, 0, "engine-failure       one engine killed, one hung, one answering 500s", ""},
+		{"list names spike", []string{"list"}, 0, "spike                a 10× step in arrivals", ""},
 		{"no args", nil, 2, "", "usage: chaos"},
 		{"unknown scenario", []string{"nope"}, 2, "", "neither a file nor a built-in scenario"},
 		{"unknown field", []string{bad}, 2, "", "field surprise not found"},
