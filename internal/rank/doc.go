@@ -7,10 +7,17 @@
 //
 //   - an engine whose circuit breaker is open, or that is draining, is no
 //     candidate (the ledger would refuse it);
+//   - then half-open engines: the ledger grants at most the pool's
+//     breaker probes on them fleet-wide and passes over them to the next
+//     candidate in the same Acquire once those are out, so trying them
+//     first costs at most that many requests a failover, and an engine
+//     that healed closes again at once instead of waiting for the healthy
+//     ones to fill up (ranked last, a recovered engine stayed half-open
+//     through the whole engine-failure scenario while one engine of four
+//     carried the load);
 //   - then healthy engines, then engines this router saw fail recently
 //     (internal/enginehealth: a crashed engine fails fast, frees its
-//     leases and looks the emptiest), then half-open engines (their probe
-//     budget is the ledger's).
+//     leases and looks the emptiest).
 //
 // Within a tier the score is free capacity, the smaller of the free KV and
 // free slot fractions as the router sees them (its own leases and the

@@ -41,11 +41,11 @@ func (v View) tier() int {
 	case v.Health.Breaker == ledger.BreakerOpen || v.Health.Draining:
 		return -1
 	case v.Health.Breaker == ledger.BreakerHalfOpen:
-		return 2
+		return 0
 	case v.Health.Demoted:
-		return 1
+		return 2
 	}
-	return 0
+	return 1
 }
 
 // Options are one ranking's settings.

@@ -50,13 +50,20 @@ func TestFreeCapacityAndAffinity(t *testing.T) {
 }
 
 // Health comes before capacity: an open or draining engine is no
-// candidate, one this router saw fail ranks after every healthy one
-// however empty it looks, and a half-open one last.
+// candidate, a half-open one goes first (the ledger grants it only its
+// probes and passes over it once they are out), and one this router saw
+// fail ranks after every healthy one however empty it looks.
 func TestHealthTiers(t *testing.T) {
 	empty := func(id ledger.EngineID, h enginehealth.Health) View {
 		return View{ID: id, CapKV: 100, CapSlots: 10, Health: h}
 	}
-	busy := func(id ledger.EngineID) View { return View{ID: id, CapKV: 100, CapSlots: 10, UsedKV: 95, UsedSlots: 9} }
+	busy := func(id ledger.EngineID, h ...enginehealth.Health) View {
+		v := View{ID: id, CapKV: 100, CapSlots: 10, UsedKV: 95, UsedSlots: 9}
+		if len(h) > 0 {
+			v.Health = h[0]
+		}
+		return v
+	}
 	for _, tc := range []struct {
 		name   string
 		views  []View
@@ -69,9 +76,12 @@ func TestHealthTiers(t *testing.T) {
 			[]View{empty("open", enginehealth.Health{Breaker: ledger.BreakerOpen}), busy("ok")}, "ok", ""},
 		{"draining: no candidate",
 			[]View{empty("drained", enginehealth.Health{Draining: true}), busy("ok")}, "ok", ""},
-		{"half-open after demoted",
-			[]View{empty("probe", enginehealth.Health{Breaker: ledger.BreakerHalfOpen}), empty("failing", enginehealth.Health{Demoted: true}), busy("ok")},
-			"ok,failing,probe", ""},
+		{"half-open first (the ledger bounds its probes), demoted last",
+			[]View{busy("ok"), empty("failing", enginehealth.Health{Demoted: true}), busy("probe", enginehealth.Health{Breaker: ledger.BreakerHalfOpen})},
+			"probe,ok,failing", ""},
+		{"half-open and demoted by this router: still probed first",
+			[]View{empty("ok", enginehealth.Health{}), busy("probe", enginehealth.Health{Breaker: ledger.BreakerHalfOpen, Demoted: true})},
+			"probe,ok", ""},
 		{"all open", []View{empty("x", enginehealth.Health{Breaker: ledger.BreakerOpen})}, "", ledger.ReasonBreakerOpen},
 		{"all out, one draining", []View{empty("x", enginehealth.Health{Breaker: ledger.BreakerOpen}), empty("y", enginehealth.Health{Draining: true})}, "", ledger.ReasonDraining},
 		{"no engines", nil, "", ""},
