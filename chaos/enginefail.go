@@ -313,11 +313,12 @@ func (ev *evidence) breakerAtEnd(e string) string {
 // checkBreakerTransitions: the ledger's breaker of every engine killed or
 // hung opened while the fault lasted (or within the settle time after
 // it), as the event log's breaker events show. There every dispatch
-// fails. An engine answering 500s is reported, not judged: requests it
-// was streaming when the fault began still succeed, and each success
-// resets the consecutive failures the breaker counts, while every router
+// fails. An engine answering 500s is reported, not judged: every router
 // that met a 500 demotes the engine on its own (internal/enginehealth),
-// so whether the count reaches breaker.failures is a race. Every
+// so whether breaker.failures failed dispatches reach the ledger depends
+// on how many routers try it first. (The requests it was streaming when
+// the fault began still succeed, but they were granted before its first
+// failure and no longer reset the count: ledger.Breaker.Fresh.) Every
 // transition seen is listed, and whether each judged breaker closed again
 // after its engine healed (reported, not judged).
 func (ev *evidence) checkBreakerTransitions() Verdict {

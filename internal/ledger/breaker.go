@@ -26,6 +26,17 @@ import (
 // only probe leases (Lease.Probe), at most Probes outstanding fleet-wide.
 // In half_open only probes' outcomes count; in open, outcomes of leases
 // granted before it opened are ignored.
+//
+// While closed, a success resets the count of consecutive failures only
+// when its lease was granted after the engine's latest counted failure
+// (Lease.Created > Breaker.LastFailureAt, in whole milliseconds of the
+// ledger clock): a stream granted before the engine started failing and
+// finishing fine says nothing about the engine since, and resetting on it
+// let an engine that fails every new request but still finishes its old
+// streams keep its count at one. A lease granted in the same millisecond
+// as the failure is taken as granted before it (no reset): the ledger
+// cannot order the two, and erring that way only opens a failing engine
+// sooner.
 
 // BreakerSpec is a pool's circuit-breaker thresholds (fleet file
 // pools[].breaker). The zero value takes the defaults; Failures < 0 turns
@@ -113,6 +124,11 @@ type Breaker struct {
 	// OpenedAt is when it last opened (ledger clock, ms precision); zero
 	// when it never did.
 	OpenedAt time.Time
+	// LastFailureAt is when the latest failure Report counted arrived
+	// (ledger clock, ms precision): a failure while closed or a failed
+	// probe. Zero when none did. Only a success on a lease granted after
+	// it resets Failures.
+	LastFailureAt time.Time
 	// Probes is the probe leases outstanding.
 	Probes int
 }
@@ -245,11 +261,13 @@ var BreakerTransitions = []BreakerTransition{TransitionOpened, TransitionHalfOpe
 func BreakerCounter(t BreakerTransition) string { return CounterBreaker + ":" + string(t) }
 
 // Report applies the outcome of a released lease to b (already read with
-// At at now): probe says whether the lease was a probe. It returns the new
-// state and the transition it made, if any. Probe leases free their slot
-// of the probe budget whatever their outcome; so does Unprobe for a probe
-// lease the ledger ends itself.
-func (b Breaker) Report(now time.Time, s BreakerSpec, probe bool, o Outcome) (Breaker, BreakerTransition) {
+// At at now): granted is the lease's grant time (Lease.Created, ledger
+// clock) and probe says whether it was a probe. It returns the new state
+// and the transition it made, if any. A success while closed resets the
+// count only if granted is a later millisecond than b.LastFailureAt (see
+// Fresh). Probe leases free their slot of the probe budget whatever their
+// outcome; so does Unprobe for a probe lease the ledger ends itself.
+func (b Breaker) Report(now time.Time, s BreakerSpec, granted time.Time, probe bool, o Outcome) (Breaker, BreakerTransition) {
 	if probe {
 		b.Probes = max(0, b.Probes-1)
 	}
@@ -260,10 +278,13 @@ func (b Breaker) Report(now time.Time, s BreakerSpec, probe bool, o Outcome) (Br
 	switch b.State {
 	case BreakerClosed:
 		if !o.Failure() {
-			b.Failures = 0
+			if b.Fresh(granted) {
+				b.Failures = 0
+			}
 			return b, TransitionNone
 		}
 		b.Failures++
+		b.LastFailureAt = now
 		if b.Failures >= s.Failures {
 			b.State, b.Failures, b.OpenedAt = BreakerOpen, 0, now
 			return b, TransitionOpened
@@ -273,7 +294,7 @@ func (b Breaker) Report(now time.Time, s BreakerSpec, probe bool, o Outcome) (Br
 			return b, TransitionNone
 		}
 		if o.Failure() {
-			b.State, b.Successes, b.OpenedAt = BreakerOpen, 0, now
+			b.State, b.Successes, b.OpenedAt, b.LastFailureAt = BreakerOpen, 0, now, now
 			return b, TransitionReopened
 		}
 		b.Successes++
@@ -283,6 +304,15 @@ func (b Breaker) Report(now time.Time, s BreakerSpec, probe bool, o Outcome) (Br
 		}
 	}
 	return b, TransitionNone
+}
+
+// Fresh reports whether a lease granted at granted (Lease.Created) was
+// granted after b's latest counted failure, comparing whole milliseconds
+// of the ledger clock: a lease of the failure's own millisecond is not
+// fresh. With no failure counted (LastFailureAt zero) every lease is.
+// scripts/lua/release.lua compares the same milliseconds.
+func (b Breaker) Fresh(granted time.Time) bool {
+	return b.LastFailureAt.IsZero() || granted.UnixMilli() > b.LastFailureAt.UnixMilli()
 }
 
 // Unprobe frees a probe lease's slot of the budget when the ledger ends

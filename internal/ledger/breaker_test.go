@@ -8,46 +8,78 @@ import (
 func TestBreakerRule(t *testing.T) {
 	t0 := time.UnixMilli(1_000_000)
 	spec := BreakerSpec{Failures: 3, Cooldown: 10 * time.Second, Probes: 1, Successes: 2}
+	const ms = time.Millisecond
 	type step struct {
-		at      time.Duration // after t0
+		at      time.Duration // the release, after t0
+		granted time.Duration // the lease's grant (Lease.Created), after t0
 		probe   bool
 		outcome Outcome
 		want    BreakerState
 		trans   BreakerTransition
+		fails   int // Failures after the step
 	}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 	}{
-		{"successes reset the count", []step{
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{1, false, OutcomeReset, BreakerClosed, TransitionNone},
-			{2, false, OutcomeOK, BreakerClosed, TransitionNone},
-			{3, false, OutcomeStatus5xx, BreakerClosed, TransitionNone},
-			{4, false, OutcomeStatus5xx, BreakerClosed, TransitionNone},
+		{"fresh successes reset the count", []step{
+			{1 * ms, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{2 * ms, 1 * ms, false, OutcomeReset, BreakerClosed, TransitionNone, 2},
+			{4 * ms, 3 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 0},
+			{5 * ms, 4 * ms, false, OutcomeStatus5xx, BreakerClosed, TransitionNone, 1},
+			{6 * ms, 5 * ms, false, OutcomeStatus5xx, BreakerClosed, TransitionNone, 2},
+		}},
+		{"a stale success does not reset the count", []step{
+			{10 * ms, 9 * ms, false, OutcomeStatus5xx, BreakerClosed, TransitionNone, 1},
+			{20 * ms, 19 * ms, false, OutcomeStatus5xx, BreakerClosed, TransitionNone, 2},
+			{25 * ms, 5 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 2},  // granted before both
+			{26 * ms, 15 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 2}, // granted between them
+			{30 * ms, 29 * ms, false, OutcomeStatus5xx, BreakerOpen, TransitionOpened, 0},
+		}},
+		{"a success granted in the failure's millisecond is stale", []step{
+			{10*ms + 100*time.Microsecond, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{12 * ms, 10*ms + 900*time.Microsecond, false, OutcomeOK, BreakerClosed, TransitionNone, 1},
+			{13 * ms, 10 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 1},
+			{14 * ms, 11 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 0},
+		}},
+		{"after a fresh success, a stale one changes nothing", []step{
+			{10 * ms, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{12 * ms, 11 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 0},
+			{13 * ms, 12 * ms, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{14 * ms, 11 * ms, false, OutcomeOK, BreakerClosed, TransitionNone, 1},
 		}},
 		{"no evidence changes nothing", []step{
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{1, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{2, false, OutcomeNone, BreakerClosed, TransitionNone},
-			{3, false, OutcomeFirstByteTimeout, BreakerOpen, TransitionOpened},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{1 * ms, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 2},
+			{2 * ms, 0, false, OutcomeNone, BreakerClosed, TransitionNone, 2},
+			{3 * ms, 0, false, OutcomeFirstByteTimeout, BreakerOpen, TransitionOpened, 0},
 		}},
 		{"open ignores late outcomes, half-open after the cooldown, probes close it", []step{
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{0, false, OutcomeTTFTBreach, BreakerOpen, TransitionOpened},
-			{time.Second, false, OutcomeOK, BreakerOpen, TransitionNone},
-			{10 * time.Second, false, OutcomeOK, BreakerHalfOpen, TransitionNone}, // not a probe
-			{11 * time.Second, true, OutcomeOK, BreakerHalfOpen, TransitionNone},
-			{12 * time.Second, true, OutcomeOK, BreakerClosed, TransitionClosed},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 2},
+			{0, 0, false, OutcomeTTFTBreach, BreakerOpen, TransitionOpened, 0},
+			{time.Second, 0, false, OutcomeOK, BreakerOpen, TransitionNone, 0},
+			{10 * time.Second, 0, false, OutcomeOK, BreakerHalfOpen, TransitionNone, 0}, // not a probe
+			{11 * time.Second, 10 * time.Second, true, OutcomeOK, BreakerHalfOpen, TransitionNone, 0},
+			{12 * time.Second, 11 * time.Second, true, OutcomeOK, BreakerClosed, TransitionClosed, 0},
+		}},
+		{"after it closes, successes granted before it opened stay stale", []step{
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 2},
+			{0, 0, false, OutcomeConnect, BreakerOpen, TransitionOpened, 0},
+			{10 * time.Second, 10 * time.Second, true, OutcomeOK, BreakerHalfOpen, TransitionNone, 0},
+			{11 * time.Second, 11 * time.Second, true, OutcomeOK, BreakerClosed, TransitionClosed, 0},
+			{12 * time.Second, 12 * time.Second, false, OutcomeReset, BreakerClosed, TransitionNone, 1},
+			{13 * time.Second, -time.Second, false, OutcomeOK, BreakerClosed, TransitionNone, 1},
+			{14 * time.Second, 13 * time.Second, false, OutcomeOK, BreakerClosed, TransitionNone, 0},
 		}},
 		{"a failed probe reopens it for another cooldown", []step{
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{0, false, OutcomeConnect, BreakerClosed, TransitionNone},
-			{0, false, OutcomeConnect, BreakerOpen, TransitionOpened},
-			{10 * time.Second, true, OutcomeReset, BreakerOpen, TransitionReopened},
-			{19 * time.Second, false, OutcomeOK, BreakerOpen, TransitionNone},
-			{20 * time.Second, true, OutcomeOK, BreakerHalfOpen, TransitionNone},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 1},
+			{0, 0, false, OutcomeConnect, BreakerClosed, TransitionNone, 2},
+			{0, 0, false, OutcomeConnect, BreakerOpen, TransitionOpened, 0},
+			{10 * time.Second, 10 * time.Second, true, OutcomeReset, BreakerOpen, TransitionReopened, 0},
+			{19 * time.Second, 0, false, OutcomeOK, BreakerOpen, TransitionNone, 0},
+			{20 * time.Second, 20 * time.Second, true, OutcomeOK, BreakerHalfOpen, TransitionNone, 0},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,16 +90,45 @@ func TestBreakerRule(t *testing.T) {
 				if s.probe {
 					b.Probes++ // the probe's grant
 				}
+				before := b
 				var tr BreakerTransition
-				b, tr = b.Report(now, spec, s.probe, s.outcome)
-				if got := b.At(now, spec).State; got != s.want || tr != s.trans {
-					t.Fatalf("step %d (%s at %s): state %s, transition %q; want %s, %q", i, s.outcome, s.at, got, tr, s.want, s.trans)
+				b, tr = b.Report(now, spec, t0.Add(s.granted), s.probe, s.outcome)
+				if got := b.At(now, spec); got.State != s.want || tr != s.trans || got.Failures != s.fails {
+					t.Fatalf("step %d (%s at %s, granted at %s): state %s, %d failures, transition %q; want %s, %d, %q",
+						i, s.outcome, s.at, s.granted, got.State, got.Failures, tr, s.want, s.fails, s.trans)
 				}
 				if b.Probes != 0 {
 					t.Fatalf("step %d: %d probes outstanding after the probe's release", i, b.Probes)
 				}
+				// A failure that counts stamps LastFailureAt; nothing else
+				// moves it.
+				counted := s.outcome.Failure() && (before.State == BreakerClosed || (before.State == BreakerHalfOpen && s.probe))
+				if want := map[bool]time.Time{true: now, false: before.LastFailureAt}[counted]; !b.LastFailureAt.Equal(want) {
+					t.Fatalf("step %d (%s at %s): LastFailureAt = %s, want %s", i, s.outcome, s.at, b.LastFailureAt, want)
+				}
 			}
 		})
+	}
+}
+
+func TestBreakerFresh(t *testing.T) {
+	failed := time.UnixMilli(1_000_000).Add(400 * time.Microsecond)
+	for _, tc := range []struct {
+		name    string
+		b       Breaker
+		granted time.Time
+		want    bool
+	}{
+		{"no failure counted", Breaker{}, time.UnixMilli(1), true},
+		{"granted a millisecond later", Breaker{LastFailureAt: failed}, time.UnixMilli(1_000_001), true},
+		{"granted earlier in the failure's millisecond", Breaker{LastFailureAt: failed}, time.UnixMilli(1_000_000), false},
+		{"granted later in the failure's millisecond", Breaker{LastFailureAt: failed}, failed.Add(500 * time.Microsecond), false},
+		{"granted before", Breaker{LastFailureAt: failed}, time.UnixMilli(999_999), false},
+	} {
+		if got := tc.b.Fresh(tc.granted); got != tc.want {
+			t.Errorf("%s: Fresh(%s) with LastFailureAt %s = %v, want %v", tc.name, tc.granted.Format(time.StampMicro),
+				tc.b.LastFailureAt.Format(time.StampMicro), got, tc.want)
+		}
 	}
 }
 
@@ -93,7 +154,7 @@ func TestBreakerAdmits(t *testing.T) {
 }
 
 func TestBreakerOffIgnoresEvidence(t *testing.T) {
-	b, tr := Breaker{}.Report(time.Now(), BreakerSpec{Failures: -1}, false, OutcomeConnect)
+	b, tr := Breaker{}.Report(time.Now(), BreakerSpec{Failures: -1}, time.Now(), false, OutcomeConnect)
 	if b != (Breaker{}) || tr != TransitionNone {
 		t.Errorf("Report with the breaker off = %+v, %q; want no change", b, tr)
 	}

@@ -74,7 +74,9 @@
 //
 // Evidence is the Outcome its holder reports with Release (Usage.Outcome):
 // a failure (connect error, reset, 5xx, first-byte timeout, TTFT breach),
-// ok (resets the count), or none. Only a Release that releases the lease
+// ok (resets the count, but only when its lease was granted after the
+// latest counted failure, Breaker.LastFailureAt: a later millisecond of
+// the ledger clock than it, Breaker.Fresh), or none. Only a Release that releases the lease
 // counts it: Release is idempotent per lease, so a retried Release, or one
 // of a lease that had already ended, counts nothing. In open, outcomes of
 // leases granted before it opened are ignored; in half_open only probes'

@@ -42,10 +42,12 @@
 --   e:<id>:u    ms of the latest Reassert that left an unconfirmed lease
 --               on the engine; present while observations should look for
 --               leases to confirm (see observe.lua)
---   e:<id>:b    "state failures successes opened_ms probes": the engine's
---               circuit breaker (ledger.Breaker; state closed, open or
---               half_open; opened_ms 0 when it never opened); absent reads
---               closed with every count 0
+--   e:<id>:b    "state failures successes opened_ms probes failed_ms": the
+--               engine's circuit breaker (ledger.Breaker; state closed,
+--               open or half_open; opened_ms 0 when it never opened;
+--               failed_ms its latest counted failure, LastFailureAt, 0
+--               when none); absent reads closed with every count 0, and
+--               the five fields written before failed_ms read failed_ms 0
 --   breaker     "failures cooldown_ms probes successes": the pool's
 --               breaker spec, defaults applied (ledger.BreakerSpec;
 --               failures < 0: off); absent (a pool configured before
@@ -184,7 +186,7 @@ end
 
 -- Breakers (ledger.Breaker, internal/ledger/breaker.go) ---------------------
 
-local BREAKER_CLOSED = 'closed 0 0 0 0' -- e:<id>:b when absent
+local BREAKER_CLOSED = 'closed 0 0 0 0 0' -- e:<id>:b when absent
 
 -- breaker_spec parses the pool's breaker field; absent, the defaults
 -- (ledger.DefaultBreaker*).
@@ -199,10 +201,11 @@ end
 -- reading made ('half_open' when an open breaker's cooldown has passed,
 -- else nil). With the breaker off it reads closed, keeping its probes.
 local function breaker_at(raw, now, s)
-  local st, f, n, at, p = string.match(raw or BREAKER_CLOSED, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-  local b = {state = st, failures = tonumber(f), successes = tonumber(n), opened = tonumber(at), probes = tonumber(p)}
+  local st, f, n, at, p, fa = string.match(raw or BREAKER_CLOSED, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  local b = {state = st, failures = tonumber(f), successes = tonumber(n), opened = tonumber(at), probes = tonumber(p),
+    failed = num(fa)}
   if s.failures < 0 then
-    return {state = 'closed', failures = 0, successes = 0, opened = 0, probes = b.probes}
+    return {state = 'closed', failures = 0, successes = 0, opened = 0, probes = b.probes, failed = 0}
   end
   if b.state == 'open' and now >= b.opened + s.cooldown then
     b.state, b.successes = 'half_open', 0
@@ -213,6 +216,7 @@ end
 
 local function fmt_breaker(b)
   return b.state .. ' ' .. int(b.failures) .. ' ' .. int(b.successes) .. ' ' .. int(b.opened) .. ' ' .. int(b.probes)
+    .. ' ' .. int(b.failed)
 end
 
 -- breaker_write adds to w the (field, value) pair storing engine id's

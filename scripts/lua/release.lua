@@ -16,25 +16,28 @@
 -- retried release never counts twice.
 
 -- breaker_report is ledger.Breaker.Report: it applies outcome o of a
--- released lease (probe: a probe lease) to b, read with breaker_at at now
--- under spec s, and returns the transition it made, or nil.
-local function breaker_report(b, now, s, probe, o)
+-- released lease (created: its grant time in ms, L_CREATED; probe: a probe
+-- lease) to b, read with breaker_at at now under spec s, and returns the
+-- transition it made, or nil. A success resets the count only if its
+-- lease was granted in a later millisecond than the latest counted
+-- failure (ledger.Breaker.Fresh; failed 0: none counted).
+local function breaker_report(b, now, s, created, probe, o)
   if probe then b.probes = math.max(0, b.probes - 1) end
   if s.failures < 0 or o == '' then return nil end
   local failed = o ~= 'ok'
   if b.state == 'closed' then
     if not failed then
-      b.failures = 0
+      if b.failed == 0 or created > b.failed then b.failures = 0 end
       return nil
     end
-    b.failures = b.failures + 1
+    b.failures, b.failed = b.failures + 1, now
     if b.failures >= s.failures then
       b.state, b.failures, b.opened = 'open', 0, now
       return 'opened'
     end
   elseif b.state == 'half_open' and probe then
     if failed then
-      b.state, b.successes, b.opened = 'open', 0, now
+      b.state, b.successes, b.opened, b.failed = 'open', 0, now, now
       return 'reopened'
     end
     b.successes = b.successes + 1
@@ -70,7 +73,7 @@ if ARGV[6] ~= '' then
 end
 local outcome, report = ARGV[7], nil
 if outcome ~= '' or l[L_PROBE] == '1' then
-  report = function(b, at, s, probe) return breaker_report(b, at, s, probe, outcome) end
+  report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 drop_lease(l, counts, now, report)
 return {'ok', m.epoch, 1}

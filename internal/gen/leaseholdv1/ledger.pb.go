@@ -429,7 +429,10 @@ type Breaker struct {
 	// When it last opened; unset if it never did.
 	OpenedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
 	// Probe leases outstanding.
-	Probes        int64 `protobuf:"varint,5,opt,name=probes,proto3" json:"probes,omitempty"`
+	Probes int64 `protobuf:"varint,5,opt,name=probes,proto3" json:"probes,omitempty"`
+	// When the latest counted failure arrived; unset if none did. Only a
+	// success on a lease created after it resets failures.
+	LastFailureAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_failure_at,json=lastFailureAt,proto3" json:"last_failure_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -497,6 +500,13 @@ func (x *Breaker) GetProbes() int64 {
 		return x.Probes
 	}
 	return 0
+}
+
+func (x *Breaker) GetLastFailureAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFailureAt
+	}
+	return nil
 }
 
 type Fence struct {
@@ -3424,13 +3434,14 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\bfailures\x18\x01 \x01(\x03R\bfailures\x125\n" +
 	"\bcooldown\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12\x16\n" +
 	"\x06probes\x18\x03 \x01(\x03R\x06probes\x12\x1c\n" +
-	"\tsuccesses\x18\x04 \x01(\x03R\tsuccesses\"\xaa\x01\n" +
+	"\tsuccesses\x18\x04 \x01(\x03R\tsuccesses\"\xee\x01\n" +
 	"\aBreaker\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
 	"\bfailures\x18\x02 \x01(\x03R\bfailures\x12\x1c\n" +
 	"\tsuccesses\x18\x03 \x01(\x03R\tsuccesses\x127\n" +
 	"\topened_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\x12\x16\n" +
-	"\x06probes\x18\x05 \x01(\x03R\x06probes\"/\n" +
+	"\x06probes\x18\x05 \x01(\x03R\x06probes\x12B\n" +
+	"\x0flast_failure_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\"/\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xf0\x03\n" +
@@ -3743,88 +3754,89 @@ var file_leasehold_v1_ledger_proto_depIdxs = []int32{
 	4,  // 5: leasehold.v1.PoolSpec.breaker:type_name -> leasehold.v1.BreakerSpec
 	51, // 6: leasehold.v1.BreakerSpec.cooldown:type_name -> google.protobuf.Duration
 	52, // 7: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	52, // 8: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
-	52, // 9: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
-	6,  // 10: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
-	51, // 11: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
-	7,  // 12: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
-	7,  // 13: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
-	52, // 14: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
-	52, // 15: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
-	52, // 16: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 17: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
-	14, // 18: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
-	52, // 19: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	52, // 20: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
-	5,  // 21: leasehold.v1.EngineStats.breaker:type_name -> leasehold.v1.Breaker
-	1,  // 22: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	52, // 23: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	52, // 24: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
-	15, // 25: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
-	16, // 26: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
-	2,  // 27: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	50, // 28: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
-	3,  // 29: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	51, // 30: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	12, // 31: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	51, // 32: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 33: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
-	9,  // 34: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
-	8,  // 35: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	51, // 36: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	11, // 37: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
-	8,  // 38: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 39: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
-	9,  // 40: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
-	8,  // 41: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 42: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
-	8,  // 43: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
-	13, // 44: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
-	7,  // 45: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	51, // 46: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 47: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
-	9,  // 48: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
-	14, // 49: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
-	7,  // 50: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
-	17, // 51: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	47, // 52: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
-	47, // 53: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
-	48, // 54: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
-	18, // 55: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	20, // 56: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	22, // 57: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	24, // 58: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	26, // 59: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	28, // 60: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	30, // 61: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
-	32, // 62: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	34, // 63: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	36, // 64: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	38, // 65: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	40, // 66: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	42, // 67: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	44, // 68: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	46, // 69: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
-	19, // 70: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	21, // 71: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	23, // 72: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	25, // 73: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	27, // 74: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	29, // 75: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	31, // 76: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
-	33, // 77: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	35, // 78: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	37, // 79: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	39, // 80: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	41, // 81: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	43, // 82: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	45, // 83: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	49, // 84: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
-	70, // [70:85] is the sub-list for method output_type
-	55, // [55:70] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	52, // 8: leasehold.v1.Breaker.last_failure_at:type_name -> google.protobuf.Timestamp
+	52, // 9: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
+	52, // 10: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 11: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
+	51, // 12: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
+	7,  // 13: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	7,  // 14: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
+	52, // 15: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
+	52, // 16: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
+	52, // 17: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
+	0,  // 18: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
+	14, // 19: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
+	52, // 20: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
+	52, // 21: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	5,  // 22: leasehold.v1.EngineStats.breaker:type_name -> leasehold.v1.Breaker
+	1,  // 23: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
+	52, // 24: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	52, // 25: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	15, // 26: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
+	16, // 27: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
+	2,  // 28: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
+	50, // 29: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	3,  // 30: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
+	51, // 31: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	12, // 32: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
+	51, // 33: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 34: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 35: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 36: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
+	51, // 37: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 38: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 39: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 40: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
+	9,  // 41: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 42: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 43: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 44: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
+	13, // 45: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
+	7,  // 46: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
+	51, // 47: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 48: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 49: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
+	14, // 50: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
+	7,  // 51: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
+	17, // 52: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
+	47, // 53: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
+	47, // 54: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
+	48, // 55: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
+	18, // 56: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	20, // 57: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	22, // 58: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	24, // 59: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	26, // 60: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	28, // 61: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	30, // 62: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
+	32, // 63: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	34, // 64: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	36, // 65: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	38, // 66: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	40, // 67: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	42, // 68: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	44, // 69: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	46, // 70: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
+	19, // 71: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	21, // 72: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	23, // 73: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	25, // 74: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	27, // 75: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	29, // 76: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	31, // 77: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
+	33, // 78: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	35, // 79: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	37, // 80: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	39, // 81: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	41, // 82: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	43, // 83: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	45, // 84: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	49, // 85: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
+	71, // [71:86] is the sub-list for method output_type
+	56, // [56:71] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }

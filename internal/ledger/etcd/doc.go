@@ -56,7 +56,11 @@
 // transition happens once. The pool's breaker spec is part of the spec in
 // its meta record. The cooldown is timed, like the orphan hold, by the
 // local clock of the process that reads or writes the breaker: processes
-// whose clocks disagree by d see the cooldown end up to d apart.
+// whose clocks disagree by d see the cooldown end up to d apart. So is the
+// record's latest counted failure (failed_ms), against which a success's
+// lease, Created by the clock of the process that granted it, is judged
+// fresh or stale (ledger.Breaker.Fresh): a lease granted within d of the
+// failure may be judged either way.
 //
 // # Telemetry
 //

@@ -414,7 +414,7 @@ func (l *store) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledge
 		switch bs := lv.m.Spec.Breaker; {
 		case out.cause == ledger.CounterReleases && (usage.Outcome != ledger.OutcomeNone || r.Probe):
 			now := l.now()
-			b, t := er.advanceBreaker(now, bs).Report(now, bs, r.Probe, usage.Outcome)
+			b, t := er.advanceBreaker(now, bs).Report(now, bs, msTime(r.CreatedMs), r.Probe, usage.Outcome)
 			er.countTransition(t)
 			er.setBreaker(b)
 		case r.Probe && ledger.EndedByLedger(out.cause):

@@ -135,6 +135,9 @@ type breakerRec struct {
 	Successes int                 `json:"successes,omitempty"`
 	OpenedMs  int64               `json:"opened_ms,omitempty"`
 	Probes    int                 `json:"probes,omitempty"`
+	// FailedMs is LastFailureAt; absent (records written before it) reads
+	// as no failure counted, so the next success resets the count.
+	FailedMs int64 `json:"failed_ms,omitempty"`
 }
 
 // breaker returns the engine's stored breaker.
@@ -143,7 +146,8 @@ func (r *engineRec) breaker() ledger.Breaker {
 		return ledger.Breaker{}
 	}
 	b := r.Breaker
-	return ledger.Breaker{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedAt: msTime(b.OpenedMs), Probes: b.Probes}
+	return ledger.Breaker{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedAt: msTime(b.OpenedMs), Probes: b.Probes,
+		LastFailureAt: msTime(b.FailedMs)}
 }
 
 // setBreaker stores b (nil when it is the zero breaker).
@@ -152,11 +156,8 @@ func (r *engineRec) setBreaker(b ledger.Breaker) {
 		r.Breaker = nil
 		return
 	}
-	var opened int64
-	if !b.OpenedAt.IsZero() {
-		opened = b.OpenedAt.UnixMilli()
-	}
-	r.Breaker = &breakerRec{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedMs: opened, Probes: b.Probes}
+	r.Breaker = &breakerRec{State: b.State, Failures: b.Failures, Successes: b.Successes, OpenedMs: unixMs(b.OpenedAt), Probes: b.Probes,
+		FailedMs: unixMs(b.LastFailureAt)}
 }
 
 // advanceBreaker reads the engine's breaker at now with spec
@@ -320,6 +321,14 @@ func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
 		Created: msTime(r.CreatedMs), Deadline: msTime(r.DeadlineMs),
 		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown, Probe: r.Probe,
 	}
+}
+
+// unixMs is t in ms, 0 when t is zero (msTime's inverse).
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 func msTime(ms int64) time.Time {

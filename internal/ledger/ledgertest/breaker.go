@@ -21,6 +21,7 @@ const breakerCooldown = 300 * time.Millisecond
 
 func (s *suite) testBreaker(t *testing.T) {
 	t.Run("OpensAfterFailures", s.testBreakerOpens)
+	t.Run("StaleSuccessDoesNotReset", s.testBreakerStaleSuccess)
 	t.Run("RetriedReleaseCountsOnce", s.testBreakerRetriedRelease)
 	t.Run("LateOutcomesWhileOpen", s.testBreakerLateOutcomes)
 	t.Run("ProbesClose", s.testBreakerProbesClose)
@@ -107,6 +108,24 @@ func (f *fixture) waitHalfOpen(id ledger.EngineID, b ledger.Breaker) {
 	f.wantBreaker("after the cooldown", id, ledger.BreakerHalfOpen, 0, 0, 0)
 }
 
+// waitFresh waits on the ledger clock until a lease granted on engine id
+// would be fresh: granted in a later millisecond than its breaker's latest
+// counted failure (ledger.Breaker.Fresh), so its success resets the count.
+func (f *fixture) waitFresh(id ledger.EngineID) {
+	f.t.Helper()
+	b := f.breaker(id)
+	if b.LastFailureAt.IsZero() {
+		f.t.Fatalf("engine %s breaker = %+v, want a failure counted", id, b)
+	}
+	limit := time.Now().Add(waitSlack)
+	for now := f.ledgerNow(); now.UnixMilli() <= b.LastFailureAt.UnixMilli(); now = f.ledgerNow() {
+		if time.Now().After(limit) {
+			f.t.Fatalf("ledger clock %s did not pass %s within %s", now.Format(time.StampMilli), b.LastFailureAt.Format(time.StampMilli), waitSlack)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // openBreaker reports k failures on e1, from h1 and h2 in turn, and wants the
 // breaker open.
 func (f *fixture) openBreaker(k int) ledger.Breaker {
@@ -139,6 +158,7 @@ func (s *suite) testBreakerOpens(t *testing.T) {
 	f.dispatch(h1, e1, ledger.OutcomeConnect)
 	f.dispatch(h1, e1, ledger.OutcomeStatus5xx)
 	f.wantBreaker("two failures", e1, ledger.BreakerClosed, 2, 0, 0)
+	f.waitFresh(e1)
 	f.dispatch(h2, e1, ledger.OutcomeOK)
 	f.wantBreaker("a success after two failures", e1, ledger.BreakerClosed, 0, 0, 0)
 	f.dispatch(h2, e1, ledger.OutcomeNone)
@@ -167,6 +187,53 @@ func (s *suite) testBreakerOpens(t *testing.T) {
 	})
 	f.wantReserved(e1, 0, 0, 0)
 	f.wantTotals("the breaker opened")
+}
+
+// testBreakerStaleSuccess: a success resets the count only when its lease
+// was granted after the engine's latest counted failure. A stream granted
+// before the engine started failing, or between two of its failures, and
+// ending fine says nothing about the engine since (ledger.Breaker.Fresh):
+// with them the count stays, and one more failure opens the breaker. A
+// success granted after the latest failure (on e2) still resets it. Each
+// counted failure stamps LastFailureAt with the ledger time of its release;
+// a success leaves it.
+func (s *suite) testBreakerStaleSuccess(t *testing.T) {
+	f := s.setup(t, breakerSpec(3, 1, 1), noWindow)
+	early := f.acquire(f.req(h1, 10, 1, e1), e1)
+	f.dispatch(h1, e1, ledger.OutcomeStatus5xx)
+	f.waitFresh(e1)
+	between := f.acquire(f.req(h2, 10, 1, e1), e1)
+	before := f.ledgerNow()
+	f.dispatch(h2, e1, ledger.OutcomeConnect)
+	failed := f.wantBreaker("two failures", e1, ledger.BreakerClosed, 2, 0, 0).LastFailureAt
+	if after := f.ledgerNow(); failed.Before(before.Truncate(time.Millisecond)) || failed.After(after) {
+		t.Errorf("breaker LastFailureAt = %s, want the ledger time of the second failure's release, within [%s, %s]",
+			failed.Format(time.StampMilli), before.Format(time.StampMilli), after.Format(time.StampMilli))
+	}
+	f.releaseWith(early, ledger.OutcomeOK)
+	f.wantBreaker("a success on a lease granted before both failures", e1, ledger.BreakerClosed, 2, 0, 0)
+	f.releaseWith(between, ledger.OutcomeOK)
+	if got := f.wantBreaker("a success on a lease granted between the failures", e1, ledger.BreakerClosed, 2, 0, 0); !got.LastFailureAt.Equal(failed) {
+		t.Errorf("breaker LastFailureAt after two stale successes = %s, want %s unchanged", got.LastFailureAt, failed)
+	}
+	f.dispatch(h1, e1, ledger.OutcomeReset)
+	f.wantBreaker("a third failure after two stale successes", e1, ledger.BreakerOpen, 0, 0, 0)
+	f.wantBreakerCounters("opened", 1, 0, 0, 0)
+
+	// On e2, a lease granted before its failures and one granted after.
+	stale := f.acquire(f.req(h1, 10, 1, e2), e2)
+	f.dispatch(h1, e2, ledger.OutcomeConnect)
+	f.dispatch(h2, e2, ledger.OutcomeConnect)
+	f.waitFresh(e2)
+	fresh := f.acquire(f.req(h2, 10, 1, e2), e2)
+	f.releaseWith(stale, ledger.OutcomeOK)
+	f.wantBreaker("a stale success on e2", e2, ledger.BreakerClosed, 2, 0, 0)
+	f.releaseWith(fresh, ledger.OutcomeOK)
+	f.wantBreaker("a success on a lease granted after e2's failures", e2, ledger.BreakerClosed, 0, 0, 0)
+	f.dispatch(h1, e2, ledger.OutcomeConnect)
+	f.wantBreaker("a failure after the reset", e2, ledger.BreakerClosed, 1, 0, 0)
+	f.wantBreakerCounters("e2 not opened", 1, 0, 0, 0)
+	f.wantTotals("stale successes")
 }
 
 // testBreakerRetriedRelease: Release is idempotent per lease, so a retried

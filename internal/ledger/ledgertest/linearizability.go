@@ -26,6 +26,16 @@ import (
 // and an open engine refuses with breaker_open; pool lb's breaker is off,
 // so it keeps contending on capacity). Leases have long TTLs, so nothing
 // expires.
+//
+// A success resets the count only if its lease was granted in a later
+// millisecond than the engine's latest counted failure
+// (ledger.Breaker.Fresh). The history has each grant's Created but not
+// the time of a failed release, so the model bounds it: no earlier than
+// the latest grant on the engine before it, no later than the first grant
+// on the engine after it (the ledger orders a release and the grants on
+// its engine in one clock). A success on a lease granted in that window
+// may go either way, and the model keeps both: its breaker state is the
+// set of states the two engines' breakers may be in (linBreakers).
 
 const (
 	linClients = 8
@@ -59,10 +69,52 @@ type linInput struct {
 	outcome ledger.Outcome // release
 }
 
+// linBreakers is the set of states the model's two engines' breakers may
+// be in: bit 4*a+b when x1's may read a and x2's b, a state being the
+// failures counted while closed (0-2) or linOpen. The zero value is
+// impossible; a model starts at linClosed.
+type linBreakers uint16
+
+const (
+	linOpen   = 3 // la's Failures: a state that reads open
+	linClosed = linBreakers(1)
+)
+
+// linBreakerState is b as a state of linBreakers.
+func linBreakerState(b ledger.Breaker) int {
+	if b.State == ledger.BreakerOpen {
+		return linOpen
+	}
+	return b.Failures
+}
+
+// linBreakerOf is the breaker in state k, its times zero: with
+// linBreaker's hour of cooldown an open breaker read at the zero time
+// stays open.
+func linBreakerOf(k int) ledger.Breaker {
+	if k == linOpen {
+		return ledger.Breaker{State: ledger.BreakerOpen}
+	}
+	return ledger.Breaker{Failures: k}
+}
+
+// each calls f with every pair of states in the set.
+func (m linBreakers) each(f func(x1, x2 int)) {
+	for i := range 16 {
+		if m&(1<<i) != 0 {
+			f(i/4, i%4)
+		}
+	}
+}
+
+// with is m with the pair of states added.
+func (m linBreakers) with(x1, x2 int) linBreakers { return m | 1<<(4*x1+x2) }
+
 // linOutput is one return of the history.
 type linOutput struct {
 	engine   int            // acquire: granted engine index, -1 if rejected
 	id       ledger.LeaseID // acquire: the granted lease
+	created  int64          // acquire: the granted lease's Created, ms
 	reason   ledger.Reason  // acquire: the rejection reason
 	released bool           // release
 	grownKV  int64          // grow: the lease's KV tokens after
@@ -76,19 +128,25 @@ type linLease struct {
 	engine    int
 	kv, slots int64
 	overgrown bool
+	created   int64 // ms
 }
 
 // linState is the model's state of one pool; never mutated once built.
 type linState struct {
 	kv, slots [2]int64
 	leases    map[ledger.LeaseID]linLease
-	// breakers are the engines' breakers, their times left zero: with
-	// linBreaker's hour of cooldown an open breaker stays open.
-	breakers [2]ledger.Breaker
+	// breakers are the states the engines' breakers may be in.
+	breakers linBreakers
+	// granted is the Created (ms) of the latest grant on each engine;
+	// failedLo and failedHi bound the ms of its latest failed release:
+	// the latest grant on it before, and the first after (0 while none
+	// followed). failedLo is 0 while none failed.
+	granted, failedLo, failedHi [2]int64
 }
 
 func (s linState) with(id ledger.LeaseID, l linLease, add bool) linState {
-	n := linState{kv: s.kv, slots: s.slots, leases: make(map[ledger.LeaseID]linLease, len(s.leases)+1), breakers: s.breakers}
+	n := s
+	n.leases = make(map[ledger.LeaseID]linLease, len(s.leases)+1)
 	for k, v := range s.leases {
 		n.leases[k] = v
 	}
@@ -129,9 +187,52 @@ func linAdmission(p ledger.PoolID, s linState) ledger.Admission {
 	return a
 }
 
-// linEngine is engine e's state in the model.
-func linEngine(s linState, e int) ledger.EngineState {
-	return ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e], Breaker: s.breakers[e]}
+// linEngine is engine e's state in the model, its breaker in state k.
+func linEngine(s linState, e, k int) ledger.EngineState {
+	return ledger.EngineState{Spec: linEngines[e], ReservedKV: s.kv[e], ReservedSlots: s.slots[e], Breaker: linBreakerOf(k)}
+}
+
+// linGranted is s after a grant on engine e at created (ms): the first
+// grant after a failed release bounds its time from above.
+func linGranted(s linState, e int, created int64) linState {
+	s.granted[e] = max(s.granted[e], created)
+	if s.failedLo[e] != 0 && (s.failedHi[e] == 0 || created < s.failedHi[e]) {
+		s.failedHi[e] = created
+	}
+	return s
+}
+
+// linReport is s's breakers after the release of l with outcome o in pool
+// p (ledger.Breaker.Report), and after a failure the new bounds on its
+// time. The latest failure's time is known only within
+// [failedLo, failedHi]: the rule is applied at both ends, which give every
+// result a time between them could (a later failure only makes fewer
+// leases fresh), and both results are kept.
+func linReport(p ledger.PoolID, s linState, l linLease, o ledger.Outcome) linState {
+	e, spec := l.engine, linBreaker(p)
+	failedAt := []int64{s.failedLo[e]}
+	if s.failedHi[e] > s.failedLo[e] {
+		failedAt = append(failedAt, s.failedHi[e])
+	}
+	var next linBreakers
+	s.breakers.each(func(x1, x2 int) {
+		k := []int{x1, x2}
+		for _, at := range failedAt {
+			b := linBreakerOf(k[e])
+			if at != 0 {
+				b.LastFailureAt = time.UnixMilli(at)
+			}
+			r, _ := b.Report(time.Time{}, spec, time.UnixMilli(l.created), false, o)
+			after := []int{x1, x2}
+			after[e] = linBreakerState(r)
+			next = next.with(after[0], after[1])
+		}
+	})
+	s.breakers = next
+	if o.Failure() {
+		s.failedLo[e], s.failedHi[e] = s.granted[e], 0
+	}
+	return s
 }
 
 // linGrow is the model's Grow, the contract's rule (ledger.GrowthOf): the
@@ -142,7 +243,7 @@ func linGrow(p ledger.PoolID, s linState, id ledger.LeaseID, kv int64) (linLease
 	if !ok {
 		return l, false
 	}
-	g, err := ledger.GrowthOf(ledger.ReserveElastic, linAdmission(p, s), linEngine(s, l.engine),
+	g, err := ledger.GrowthOf(ledger.ReserveElastic, linAdmission(p, s), linEngine(s, l.engine, 0),
 		ledger.Lease{ID: id, KVTokens: l.kv, Overgrown: l.overgrown}, kv)
 	if err != nil {
 		return l, false
@@ -153,13 +254,13 @@ func linGrow(p ledger.PoolID, s linState, id ledger.LeaseID, kv int64) (linLease
 }
 
 // linAdmit is the model's admission: the contract's rule, ledger.Admit, on
-// the model state (see linAdmission). It returns the granted engine index
-// or the rejection reason.
-func linAdmit(p ledger.PoolID, s linState, cands []int, kv, slots int64) (int, ledger.Reason) {
+// the model state (see linAdmission) with the engines' breakers in states
+// k. It returns the granted engine index or the rejection reason.
+func linAdmit(p ledger.PoolID, s linState, k [2]int, cands []int, kv, slots int64) (int, ledger.Reason) {
 	a := linAdmission(p, s)
 	a.KVTokens, a.Slots = kv, slots
 	for _, e := range cands {
-		a.Candidates = append(a.Candidates, linEngine(s, e))
+		a.Candidates = append(a.Candidates, linEngine(s, e, k[e]))
 	}
 	i, rej := ledger.Admit(a)
 	if rej != nil {
@@ -181,19 +282,33 @@ var linModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return linState{leases: map[ledger.LeaseID]linLease{}} },
+	Init: func() any { return linState{leases: map[ledger.LeaseID]linLease{}, breakers: linClosed} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in, out := state.(linState), input.(linInput), output.(linOutput)
 		switch in.kind {
 		case "acquire":
-			e, reason := linAdmit(in.pool, s, in.cands, in.kv, in.slots)
-			if e < 0 {
-				return out.engine == -1 && out.reason == reason, s
-			}
-			if _, dup := s.leases[out.id]; dup || out.engine != e {
+			// Keep the breakers' states that admit as the ledger did.
+			var kept linBreakers
+			s.breakers.each(func(x1, x2 int) {
+				e, reason := linAdmit(in.pool, s, [2]int{x1, x2}, in.cands, in.kv, in.slots)
+				if e == out.engine && (e >= 0 || reason == out.reason) {
+					kept = kept.with(x1, x2)
+				}
+			})
+			if kept == 0 {
 				return false, s
 			}
-			return true, s.with(out.id, linLease{engine: e, kv: in.kv, slots: in.slots}, true)
+			if out.engine < 0 {
+				n := s
+				n.breakers = kept
+				return true, n
+			}
+			if _, dup := s.leases[out.id]; dup {
+				return false, s
+			}
+			n := s.with(out.id, linLease{engine: out.engine, kv: in.kv, slots: in.slots, created: out.created}, true)
+			n.breakers = kept
+			return true, linGranted(n, out.engine, out.created)
 		case "grow":
 			l, ok := linGrow(in.pool, s, in.id, in.kv)
 			if !ok || out.grownKV != l.kv || out.over != l.overgrown {
@@ -208,9 +323,7 @@ var linModel = porcupine.Model{
 			if !ok {
 				return true, s
 			}
-			n := s.with(in.id, l, false)
-			n.breakers[l.engine], _ = n.breakers[l.engine].Report(time.Time{}, linBreaker(in.pool), false, in.outcome)
-			return true, n
+			return true, linReport(in.pool, s.with(in.id, l, false), l, in.outcome)
 		case "stats":
 			return out.kv == s.kv && out.slots == s.slots, s
 		}
@@ -218,7 +331,8 @@ var linModel = porcupine.Model{
 	},
 	Equal: func(a, b any) bool {
 		x, y := a.(linState), b.(linState)
-		if x.kv != y.kv || x.slots != y.slots || x.breakers != y.breakers || len(x.leases) != len(y.leases) {
+		if x.kv != y.kv || x.slots != y.slots || x.breakers != y.breakers || x.granted != y.granted ||
+			x.failedLo != y.failedLo || x.failedHi != y.failedHi || len(x.leases) != len(y.leases) {
 			return false
 		}
 		for k, l := range x.leases {
@@ -233,9 +347,8 @@ var linModel = porcupine.Model{
 		h := uint64(len(x.leases))
 		for i := range 2 {
 			h = h*1000003 + uint64(x.kv[i])*31 + uint64(x.slots[i])
-			h = h*31 + uint64(x.breakers[i].Failures)*7 + uint64(len(x.breakers[i].State))
 		}
-		return h
+		return h*65537 + uint64(x.breakers)
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(linInput), output.(linOutput)
@@ -263,8 +376,10 @@ var linModel = porcupine.Model{
 			ids = append(ids, fmt.Sprintf("%s:x%d:%d%s", id, l.engine+1, l.kv, over))
 		}
 		sort.Strings(ids)
-		return fmt.Sprintf("kv=%v slots=%v breakers=[%s %d, %s %d] leases=[%s]", s.kv, s.slots,
-			s.breakers[0].State, s.breakers[0].Failures, s.breakers[1].State, s.breakers[1].Failures, strings.Join(ids, " "))
+		var bs []string
+		s.breakers.each(func(x1, x2 int) { bs = append(bs, fmt.Sprintf("%d/%d", x1, x2)) })
+		return fmt.Sprintf("kv=%v slots=%v breakers=[%s] (failures counted, %d open) failed in %v..%v leases=[%s]", s.kv, s.slots,
+			strings.Join(bs, " "), linOpen, s.failedLo, s.failedHi, strings.Join(ids, " "))
 	},
 }
 
@@ -392,7 +507,7 @@ func (s *suite) testLinearizability(t *testing.T) {
 					out := linOutput{engine: -1}
 					switch rej := ledger.AsRejection(err); {
 					case err == nil:
-						out.id = g.Lease.ID
+						out.id, out.created = g.Lease.ID, g.Lease.Created.UnixMilli()
 						for i, e := range linEngines {
 							if e.ID == g.Lease.Engine {
 								out.engine = i

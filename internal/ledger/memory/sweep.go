@@ -132,7 +132,7 @@ func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
 		switch {
 		case counter == ledger.CounterReleases && (outcome != ledger.OutcomeNone || ls.Probe):
 			var t ledger.BreakerTransition
-			c.Breaker, t = o.advance(c.Breaker).Report(o.now, o.pool.Breaker, ls.Probe, outcome)
+			c.Breaker, t = o.advance(c.Breaker).Report(o.now, o.pool.Breaker, ls.Created, ls.Probe, outcome)
 			o.countTransition(t)
 		case ls.Probe && ledger.EndedByLedger(counter):
 			c.Breaker = o.advance(c.Breaker).Unprobe()

@@ -18,7 +18,9 @@ import (
 // stay open or are half-open with their probe budget) and requests and
 // releases with random outcomes, the Go rule evaluated on a Stats snapshot
 // before each call, and the script's decision (and probe flag, and
-// breaker after a release) compared. LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing
+// breaker after a release) compared. Releases of leases held across
+// failures on their engine report stale successes (granted before the
+// latest failure), the others fresh ones. LEASEHOLD_TEST_SEED=<seed> reruns one round; a failing
 // round logs its seed.
 func TestAdmitMatchesGo(t *testing.T) {
 	srv := redisserver.Start(t)
@@ -188,7 +190,11 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 			x := held[i]
 			if rng.IntN(2) == 0 {
 				o := []ledger.Outcome{ledger.OutcomeNone, ledger.OutcomeOK, ledger.OutcomeConnect, ledger.OutcomeStatus5xx, ledger.OutcomeReset}[rng.IntN(5)]
-				want, _ := engines[x.Engine].Breaker.Report(snap.st.Now, spec.Breaker, x.Probe, o)
+				before := engines[x.Engine].Breaker
+				want, _ := before.Report(snap.st.Now, spec.Breaker, x.Created, x.Probe, o)
+				if o == ledger.OutcomeOK && before.State == ledger.BreakerClosed && before.Failures > 0 && !spec.Breaker.Off() {
+					outcomes[map[bool]string{true: "fresh ok", false: "stale ok"}[before.Fresh(x.Created)]]++
+				}
 				if _, err := l.Release(ctx, x.Ref(), ledger.Usage{Outcome: o}); err != nil {
 					t.Fatalf("Release: %v", err)
 				}
@@ -196,7 +202,18 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 				after := readSnapshot(t, l)
 				got, want := after.engines[x.Engine].Breaker, want.At(after.st.Now, spec.Breaker)
 				if got.State != want.State || got.Failures != want.Failures || got.Successes != want.Successes || got.Probes != want.Probes {
-					t.Errorf("step %d Release(%s on %s, probe %v, outcome %q): breaker %+v, Go rule %+v", step, x.ID, x.Engine, x.Probe, o, got, want)
+					t.Errorf("step %d Release(%s on %s granted %s, probe %v, outcome %q): breaker %+v, Go rule %+v",
+						step, x.ID, x.Engine, x.Created.Format(time.StampMilli), x.Probe, o, got, want)
+				}
+				// The Go rule stamped a counted failure at the snapshot's
+				// now; the script at its own, between that and after.
+				if !countsFailure(spec.Breaker, before, x.Probe, o) {
+					if !got.LastFailureAt.Equal(want.LastFailureAt) {
+						t.Errorf("step %d Release(%s, outcome %q): breaker LastFailureAt %s, want %s unchanged", step, x.ID, o, got.LastFailureAt, want.LastFailureAt)
+					}
+				} else if got.LastFailureAt.Before(snap.st.Now.Truncate(time.Millisecond)) || got.LastFailureAt.After(after.st.Now) {
+					t.Errorf("step %d Release(%s, outcome %q): breaker LastFailureAt %s, want the release's time, within [%s, %s]",
+						step, x.ID, o, got.LastFailureAt.Format(time.StampMilli), snap.st.Now.Format(time.StampMilli), after.st.Now.Format(time.StampMilli))
 				}
 				held = append(held[:i], held[i+1:]...)
 				continue

@@ -34,17 +34,18 @@ func parseBreakerSpec(s string) ledger.BreakerSpec {
 }
 
 // parseBreaker reads an engine's e:<id>:b field (lib.lua); empty reads
-// closed with every count 0.
+// closed with every count 0, and the five fields written before failed_ms
+// read no failure counted (LastFailureAt zero).
 func parseBreaker(s string) ledger.Breaker {
 	var b ledger.Breaker
 	var state string
-	var opened int64
-	if n, _ := fmt.Sscanf(s, "%s %d %d %d %d", &state, &b.Failures, &b.Successes, &opened, &b.Probes); n != 5 {
+	var opened, failed int64
+	if n, _ := fmt.Sscanf(s, "%s %d %d %d %d %d", &state, &b.Failures, &b.Successes, &opened, &b.Probes, &failed); n < 5 {
 		return ledger.Breaker{}
 	}
 	if state != "closed" {
 		b.State = ledger.BreakerState(state)
 	}
-	b.OpenedAt = millisOrZero(opened)
+	b.OpenedAt, b.LastFailureAt = millisOrZero(opened), millisOrZero(failed)
 	return b
 }

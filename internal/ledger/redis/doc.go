@@ -41,11 +41,13 @@
 //	  e:<id>:u               ms of the latest Reassert that left an
 //	                         unconfirmed lease on the engine: while present,
 //	                         observe.lua looks for leases to confirm
-//	  e:<id>:b               "state failures successes opened_ms probes":
-//	                         the engine's circuit breaker (ledger.Breaker;
-//	                         state closed, open or half_open, stored as
-//	                         last written: readers apply Breaker.At);
-//	                         absent reads closed
+//	  e:<id>:b               "state failures successes opened_ms probes
+//	                         failed_ms": the engine's circuit breaker
+//	                         (ledger.Breaker; state closed, open or
+//	                         half_open, stored as last written: readers
+//	                         apply Breaker.At; failed_ms LastFailureAt, 0
+//	                         when none); absent reads closed, without
+//	                         failed_ms reads 0
 //	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
@@ -78,10 +80,11 @@
 //
 // The last two fields of meta and overgrown in a lease record came with
 // reservation modes, since and e:<id>:u with bounded reasserts, breaker,
-// e:<id>:b and probe with circuit breakers. The scripts read a meta, a
-// pool or a lease record written before them (elastic, no headroom, not
-// overgrown, confirmed, the default breaker spec, every breaker closed,
-// not a probe), but earlier scripts do not read what these write: keep
+// e:<id>:b and probe with circuit breakers, and e:<id>:b's failed_ms with
+// stale successes. The scripts read a meta, a pool or a lease record
+// written before them (elastic, no headroom, not overgrown, confirmed, the
+// default breaker spec, every breaker closed, not a probe, no failure
+// counted), but earlier scripts do not read what these write: keep
 // every reserver and router on one version (docs/operations.md,
 // "Upgrading without losing a lease").
 //

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -159,15 +160,18 @@ func TestLayoutBeforeBreakers(t *testing.T) {
 	if _, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{Outcome: ledger.OutcomeConnect}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if got := client.HGet(ctx, state, "e:gpu-0:b").Val(); got != "closed 1 0 0 0" {
-		t.Errorf("e:gpu-0:b after one failure under the default spec = %q, want \"closed 1 0 0 0\"", got)
-	}
 	st, err := l.Stats(ctx, "llama")
-	if err != nil || len(st.Engines) == 0 || st.Engines[0].Breaker != (ledger.Breaker{Failures: 1}) {
+	if err != nil || len(st.Engines) == 0 || st.Engines[0].Breaker.State != ledger.BreakerClosed || st.Engines[0].Breaker.Failures != 1 {
 		t.Fatalf("Stats = %+v, %v; want gpu-0's breaker closed with one failure", st.Engines, err)
 	}
+	failed := st.Engines[0].Breaker.LastFailureAt
+	if want := fmt.Sprintf("closed 1 0 0 0 %d", failed.UnixMilli()); failed.IsZero() || client.HGet(ctx, state, "e:gpu-0:b").Val() != want {
+		t.Errorf("e:gpu-0:b after one failure under the default spec = %q (Stats LastFailureAt %s), want %q",
+			client.HGet(ctx, state, "e:gpu-0:b").Val(), failed, want)
+	}
 
-	// A probe lease's record ends in probe 1.
+	// A probe lease's record ends in probe 1. The breaker as written
+	// before failed_ms (five fields) reads no failure counted.
 	client.HSet(ctx, state, "e:gpu-0:b", "open 0 0 1 0")
 	mustConfigure(t, l, spec)
 	pr, err := l.Acquire(ctx, req("h1", "b", 100, 1, "gpu-0"))
@@ -177,10 +181,89 @@ func TestLayoutBeforeBreakers(t *testing.T) {
 	if f := strings.Fields(client.HGet(ctx, leases, string(pr.Lease.ID)).Val()); len(f) != 17 || f[16] != "1" {
 		t.Errorf("probe lease record = %q, want 17 fields ending in probe 1", f)
 	}
-	if got := client.HGet(ctx, state, "e:gpu-0:b").Val(); got != "half_open 0 0 1 1" {
-		t.Errorf("e:gpu-0:b after the probe's grant = %q, want \"half_open 0 0 1 1\"", got)
+	if got := client.HGet(ctx, state, "e:gpu-0:b").Val(); got != "half_open 0 0 1 1 0" {
+		t.Errorf("e:gpu-0:b after the probe's grant = %q, want \"half_open 0 0 1 1 0\"", got)
 	}
 	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama"}); err != nil || len(ls) != 1 || !ls[0].Probe {
 		t.Errorf("List = %+v, %v; want the probe lease", ls, err)
+	}
+}
+
+// TestLayoutBreakerFailedMs checks e:<id>:b's sixth field, failed_ms (the
+// latest counted failure, ledger.Breaker.LastFailureAt), and the
+// millisecond release.lua compares a success's lease Created with: a
+// lease created in the failure's millisecond is stale (no reset), one a
+// millisecond later fresh (ledger.Breaker.Fresh). A breaker of five
+// fields, written before failed_ms, reads no failure counted: the next
+// success resets it.
+func TestLayoutBreakerFailedMs(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	spec := basicSpec()
+	spec.Breaker = ledger.BreakerSpec{Failures: 5, Cooldown: time.Hour}
+	mustConfigure(t, l, spec)
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state := p + ":{llama}:state"
+	grant := func(id string) ledger.Lease {
+		t.Helper()
+		g, err := l.Acquire(ctx, req("h1", id, 10, 1, "gpu-0"))
+		if err != nil {
+			t.Fatalf("Acquire(%s): %v", id, err)
+		}
+		return g.Lease
+	}
+	release := func(x ledger.Lease, o ledger.Outcome) {
+		t.Helper()
+		if rel, err := l.Release(ctx, x.Ref(), ledger.Usage{Outcome: o}); err != nil || !rel.Released {
+			t.Fatalf("Release(%s, %q) = %+v, %v; want released", x.ID, o, rel, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		stored func(created int64) string // e:gpu-0:b before the success
+		want   func(created int64) string // after
+	}{
+		{"failure in the lease's millisecond: stale",
+			func(c int64) string { return fmt.Sprintf("closed 2 0 0 0 %d", c) },
+			func(c int64) string { return fmt.Sprintf("closed 2 0 0 0 %d", c) }},
+		{"failure a millisecond before the lease: fresh",
+			func(c int64) string { return fmt.Sprintf("closed 2 0 0 0 %d", c-1) },
+			func(c int64) string { return fmt.Sprintf("closed 0 0 0 0 %d", c-1) }},
+		{"failure after the lease: stale",
+			func(c int64) string { return fmt.Sprintf("closed 3 0 0 0 %d", c+50) },
+			func(c int64) string { return fmt.Sprintf("closed 3 0 0 0 %d", c+50) }},
+		{"five fields, written before failed_ms: fresh",
+			func(int64) string { return "closed 2 0 0 0" },
+			func(int64) string { return "closed 0 0 0 0 0" }},
+	} {
+		x := grant(strings.ReplaceAll(tc.name, " ", "-"))
+		c := x.Created.UnixMilli()
+		client.HSet(ctx, state, "e:gpu-0:b", tc.stored(c))
+		release(x, ledger.OutcomeOK)
+		if got, want := client.HGet(ctx, state, "e:gpu-0:b").Val(), tc.want(c); got != want {
+			t.Errorf("%s: e:gpu-0:b after a success on a lease created at %d = %q, want %q", tc.name, c, got, want)
+		}
+	}
+	st, err := l.Stats(ctx, "llama")
+	if err != nil || len(st.Engines) == 0 || st.Engines[0].Breaker.Failures != 0 || !st.Engines[0].Breaker.LastFailureAt.IsZero() {
+		t.Fatalf("Stats = %+v, %v; want gpu-0's breaker read from \"closed 0 0 0 0 0\": no failures, none counted", st.Engines, err)
+	}
+
+	// A failure stamps failed_ms with the script's time, which Stats reads.
+	x := grant("failure")
+	before := time.Now().Add(-time.Second) // Redis's clock is this machine's
+	release(x, ledger.OutcomeStatus5xx)
+	st, err = l.Stats(ctx, "llama")
+	if err != nil || len(st.Engines) == 0 {
+		t.Fatalf("Stats = %+v, %v", st, err)
+	}
+	b := st.Engines[0].Breaker
+	if b.Failures != 1 || b.LastFailureAt.Before(before) || b.LastFailureAt.After(st.Now) {
+		t.Errorf("breaker after a failure = %+v, want 1 failure stamped between %s and %s", b, before, st.Now)
+	}
+	if got, want := client.HGet(ctx, state, "e:gpu-0:b").Val(), fmt.Sprintf("closed 1 0 0 0 %d", b.LastFailureAt.UnixMilli()); got != want {
+		t.Errorf("e:gpu-0:b after a failure = %q, want %q", got, want)
 	}
 }

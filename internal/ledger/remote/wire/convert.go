@@ -147,7 +147,7 @@ func breakerSpecFromPB(d *decoder, m *pb.BreakerSpec) ledger.BreakerSpec {
 // breakerToPB encodes an engine's breaker.
 func breakerToPB(b ledger.Breaker) *pb.Breaker {
 	return &pb.Breaker{State: b.State.String(), Failures: int64(b.Failures), Successes: int64(b.Successes),
-		OpenedAt: Timestamp(b.OpenedAt), Probes: int64(b.Probes)}
+		OpenedAt: Timestamp(b.OpenedAt), Probes: int64(b.Probes), LastFailureAt: Timestamp(b.LastFailureAt)}
 }
 
 // breakerFromPB decodes an engine's breaker; unset reads closed.
@@ -155,6 +155,7 @@ func breakerFromPB(d *decoder, field string, m *pb.Breaker) ledger.Breaker {
 	b := ledger.Breaker{
 		Failures: d.int(field+".failures", m.GetFailures()), Successes: d.int(field+".successes", m.GetSuccesses()),
 		OpenedAt: d.time(field+".opened_at", m.GetOpenedAt()), Probes: d.int(field+".probes", m.GetProbes()),
+		LastFailureAt: d.time(field+".last_failure_at", m.GetLastFailureAt()),
 	}
 	switch st := ledger.BreakerState(m.GetState()); st {
 	case "", "closed":
