@@ -361,6 +361,8 @@ func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission 
 		Epoch:           o.pool.Epoch,
 		GrowthHeadroom:  o.pool.GrowthHeadroom,
 		Breaker:         o.pool.Breaker,
+		ObservedSince:   o.pool.ObservedSince,
+		Reserve:         o.pool.Reserve,
 	}
 }
 
