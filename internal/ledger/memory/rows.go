@@ -21,8 +21,8 @@ type poolRow struct {
 	// ObservedSince is ledger.RecoverySince of the epoch: during the
 	// window an engine observed since then may take grants.
 	ObservedSince time.Time
-	Priorities      []ledger.PrioritySpec
-	RetryAfter      time.Duration
+	Priorities    []ledger.PrioritySpec
+	RetryAfter    time.Duration
 	// Reserve is the pool's mode, the default filled in (PoolSpec.Mode).
 	Reserve ledger.ReserveMode
 	// GrowthHeadroom is PoolSpec.GrowthHeadroom.
