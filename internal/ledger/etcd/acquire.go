@@ -138,7 +138,7 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		MaxFill: prio.MaxFill, Candidates: states,
 		KVTokens: req.KVTokens, Slots: req.Slots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: epoch, GrowthHeadroom: m.Spec.GrowthHeadroom,
-		Breaker: m.Spec.Breaker,
+		Breaker: m.Spec.Breaker, ObservedSince: l.observedSince(m), Reserve: m.Spec.Mode(),
 	})
 	if rej != nil {
 		// Count the rejection under the same guards: it is part of the
