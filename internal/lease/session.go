@@ -132,7 +132,7 @@ func (m *Manager) keepAliveLoop(p *poolState) {
 			return
 		case <-next.Chan():
 			start()
-			next.Reset(m.jitter(m.cfg.KeepAliveInterval))
+			next.Reset(m.jitter(m.cfg.keepAliveEvery()))
 		case <-p.kickC:
 			start()
 		case r := <-results:
