@@ -243,9 +243,9 @@ func (m *Manager) admitLocal(req ledger.AcquireRequest) *Sub {
 // block of an epoch the pool has left, to be retired. p.mu is held so that
 // the confirmation check and the admission are one step against fencing.
 // A block carves only while the pool's last confirmed KeepAlive, sent less
-// than Block.CarveWithin ago, saw the block's epoch (docs/design.md,
-// "Recovery after ledger loss", A1): after a ledger loss no sub-request
-// starts on pre-loss capacity later than that.
+// than Block.CarveWithin ago, saw the block's epoch (assumption A1 of
+// docs/design.md, "Recovery after ledger loss"): after a ledger loss no
+// sub-request starts on pre-loss capacity later than that.
 func (m *Manager) take(p *poolState, b *block, kv, slots int64) (s *Sub, stale bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
