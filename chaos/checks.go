@@ -29,6 +29,9 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckHangBounded:        (*evidence).checkHangBounded,
 	CheckBreakerTransitions: (*evidence).checkBreakerTransitions,
 	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
+	// Issue 18 (recovery.go).
+	CheckColdStart:       (*evidence).checkColdStart,
+	CheckRecoveryResumes: (*evidence).checkRecoveryResumes,
 }
 
 // check runs the named check.

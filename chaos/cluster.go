@@ -87,6 +87,8 @@ type cluster struct {
 	routers              []*routerNode
 	// fleetPath is the fleet file with the engines' own URLs.
 	fleetPath string
+	// routersUp is when every router first answered ready.
+	routersUp time.Time
 }
 
 func randomToken() string {
@@ -304,7 +306,9 @@ func (c *cluster) startRouters(ctx context.Context) error {
 			return err
 		}
 	}
-	return waitReady(ctx, c.routers)
+	err := waitReady(ctx, c.routers)
+	c.routersUp = time.Now()
+	return err
 }
 
 // restartRouter starts a router again with extra env (clock_offset).
