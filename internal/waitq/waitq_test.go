@@ -346,7 +346,9 @@ func TestAwaitUntil(t *testing.T) {
 	b := enter(t, q, Key{Tenant: "b"})
 	q.Notify() // a holds the turn: b's timer cannot be its own turn
 	done := make(chan error, 1)
-	go func() { done <- q.Await(context.Background(), b, time.Hour, clock.Now().Add(300*time.Millisecond), nil) }()
+	go func() {
+		done <- q.Await(context.Background(), b, time.Hour, clock.Now().Add(300*time.Millisecond), nil)
+	}()
 	if err := clock.BlockUntilContext(context.Background(), 3); err != nil {
 		t.Fatal(err)
 	}
