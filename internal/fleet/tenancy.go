@@ -9,6 +9,7 @@ package fleet
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -156,4 +157,33 @@ func (f *Fleet) classNames() []string {
 		names[i] = string(p.Name)
 	}
 	return names
+}
+
+// WithTenancy is f with next's tenants (names, API keys, quotas, pools and
+// tenancy fields) and priority_policy: what a router applies when it
+// reloads its fleet file. kept names the other sections next changes
+// (pools, priorities, default_priority, lease), which stay f's: a router
+// applies them only at start. The result is validated as a whole, so a
+// tenant that names a pool or class only next has is an error, and f is
+// never changed.
+func (f *Fleet) WithTenancy(next *Fleet) (merged *Fleet, kept []string, err error) {
+	for _, s := range []struct {
+		name      string
+		was, next any
+	}{
+		{"pools", f.Pools, next.Pools},
+		{"priorities", []any{f.Priorities, f.TTFTSLOs}, []any{next.Priorities, next.TTFTSLOs}},
+		{"default_priority", f.DefaultPriority, next.DefaultPriority},
+		{"lease", f.Lease, next.Lease},
+	} {
+		if !reflect.DeepEqual(s.was, s.next) {
+			kept = append(kept, s.name)
+		}
+	}
+	m := *f
+	m.Tenants, m.PriorityPolicy = slices.Clone(next.Tenants), next.PriorityPolicy
+	if err := m.Validate(); err != nil {
+		return nil, kept, err
+	}
+	return &m, kept, nil
 }

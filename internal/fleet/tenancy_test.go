@@ -101,3 +101,60 @@ func TestParseTenancyErrors(t *testing.T) {
 		})
 	}
 }
+
+// WithTenancy takes the tenants and priority_policy of the reloaded file,
+// names the other sections it changed and keeps them, and refuses a result
+// that does not validate.
+func TestWithTenancy(t *testing.T) {
+	base, err := Parse([]byte(tenancyBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		edit     func(string) string
+		wantKept []string
+		wantErr  string
+	}{
+		{"tenants only", repl(`api_keys: ["kb"]`, `api_keys: ["kb2"], priorities: [batch]`), nil, ""},
+		{"policy", appendLine("priority_policy: clamp"), nil, ""},
+		{"pools and lease kept", func(s string) string {
+			return repl("kv_tokens: 1000", "kv_tokens: 2000")(s) + "lease:\n  lease_ttl: 45s\n"
+		}, []string{"pools", "lease"}, ""},
+		{"priorities kept", repl("max_fill: 0.70", "max_fill: 0.60"), []string{"priorities"}, ""},
+		{"tenant names a class only the new file has", func(s string) string {
+			s = repl("  - {name: batch, max_fill: 0.70}", "  - {name: batch, max_fill: 0.70}\n  - {name: bulk, max_fill: 0.5}")(s)
+			return repl(`api_keys: ["kb"]`, `api_keys: ["kb"], priorities: [bulk]`)(s)
+		}, []string{"priorities"}, `tenants[1].priorities[0]: "bulk" is not a listed priority`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, err := Parse([]byte(tt.edit(tenancyBase)))
+			if err != nil {
+				t.Fatalf("Parse of the edited file: %v", err)
+			}
+			m, kept, err := base.WithTenancy(next)
+			if !reflect.DeepEqual(kept, tt.wantKept) {
+				t.Errorf("kept = %q, want %q", kept, tt.wantKept)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("WithTenancy: %v", err)
+			}
+			if !reflect.DeepEqual(m.Tenants, next.Tenants) || m.PriorityPolicy != next.PriorityPolicy {
+				t.Errorf("merged tenants/policy = %+v %q, want the new file's", m.Tenants, m.PriorityPolicy)
+			}
+			if !reflect.DeepEqual(m.Pools, base.Pools) || !reflect.DeepEqual(m.Lease, base.Lease) || !reflect.DeepEqual(m.Priorities, base.Priorities) {
+				t.Error("merged pools, lease or priorities are not the old file's")
+			}
+		})
+	}
+	if _, ok := base.TenantForKey("kb"); !ok {
+		t.Error("WithTenancy changed the fleet it was called on")
+	}
+}
