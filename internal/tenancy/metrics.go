@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/waitq"
 )
@@ -72,9 +73,13 @@ func (m *Metrics) Reloaded(err error) {
 	m.reloads.WithLabelValues(result).Inc()
 }
 
-// WatchQueue exports q's waiters per tenant and class; classes are the
-// fleet's priorities by rank.
-func (m *Metrics) WatchQueue(pool ledger.PoolID, q *waitq.Queue, classes []ledger.PriorityName) {
+// WatchQueue exports the waiters of pool's queue q per tenant and class
+// (f's priorities, whose ranks the queue's keys hold).
+func (m *Metrics) WatchQueue(pool ledger.PoolID, q *waitq.Queue, f *fleet.Fleet) {
+	classes := make([]ledger.PriorityName, len(f.Priorities))
+	for i, c := range f.Priorities {
+		classes[i] = c.Name
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.queues = append(m.queues, watched{pool: pool, q: q, classes: classes})

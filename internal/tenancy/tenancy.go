@@ -1,9 +1,11 @@
 package tenancy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -131,13 +133,12 @@ func (t *Table) Key(tenant ledger.TenantID, c Class) waitq.Key {
 	return waitq.Key{Tenant: tenant, Rank: c.Rank, Weight: tn.Weight, MaxQueued: tn.MaxQueued}
 }
 
-// EnginePriority is the "priority" to send the pool's engines for class c
-// (vLLM's request field, where lower runs earlier): c's rank, when the pool
-// has engine_priority; false when it has not (send none).
-func (t *Table) EnginePriority(pool ledger.PoolID, c Class) (int, bool) {
-	p, ok := t.f.Pool(pool)
-	if !ok || !p.EnginePriority {
-		return 0, false
+// EnginePriority is the "priority" field to send the pool's engines for
+// class c (vLLM's, where lower runs earlier): c's rank as JSON, when the
+// pool has engine_priority; nil when it has not (send none).
+func (t *Table) EnginePriority(pool ledger.PoolID, c Class) json.RawMessage {
+	if p, ok := t.f.Pool(pool); !ok || !p.EnginePriority {
+		return nil
 	}
-	return c.Rank, true
+	return json.RawMessage(strconv.Itoa(c.Rank))
 }

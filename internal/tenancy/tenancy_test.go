@@ -113,11 +113,11 @@ func TestTableLookups(t *testing.T) {
 	if got, want := tb.Key("any", c), (waitq.Key{Tenant: "any", Rank: 1, Weight: 3, MaxQueued: 5}); got != want {
 		t.Errorf("Key = %+v, want %+v", got, want)
 	}
-	if r, ok := tb.EnginePriority("p", c); !ok || r != 1 {
-		t.Errorf("EnginePriority(p, batch) = %d, %v; want 1, true", r, ok)
+	if got := string(tb.EnginePriority("p", c)); got != "1" {
+		t.Errorf("EnginePriority(p, batch) = %q, want 1 (its rank)", got)
 	}
-	if _, ok := tb.EnginePriority("q", c); ok {
-		t.Error("pool q has no engine_priority, yet a priority is sent")
+	if got := tb.EnginePriority("q", c); got != nil {
+		t.Errorf("pool q has no engine_priority, yet %q is sent", got)
 	}
 }
 
@@ -166,7 +166,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.WatchQueue("p", q, []ledger.PriorityName{"interactive", "batch", "bulk"})
+	m.WatchQueue("p", q, table(t, "").Fleet())
 	m.Reloaded(nil)
 	anyBatch := []string{"pool", "p", "tenant", "any", "priority", "batch"}
 	type sample struct {

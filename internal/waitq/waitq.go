@@ -14,6 +14,9 @@
 // queue and hands out a turn too (Busy): it reaches the ledger at once only
 // when it is due.
 //
+// Admit (admit.go) is a request's way through: an attempt at once, or
+// after its turn; Enter, Await, Missed and Leave are its steps.
+//
 // # Who is due (Notify)
 //
 //  1. Strict priority: the waiters of the highest class (lowest Key.Rank)
@@ -28,8 +31,10 @@
 //
 // A waiter holding a turn, or parked, takes no other. A waiter whose turn
 // ends in a capacity refusal keeps its place (Missed): the next turn is its
-// again; one refused for its own tenant's quota or rate is parked (it
-// retries on its own timer; others get the turns meanwhile).
+// again, so a large request is not starved by smaller ones that fit
+// sooner; it holds its class's turns until enough is free or its timeout
+// passes. One refused for its own tenant's quota (Reason.Quota) is parked:
+// it retries on its own timer, and the others get the turns meanwhile.
 //
 // # Bounds (Enter)
 //
@@ -113,6 +118,13 @@ type Config struct {
 	Timeout time.Duration
 	// Clock runs the timers; nil means the real clock.
 	Clock clockwork.Clock
+	// Waits reports whether Admit waits after a refusal; nil: after every
+	// one.
+	Waits func(*ledger.Rejection) bool
+	// OnEnter and OnLeave, when set, observe Admit's waiters: one entered;
+	// one left with an outcome (Outcome*) after waiting so long.
+	OnEnter func()
+	OnLeave func(outcome string, waited time.Duration)
 }
 
 // Queue is one pool's queue. Safe for concurrent use.
