@@ -396,23 +396,27 @@ func (r *Router) authenticate(hr *http.Request) (ledger.TenantID, error) {
 	return "", ErrUnauthorized
 }
 
-// Reload applies f, the fleet file read again: its tenants, API keys and
-// priority_policy (fleet.WithTenancy) take effect for the requests that
-// start after it returns; the sections it names in kept need a restart.
-// The fleet applier configures the new tenant quotas in the ledger. On
-// error nothing changed.
-func (r *Router) Reload(f *fleet.Fleet) (kept []string, err error) {
+// Reload reads the fleet file (--config) again and applies its tenants,
+// API keys and priority_policy (fleet.WithTenancy) to the requests that
+// start after it returns; the sections it names in kept differ and need a
+// restart. The fleet applier configures the new tenant quotas in the
+// ledger. On error nothing changed.
+func (r *Router) Reload() (kept []string, err error) {
 	r.reloadMu.Lock()
 	defer r.reloadMu.Unlock()
 	defer func() { r.tm.Reloaded(err) }()
+	f, err := fleet.Load(r.cfg.FleetFile)
+	if err != nil {
+		return nil, err
+	}
 	next, kept, err := r.ten.Load().Fleet().WithTenancy(f)
 	if err != nil {
-		return kept, fmt.Errorf("route: reload: %w", err)
+		return kept, fmt.Errorf("fleet file %s: %w", r.cfg.FleetFile, err)
 	}
 	r.ten.Store(tenancy.New(next))
 	if la, ok := r.adm.(*ledgerAdmitter); ok {
 		la.ap.Replace(next)
-		la.ap.Reapply()
+		la.ap.Kick()
 	}
 	return kept, nil
 }
