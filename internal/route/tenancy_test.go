@@ -167,8 +167,8 @@ func TestRouterReloadsOnSIGHUP(t *testing.T) {
 		t.Errorf("the pool's capacity in the ledger is %d after a reload that changed it, want 4096 (pools apply at start)", st.CapacityKV)
 	}
 	for series, want := range map[string]float64{
-		`leasehold_router_fleet_reloads_total{result="ok"}`:    2,
-		`leasehold_router_fleet_reloads_total{result="error"}`: 1,
+		`leasehold_router_fleet_reloads_total{result="ok"}`:                                                                   2,
+		`leasehold_router_fleet_reloads_total{result="error"}`:                                                                1,
 		`leasehold_router_tenant_refusals_total{pool="m",priority="interactive",reason="priority_not_allowed",tenant="beta"}`: 1,
 	} {
 		if got := metricSum(r.url(), series); got != want {
