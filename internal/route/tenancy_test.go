@@ -7,12 +7,17 @@ package route
 // one class share the grants (fairness_test.go).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
+	"github.com/leasehold/leasehold/internal/waitq"
 )
 
 // startRouters starts n router processes on one Redis ledger, with args
@@ -270,5 +276,114 @@ lease:
 	t.Logf("engine: peak accepted sequences %d of %d slots; bulk held %d, live %d", es.PeakAcceptedSequences, es.Slots, bulkHeld, len(held)-bulkHeld)
 	if es.PeakAcceptedSequences > es.Slots || es.PeakAcceptedSequences != len(held) {
 		t.Errorf("engine peak accepted sequences %d, want %d (the streams held) <= %d slots", es.PeakAcceptedSequences, len(held), es.Slots)
+	}
+}
+
+// TestEnginePriority: a pool with engine_priority sends each request's
+// class to its engines as vLLM's "priority" field, the class's rank
+// (interactive 0, batch 1), whatever the client put in the body; a pool
+// without it sends none (the router's field is never passed on).
+func TestEnginePriority(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("engine_priority %v", on), func(t *testing.T) {
+			var mu sync.Mutex
+			var seen []string // each upstream body's "priority", "-" when absent
+			capture := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method != http.MethodPost || r.URL.Path != "/v1/completions" {
+						next.ServeHTTP(w, r)
+						return
+					}
+					b, _ := io.ReadAll(r.Body)
+					var body map[string]json.RawMessage
+					_ = json.Unmarshal(b, &body)
+					p, ok := body["priority"]
+					mu.Lock()
+					seen = append(seen, map[bool]string{true: string(p), false: "-"}[ok])
+					mu.Unlock()
+					r.Body = io.NopCloser(bytes.NewReader(b))
+					next.ServeHTTP(w, r)
+				})
+			}
+			pool := ""
+			if on {
+				pool = "    engine_priority: true\n"
+			}
+			h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 100, output: 4, extra: tenants, pool: pool, wrap: capture})
+			for _, c := range []struct {
+				body map[string]any
+				hdr  []string
+			}{
+				{map[string]any{"model": "m", "prompt": "a", "max_tokens": 4}, nil},                                                        // the default: interactive
+				{map[string]any{"model": "m", "prompt": "b", "max_tokens": 4}, []string{"X-Priority", "batch"}},                            // batch
+				{map[string]any{"model": "m", "prompt": "c", "max_tokens": 4, "priority": "interactive"}, nil},                             // named in the body
+				{map[string]any{"model": "m", "prompt": "d", "max_tokens": 4, "priority": "batch", "stream": true}, nil},                   // streamed
+				{map[string]any{"model": "m", "prompt": "e", "max_tokens": 4, "priority": "batch"}, []string{"X-Priority", "interactive"}}, // the header wins
+			} {
+				if st, _, b, err := post(t.Context(), h.client, h.url+"/v1/completions", "sk-acme", c.body, c.hdr...); err != nil || st != http.StatusOK {
+					t.Fatalf("%v %v: %d %s (%v)", c.body, c.hdr, st, b, err)
+				}
+			}
+			want := []string{"0", "1", "0", "1", "0"}
+			if !on {
+				want = []string{"-", "-", "-", "-", "-"}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(seen, want) {
+				t.Errorf("the engine saw priority %q, want %q", seen, want)
+			}
+		})
+	}
+}
+
+// TestQueueBounds: a tenant's max_queued bounds its waiters (429
+// queue_full) without touching other tenants'; the pool's --queue-depth
+// bounds everyone's (503 queue_full). Each is counted per tenant.
+func TestQueueBounds(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 1, speed: 1, output: 2000,
+		extra: strings.Replace(tenants, `{name: tiny, api_keys: ["sk-tiny"], kv_share: 0.1}`, `{name: tiny, api_keys: ["sk-tiny"], kv_share: 1, max_queued: 1}`, 1),
+		cfg:   func(c *Config) { c.QueueDepth, c.QueueTimeout = 2, time.Minute }})
+	hold := h.mustStream(t, "the only slot", "sk-acme", map[string]any{"model": "m", "prompt": "hold", "max_tokens": 1000, "ignore_eos": true})
+	defer hold.close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	queued := func(key string) {
+		go func() {
+			_, _, _, _ = post(ctx, h.client, h.url+"/v1/completions", key, map[string]any{"model": "m", "prompt": "wait", "max_tokens": 4})
+		}()
+	}
+	waitDepth := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for h.r.pools["m"].q.Len() != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue depth %d, want %d", h.r.pools["m"].q.Len(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	expect := func(key string, status int) {
+		t.Helper()
+		st, hdr, b, err := post(t.Context(), h.client, h.url+"/v1/completions", key, map[string]any{"model": "m", "prompt": "one more", "max_tokens": 4})
+		if code, _ := errCode(b); err != nil || st != status || code != string(waitq.ReasonQueueFull) || hdr.Get("Retry-After") == "" {
+			t.Errorf("%s: %d %s (%v), want %d queue_full with a Retry-After", key, st, b, err, status)
+		}
+	}
+	queued("sk-tiny")
+	waitDepth(1)
+	expect("sk-tiny", http.StatusTooManyRequests) // its own bound: 1
+	queued("sk-acme")                             // another tenant still enters
+	waitDepth(2)
+	expect("sk-acme", http.StatusServiceUnavailable) // the pool's bound: 2
+	for series, want := range map[string]float64{
+		`leasehold_router_tenant_refusals_total{pool="m",priority="interactive",reason="queue_full",tenant="tiny"}`: 1,
+		`leasehold_router_tenant_refusals_total{pool="m",priority="interactive",reason="queue_full",tenant="acme"}`: 1,
+		`leasehold_router_tenant_queued{pool="m",priority="interactive",tenant="tiny"}`:                             1,
+		`leasehold_router_tenant_reserved_slots{pool="m",priority="interactive",tenant="acme"}`:                     1,
+	} {
+		if got := metricSum(h.url, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 }
