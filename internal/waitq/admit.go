@@ -28,7 +28,8 @@ const (
 // several); plan's or try's error when it is not a refusal that waits; a
 // *FullError when a bound is reached; the latest refusal when
 // Config.Timeout passes; ErrStopped when stopC closes; ctx's error when
-// ctx ends. With Config.Timeout 0 nothing waits.
+// ctx ends. With Config.Timeout or Config.Depth 0 nothing waits: try's
+// refusal is the answer (--queue-depth 0 rejects at once).
 func (q *Queue) Admit(ctx context.Context, k Key, stopC <-chan struct{}, plan func() (until time.Time, err error), try func() error) error {
 	var (
 		w     *Waiter
@@ -51,6 +52,7 @@ func (q *Queue) Admit(ctx context.Context, k Key, stopC <-chan struct{}, plan fu
 		}
 		return err
 	}
+	waits := q.cfg.Timeout > 0 && q.cfg.Depth > 0
 	for {
 		if w != nil {
 			if err := q.Await(ctx, w, hint, until, stopC); err != nil {
@@ -64,7 +66,7 @@ func (q *Queue) Admit(ctx context.Context, k Key, stopC <-chan struct{}, plan fu
 		}
 		u, err := plan()
 		until = u
-		if err == nil && w == nil && q.cfg.Timeout > 0 && q.Busy(k.Rank) {
+		if err == nil && w == nil && waits && q.Busy(k.Rank) {
 			if err := enter(nil); err != nil {
 				return err
 			}
@@ -85,7 +87,7 @@ func (q *Queue) Admit(ctx context.Context, k Key, stopC <-chan struct{}, plan fu
 			return nil
 		}
 		rej := ledger.AsRejection(err)
-		if rej == nil || q.cfg.Timeout <= 0 || (q.cfg.Waits != nil && !q.cfg.Waits(rej)) {
+		if rej == nil || !waits || (q.cfg.Waits != nil && !q.cfg.Waits(rej)) {
 			leave(OutcomeRejected)
 			return err
 		}

@@ -22,8 +22,12 @@ type admitHarness struct {
 }
 
 func newAdmitHarness(timeout time.Duration, waits func(*ledger.Rejection) bool) *admitHarness {
+	return newAdmitHarnessDepth(10, timeout, waits)
+}
+
+func newAdmitHarnessDepth(depth int, timeout time.Duration, waits func(*ledger.Rejection) bool) *admitHarness {
 	h := &admitHarness{clock: clockwork.NewFakeClock(), entered: make(chan struct{}, 10), left: make(chan string, 10)}
-	h.q = New(Config{Depth: 10, Timeout: timeout, Clock: h.clock, Waits: waits,
+	h.q = New(Config{Depth: depth, Timeout: timeout, Clock: h.clock, Waits: waits,
 		OnEnter: func() { h.entered <- struct{}{} },
 		OnLeave: func(outcome string, _ time.Duration) { h.left <- outcome }})
 	return h
@@ -57,15 +61,17 @@ func TestAdmit(t *testing.T) {
 	})
 	for _, c := range []struct {
 		name    string
+		depth   int
 		timeout time.Duration
 		answer  error
 	}{
-		{"an error is not waited", time.Minute, broken},
-		{"a refusal Waits refuses is not waited", time.Minute, quota},
-		{"no queue timeout: nothing waits", 0, slots},
+		{"an error is not waited", 10, time.Minute, broken},
+		{"a refusal Waits refuses is not waited", 10, time.Minute, quota},
+		{"no queue timeout: nothing waits", 10, 0, slots},
+		{"depth 0: nothing waits, the refusal is the answer", 0, time.Minute, slots},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := newAdmitHarness(c.timeout, notQuota)
+			h := newAdmitHarnessDepth(c.depth, c.timeout, notQuota)
 			var tries atomic.Int32
 			if err := <-h.admit(ctx, Key{Tenant: "a"}, nil, &tries, c.answer); !errors.Is(err, c.answer) || len(h.entered) != 0 {
 				t.Errorf("Admit = %v with %d entries, want %v at once", err, len(h.entered), c.answer)
