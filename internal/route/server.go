@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +25,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/oaihttp"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/ttft"
@@ -298,6 +298,7 @@ func (r *Router) Start(ctx context.Context) error {
 		Authenticate: func(hr *http.Request) error { _, err := r.authenticate(hr); return err },
 		Refuse:       func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, toAPIError(err)) }})
 	r.ln, r.srv = g.Listener(ln), g.Server(r.Handler(), slog.NewLogLogger(r.log.Handler(), slog.LevelDebug))
+	r.srv.Handler = oaihttp.WithRequestID(r.srv.Handler) // outermost: refusals carry it too
 	go func() { r.errC <- r.srv.Serve(r.ln) }()
 	attrs := []any{"addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools)}
 	if r.cfg.ClockOffset != 0 {
@@ -336,12 +337,17 @@ func (r *Router) Err() <-chan error { return r.errC }
 // holder session confirmed (or the baseline's first scrape done).
 func (r *Router) Ready() bool { return !r.draining.Load() && r.adm != nil && r.adm.ready() }
 
+// servedPaths is what the router serves, for the 404 of any other path.
+const servedPaths = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model}"
+
 // Handler returns the router's HTTP API.
 func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, false) })
 	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /v1/models/{model...}", r.serveModels)
+	mux.HandleFunc("/", oaihttp.NotServed(mux, servedPaths))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !r.Ready() {
@@ -358,21 +364,21 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
+// serveModels answers GET /v1/models and GET /v1/models/{model} with the
+// pools the tenant may use.
 func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 	tenant, err := r.authenticate(hr)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	t := r.tenant(tenant)
-	data := []map[string]any{}
+	var ids []string
 	for _, p := range r.fleet.Pools {
-		if t.InPool(p.Name) {
-			data = append(data, map[string]any{"id": string(p.Name), "object": "model", "created": r.started.Unix(), "owned_by": "leasehold"})
+		if r.tenant(tenant).InPool(p.Name) {
+			ids = append(ids, string(p.Name))
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	oaihttp.ServeModels(w, hr.PathValue("model"), ids, r.started)
 }
 
 // authenticate maps the bearer key to its tenant.

@@ -1,0 +1,102 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// get sends a GET (with key as the bearer key, if set) and returns the
+// status, headers and body.
+func get(t *testing.T, client *http.Client, url, key string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body
+}
+
+// TestOpenAIEdge: GET /v1/models/{model} is served in the OpenAI shape (a
+// 404 model_not_found for a model that is not), every path and method the
+// router does not serve is a JSON error, and every answer carries an
+// x-request-id: the client's own when sane, else a fresh one.
+func TestOpenAIEdge(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 20, output: 8, extra: tenants})
+	t.Run("retrieve a model", func(t *testing.T) {
+		st, hdr, body := get(t, h.client, h.url+"/v1/models/m", "sk-acme")
+		var obj map[string]any
+		if err := json.Unmarshal(body, &obj); err != nil || st != 200 || hdr.Get("Content-Type") != "application/json" {
+			t.Fatalf("GET /v1/models/m = %d %s (%v), want 200 JSON", st, body, err)
+		}
+		if obj["id"] != "m" || obj["object"] != "model" || obj["owned_by"] != "leasehold" || obj["created"] == nil {
+			t.Errorf("GET /v1/models/m = %s, want {id: m, object: model, created, owned_by}", body)
+		}
+	})
+	for _, tc := range []struct {
+		name, method, path, key string
+		status                  int
+		typ, code, allow        string
+	}{
+		{"unknown model", "GET", "/v1/models/nope", "sk-acme", 404, "not_found_error", "model_not_found", ""},
+		{"unknown path", "POST", "/v1/embeddings", "sk-acme", 404, "invalid_request_error", "unknown_url", ""},
+		{"unknown path without a key", "GET", "/v2/whatever", "", 401, "authentication_error", "invalid_api_key", ""},
+		{"wrong method", "GET", "/v1/chat/completions", "sk-acme", 405, "invalid_request_error", "method_not_allowed", "POST"},
+		{"post to models", "POST", "/v1/models", "sk-acme", 405, "invalid_request_error", "method_not_allowed", "GET"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, h.url+tc.path, strings.NewReader("{}"))
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			resp, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e struct {
+				Error struct{ Type, Code, Message string } `json:"error"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&e)
+			if resp.StatusCode != tc.status || err != nil || e.Error.Type != tc.typ || e.Error.Code != tc.code || e.Error.Message == "" {
+				t.Errorf("%s %s = %d %+v (%v), want %d JSON %s/%s with a message", tc.method, tc.path, resp.StatusCode, e, err, tc.status, tc.typ, tc.code)
+			}
+			if got := resp.Header.Get("Allow"); got != tc.allow {
+				t.Errorf("Allow %q, want %q", got, tc.allow)
+			}
+			if !strings.HasPrefix(resp.Header.Get("X-Request-Id"), "req_") {
+				t.Errorf("x-request-id %q, want a generated req_ id", resp.Header.Get("X-Request-Id"))
+			}
+		})
+	}
+	t.Run("request ids", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/models"} {
+			if _, hdr, _ := get(t, h.client, h.url+path, "sk-acme"); !strings.HasPrefix(hdr.Get("X-Request-Id"), "req_") {
+				t.Errorf("GET %s: x-request-id %q, want req_<hex>", path, hdr.Get("X-Request-Id"))
+			}
+		}
+		body := `{"model":"m","prompt":"hi","max_tokens":4}`
+		for _, tc := range []struct{ name, sent, want string }{
+			{"sane id echoed", "client-7f3a.1", "client-7f3a.1"},
+			{"insane id replaced", "two words", "req_"},
+		} {
+			st, hdr, resp, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme", body, "X-Request-Id", tc.sent)
+			if err != nil || st != 200 || !strings.HasPrefix(hdr.Get("X-Request-Id"), tc.want) {
+				t.Errorf("%s: %d %s, x-request-id %q, want 200 with %q", tc.name, st, resp, hdr.Get("X-Request-Id"), tc.want)
+			}
+		}
+		st, hdr, _, _ := post(context.Background(), h.client, h.url+"/v1/completions", "sk-acme", `{"model":"nope","prompt":"hi"}`)
+		if st != 404 || !strings.HasPrefix(hdr.Get("X-Request-Id"), "req_") {
+			t.Errorf("inference error: %d, x-request-id %q, want 404 with an id", st, hdr.Get("X-Request-Id"))
+		}
+	})
+}
