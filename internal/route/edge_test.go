@@ -3,10 +3,16 @@ package route
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/enginesim"
+	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 // get sends a GET (with key as the bearer key, if set) and returns the
@@ -99,4 +105,64 @@ func TestOpenAIEdge(t *testing.T) {
 			t.Errorf("inference error: %d, x-request-id %q, want 404 with an id", st, hdr.Get("X-Request-Id"))
 		}
 	})
+}
+
+// TestReadyzDuringRecoveryWindow: while the ledger refuses every new grant
+// for its recovery window, /readyz is 503 and says so, naming the pool
+// (each request then is refused 503 recovering); once the window ends it
+// is 200 and requests are granted. Not ready means refused, ready means
+// granted, whichever way the window's end falls.
+func TestReadyzDuringRecoveryWindow(t *testing.T) {
+	_, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: 4096, Slots: 8, Speed: 20, OutputTokens: 8, MaxModelLen: 2048}, nil)
+	f, err := fleet.Parse([]byte(fmt.Sprintf(`pools:
+  - name: m
+    engines:
+      - {id: gpu-0, url: %q, kv_tokens: 4096, slots: 8, stale_after: 0s}
+tenants:
+  - {name: acme, api_keys: ["sk-acme"], kv_share: 1}
+lease:
+  session_ttl: 1s
+  recovery_window: 3s
+`, url)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, l := redisLedger(t, f)
+	cfg := Defaults()
+	cfg.Listen, cfg.ID, cfg.FleetFile, cfg.Ledger, cfg.MaxModelLen = "127.0.0.1:0", "test", "fleet.yaml", "redis://unused", 2048
+	cfg.QueueTimeout = 0 // refused at once: the window's refusal is the answer
+	r := startRouter(t, cfg, Options{Fleet: f, Ledger: l, LeaseConfig: callTimeouts(300 * time.Millisecond)})
+	base := "http://" + r.Addr()
+	client := &http.Client{Timeout: 10 * time.Second}
+	sawRecovering := false
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, _, body := get(t, client, base+"/readyz", "")
+		if st == 200 {
+			break
+		}
+		if st != 503 || !strings.HasPrefix(string(body), "not ready:") {
+			t.Fatalf("/readyz = %d %q, want 503 \"not ready: ...\"", st, body)
+		}
+		if strings.Contains(string(body), "pool m recovering") {
+			if !sawRecovering {
+				t.Logf("/readyz: %s", body)
+			}
+			sawRecovering = true
+			pst, _, pbody, err := post(context.Background(), client, base+"/v1/completions", "sk-acme", `{"model":"m","prompt":"hi","max_tokens":4}`)
+			if code, _ := errCode(pbody); err == nil && pst != 200 && (pst != 503 || code != string(ledger.ReasonRecovering)) {
+				t.Errorf("request while /readyz says recovering: %d %s, want 503 recovering (or 200 if the window just ended)", pst, pbody)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %q after 20s", st, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !sawRecovering {
+		t.Errorf("/readyz never said the pool was recovering during the 3s recovery window")
+	}
+	if st, _, body, err := post(context.Background(), client, base+"/v1/completions", "sk-acme", `{"model":"m","prompt":"hi","max_tokens":4}`); err != nil || st != 200 {
+		t.Errorf("request once ready: %d %s %v, want 200", st, body, err)
+	}
 }

@@ -333,9 +333,20 @@ func (r *Router) Addr() string { return r.ln.Addr().String() }
 // Err delivers the server's failure, if it stops on its own.
 func (r *Router) Err() <-chan error { return r.errC }
 
-// Ready reports whether the router admits: not draining, and every pool's
-// holder session confirmed (or the baseline's first scrape done).
-func (r *Router) Ready() bool { return !r.draining.Load() && r.adm != nil && r.adm.ready() }
+// Ready reports whether the router admits: not draining, and every pool
+// configured, its holder session confirmed and out of the ledger's
+// recovery window (or the baseline's first scrape done).
+func (r *Router) Ready() bool { return len(r.notReady()) == 0 }
+
+// notReady says why the router does not admit now, one cause a line.
+func (r *Router) notReady() []string {
+	if r.draining.Load() {
+		return []string{"draining: shutting down"}
+	} else if r.adm == nil {
+		return []string{"starting"}
+	}
+	return r.adm.unready()
+}
 
 // servedPaths is what the router serves, for the 404 of any other path.
 const servedPaths = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model}"
@@ -350,12 +361,8 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("/", oaihttp.NotServed(mux, servedPaths))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			msg := "not ready: draining, a pool not configured in the ledger, or a holder session not confirmed (fenced or starting)\n"
-			if la, ok := r.adm.(*ledgerAdmitter); ok {
-				msg += la.ap.Describe()
-			}
-			http.Error(w, strings.TrimRight(msg, "\n"), http.StatusServiceUnavailable)
+		if why := r.notReady(); len(why) > 0 {
+			http.Error(w, "not ready:\n"+strings.Join(why, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
