@@ -166,3 +166,38 @@ lease:
 		t.Errorf("request once ready: %d %s %v, want 200", st, body, err)
 	}
 }
+
+// TestWholePoolTenantFullIs503: a tenant whose slot_share is 1 owns the
+// whole pool, so its quota binds only when it fills the pool itself: that
+// is answered 503 engine_slots, a capacity refusal with Retry-After, not
+// 429 tenant_slot_quota (the client is not rate-limited, the fleet is
+// full). A tenant with a smaller share is still answered 429 at its quota
+// while the engine has room.
+func TestWholePoolTenantFullIs503(t *testing.T) {
+	h := newHarness(t, harnessOpts{engines: 1, kv: 8192, slots: 2, speed: 1, output: 2000, extra: `tenants:
+  - {name: solo, api_keys: ["sk-solo"], kv_share: 1, slot_share: 1}
+  - {name: half, api_keys: ["sk-half"], kv_share: 1, slot_share: 0.5}
+lease:
+  session_ttl: 1s
+  recovery_window: 0s
+`, cfg: func(c *Config) { c.QueueTimeout = 2 * time.Second }}) // covers a closed stream's release
+	hold := map[string]any{"model": "m", "prompt": "hold", "max_tokens": 400, "ignore_eos": true}
+	small := `{"model":"m","prompt":"x","max_tokens":4}`
+	s := h.mustStream(t, "half's request", "sk-half", hold)
+	st, _, body, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-half", small)
+	if code, _ := errCode(body); err != nil || st != 429 || code != string(ledger.ReasonTenantSlots) {
+		t.Errorf("half over its slot share with the engine half free: %d %s, want 429 %s", st, body, ledger.ReasonTenantSlots)
+	}
+	s.close()
+	for i := range 2 { // solo alone fills the pool (each waits in the queue for half's release)
+		defer h.mustStream(t, fmt.Sprintf("solo's request %d", i), "sk-solo", hold).close()
+	}
+	st, hdr, body, err := post(context.Background(), h.client, h.url+"/v1/completions", "sk-solo", small)
+	var e struct {
+		Error struct{ Type, Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
+	if err != nil || st != 503 || e.Error.Type != "capacity_error" || e.Error.Code != string(ledger.ReasonEngineSlots) || hdr.Get("Retry-After") == "" {
+		t.Errorf("solo (the whole pool) with the pool full of its own requests: %d %s, want 503 capacity_error %s with Retry-After", st, body, ledger.ReasonEngineSlots)
+	}
+}
