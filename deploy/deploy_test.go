@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -414,8 +415,10 @@ func TestPrometheusConfig(t *testing.T) {
 	c := loadCompose(t)
 	mounts := strings.Join(c.Services["prometheus"].Volumes, "\n")
 	for _, rf := range p.RuleFiles {
-		if !strings.Contains(mounts, ":"+rf+":") {
-			t.Errorf("rule file %s is not mounted into the prometheus service", rf)
+		// Relative paths resolve against the config file's directory: in
+		// the container, and in this checkout (TestPromtoolCheckConfig).
+		if in := path.Join("/etc/prometheus", rf); !strings.Contains(mounts, ":"+in+":") {
+			t.Errorf("rule file %s (%s in the container) is not mounted into the prometheus service", rf, in)
 		}
 	}
 	if !strings.Contains(mounts, "../prometheus/alerts.yml:") {
