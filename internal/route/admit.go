@@ -115,13 +115,7 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
 		a.ap.Reapply() // the ledger's configuration changed under the router
 	}
-	if rej := ledger.AsRejection(err); rej != nil && rej.Reason.Quota() { // a whole pool's quota: the pool is full
-		for _, tn := range a.ap.Fleet().Tenants {
-			if tn.Name == req.Tenant {
-				rej.Reason = ledger.WholePoolReason(rej.Reason, tn.KVShare, tn.SlotShare)
-			}
-		}
-	}
+	a.ap.Fleet().NameWholePool(err, req.Tenant) // a whole pool's quota binds only when the pool is full
 	if err != nil {
 		return nil, err
 	}
