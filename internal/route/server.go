@@ -196,6 +196,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		}
 		r.pools[p.Name] = rt
 		r.met.registerMedia(p.Name, rt.est.Media())
+		r.met.zero(p, opts.Fleet.Priorities, rt.est.Ratio())
 		if rt.elastic {
 			r.met.registerLearned(p.Name, rt.learned)
 		}
