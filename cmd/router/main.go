@@ -31,8 +31,9 @@
 // without max_tokens reserves per sequence.
 //
 // Every flag can also be set from the environment: --queue-depth is
-// LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
-// reserver (grpc:// ledgers): the router token the reserver accepts in
+// LEASEHOLD_QUEUE_DEPTH (router --help says so). LEASEHOLD_TOKEN, or the
+// one line of --token-file, is the bearer token sent to a reserver
+// (grpc:// ledgers): the router token the reserver accepts in
 // LEASEHOLD_ROUTER_ROLE_TOKENS, never its admin token. The router also
 // draws a holder key at start, derives its holder ids from it and sends it
 // with every holder call, so the reserver lets it touch only its own
@@ -114,8 +115,8 @@ func run() int {
 		return cli.ParseFailed(os.Stderr, "router", err)
 	}
 	log := cli.Logger(os.Stderr, cfg.LogLevel).With("router", cfg.ID)
-	// Subscribed first, so that no signal is missed; SIGHUP too, so that it
-	// does not kill the router.
+	// Subscribed first, so that no signal is missed; SIGHUP reloads the
+	// fleet file's tenancy (reload), and kills the router no more.
 	sigC := make(chan os.Signal, 4)
 	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 	defer signal.Stop(sigC)
@@ -127,7 +128,11 @@ func run() int {
 	}
 	var l ledger.Ledger
 	if cfg.Admission == route.AdmissionLedger {
-		token, _ := os.LookupEnv("LEASEHOLD_TOKEN")
+		token, err := ledgerToken(cfg.TokenFile, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+			return 2
+		}
 		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: ledgerClient(&cfg, token).RemoteOptions()})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "router:", ledgerurl.FlagError(err))
@@ -220,6 +225,33 @@ func serveDebug(addr string, log *slog.Logger) debugServer {
 		}
 	}()
 	return d
+}
+
+// ledgerToken is the bearer token sent to a grpc:// ledger: the one line
+// of file (--token-file) when set, else LEASEHOLD_TOKEN (maybe empty); both
+// set must agree. An error names the flag.
+func ledgerToken(file string, lookup func(string) (string, bool)) (string, error) {
+	env, _ := lookup(route.EnvPrefix + "TOKEN")
+	if file == "" {
+		return env, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	var toks []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			toks = append(toks, line)
+		}
+	}
+	switch {
+	case len(toks) != 1:
+		return "", fmt.Errorf("--token-file %s: want exactly one token, found %d", file, len(toks))
+	case env != "" && env != toks[0]:
+		return "", fmt.Errorf("--token-file %s and %sTOKEN are both set and differ; set one", file, route.EnvPrefix)
+	}
+	return toks[0], nil
 }
 
 // ledgerClient is the router's --ledger-* client flags, with token as the

@@ -1,15 +1,13 @@
 package route
 
 import (
-	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/oaihttp"
 	"github.com/leasehold/leasehold/internal/tenancy"
 	"github.com/leasehold/leasehold/internal/ttft"
 	"github.com/leasehold/leasehold/internal/waitq"
@@ -141,27 +139,12 @@ func toAPIError(err error) *apiError {
 		msg: "the capacity ledger is unavailable; not admitting (fail-closed)", retryAfter: time.Second}
 }
 
-// jitterRetryAfter spreads a hint over 0.5-1.5× and rounds up to whole
-// seconds, at least 1.
-func jitterRetryAfter(d time.Duration) int {
-	j := time.Duration(float64(d) * (0.5 + rand.Float64()))
-	return max(1, int((j+time.Second-1)/time.Second))
-}
+// writeError answers with ae's status and an OpenAI-style body
+// (internal/oaihttp).
+func writeError(w http.ResponseWriter, ae *apiError) { oaihttp.WriteError(w, ae.wire()) }
 
-// writeError answers with ae's status and an OpenAI-style body.
-func writeError(w http.ResponseWriter, ae *apiError) {
-	if ae.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(jitterRetryAfter(ae.retryAfter)))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ae.status)
-	_ = json.NewEncoder(w).Encode(errorBody(ae))
-}
+func errorBody(ae *apiError) map[string]any { return oaihttp.Body(ae.wire()) }
 
-func errorBody(ae *apiError) map[string]any {
-	var param any
-	if ae.param != "" {
-		param = ae.param
-	}
-	return map[string]any{"error": map[string]any{"message": ae.msg, "type": ae.typ, "code": ae.code, "param": param}}
+func (ae *apiError) wire() oaihttp.Error {
+	return oaihttp.Error{Status: ae.status, Type: ae.typ, Code: ae.code, Param: ae.param, Message: ae.msg, RetryAfter: ae.retryAfter}
 }

@@ -503,7 +503,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 // TestShutdownTwice: a second Shutdown (e.g. a signal handler racing a
 // deferred cleanup) returns the first result instead of panicking.
 func TestShutdownTwice(t *testing.T) {
-	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 10, output: 16})
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 10, output: 16, extra: tenants})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	first := h.r.Shutdown(ctx)

@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/oaihttp"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
 	"github.com/leasehold/leasehold/internal/tenancy"
@@ -209,6 +209,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		}
 		r.pools[p.Name] = rt
 		r.met.registerMedia(p.Name, rt.est.Media())
+		r.met.zero(p, opts.Fleet.Priorities, rt.est.Ratio())
 		if rt.elastic {
 			r.met.registerLearned(p.Name, rt.learned)
 		}
@@ -311,6 +312,7 @@ func (r *Router) Start(ctx context.Context) error {
 		Authenticate: func(hr *http.Request) error { _, err := r.authenticate(hr); return err },
 		Refuse:       func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, toAPIError(err)) }})
 	r.ln, r.srv = g.Listener(ln), g.Server(r.Handler(), slog.NewLogLogger(r.log.Handler(), slog.LevelDebug))
+	r.srv.Handler = oaihttp.WithRequestID(r.srv.Handler) // outermost: refusals carry it too
 	go func() { r.errC <- r.srv.Serve(r.ln) }()
 	attrs := []any{"addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools)}
 	if r.cfg.ClockOffset != 0 {
@@ -345,9 +347,23 @@ func (r *Router) Addr() string { return r.ln.Addr().String() }
 // Err delivers the server's failure, if it stops on its own.
 func (r *Router) Err() <-chan error { return r.errC }
 
-// Ready reports whether the router admits: not draining, and every pool's
-// holder session confirmed (or the baseline's first scrape done).
-func (r *Router) Ready() bool { return !r.draining.Load() && r.adm != nil && r.adm.ready() }
+// Ready reports whether the router admits: not draining, and every pool
+// configured, its holder session confirmed and out of the ledger's
+// recovery window (or the baseline's first scrape done).
+func (r *Router) Ready() bool { return len(r.notReady()) == 0 }
+
+// notReady says why the router does not admit now, one cause a line.
+func (r *Router) notReady() []string {
+	if r.draining.Load() {
+		return []string{"draining: shutting down"}
+	} else if r.adm == nil {
+		return []string{"starting"}
+	}
+	return r.adm.unready()
+}
+
+// servedPaths is what the router serves, for the 404 of any other path.
+const servedPaths = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model}"
 
 // Handler returns the router's HTTP API.
 func (r *Router) Handler() http.Handler {
@@ -355,14 +371,12 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, false) })
 	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /v1/models/{model...}", r.serveModels)
+	mux.HandleFunc("/", oaihttp.NotServed(mux, servedPaths))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			msg := "not ready: draining, a pool not configured in the ledger, or a holder session not confirmed (fenced or starting)\n"
-			if la, ok := r.adm.(*ledgerAdmitter); ok {
-				msg += la.ap.Describe()
-			}
-			http.Error(w, strings.TrimRight(msg, "\n"), http.StatusServiceUnavailable)
+		if why := r.notReady(); len(why) > 0 {
+			http.Error(w, "not ready:\n"+strings.Join(why, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
@@ -371,6 +385,8 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
+// serveModels answers GET /v1/models and GET /v1/models/{model} with the
+// pools the tenant may use.
 func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 	tenant, err := r.authenticate(hr)
 	if err != nil {
@@ -378,14 +394,13 @@ func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	t := r.ten.Load().Tenant(tenant)
-	data := []map[string]any{}
+	var ids []string
 	for _, p := range r.fleet.Pools {
 		if t.InPool(p.Name) {
-			data = append(data, map[string]any{"id": string(p.Name), "object": "model", "created": r.started.Unix(), "owned_by": "leasehold"})
+			ids = append(ids, string(p.Name))
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	oaihttp.ServeModels(w, hr.PathValue("model"), ids, r.started)
 }
 
 // authenticate maps the bearer key to its tenant.
