@@ -73,8 +73,12 @@
 //
 // Signals: SIGTERM or SIGINT shut down in order (unready, stop accepting,
 // drain, release, end the sessions), at any point, the ledger reachable or
-// not: every ledger call has its own deadline. SIGHUP is ignored, with a
-// log line: a router reads its fleet file only at start.
+// not: every ledger call has its own deadline. SIGHUP reloads the fleet
+// file's tenants, API keys and priority_policy for the requests that start
+// after it (leasehold_router_fleet_reloads_total); a file that does not
+// load or validate is logged and the previous fleet kept. Changes to
+// pools, priorities, default_priority or lease are logged as needing a
+// restart, and not applied.
 //
 // --clock-offset DURATION (LEASEHOLD_CLOCK_OFFSET) is a fault-injection and
 // testing knob, default 0: it skews the router's wall clock (the lease
@@ -111,8 +115,8 @@ func run() int {
 		return cli.ParseFailed(os.Stderr, "router", err)
 	}
 	log := cli.Logger(os.Stderr, cfg.LogLevel).With("router", cfg.ID)
-	// Subscribed first, so that no signal is missed; SIGHUP too, so that it
-	// does not kill the router.
+	// Subscribed first, so that no signal is missed; SIGHUP reloads the
+	// fleet file's tenancy (reload), and kills the router no more.
 	sigC := make(chan os.Signal, 4)
 	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 	defer signal.Stop(sigC)
@@ -167,7 +171,7 @@ wait:
 		select {
 		case sig := <-sigC:
 			if sig == syscall.SIGHUP {
-				log.Info("SIGHUP ignored: a router reads its fleet file only at start; restart it (one router at a time) to apply a changed file")
+				reload(log, r)
 				continue
 			}
 			log.Info("shutting down", "signal", sig.String())
@@ -179,6 +183,21 @@ wait:
 		}
 	}
 	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
+}
+
+// reload applies the fleet file's tenants, keys and priority_policy
+// (route.Router.Reload); a file that does not load or apply is logged and
+// the running fleet kept.
+func reload(log *slog.Logger, r *route.Router) {
+	kept, err := r.Reload()
+	if err != nil {
+		log.Error("fleet reload failed; keeping the previous fleet", "err", err)
+		return
+	}
+	log.Info("fleet reloaded: tenants, API keys and priority_policy applied")
+	if len(kept) > 0 {
+		log.Warn("fleet reload: these sections changed but apply only at start; restart the router (one at a time) for them", "kept", kept)
+	}
 }
 
 // debugServer is the --debug-listen profiler; run owns it and stops it

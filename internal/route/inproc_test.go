@@ -48,6 +48,8 @@ type harnessOpts struct {
 	pool string
 	// media is each engine's --media-tokens.
 	media int
+	// wrap, when set, stands in front of each engine's handler.
+	wrap func(http.Handler) http.Handler
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -59,7 +61,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n%s    engines:\n", o.retryAfter, o.pool)
 	for i := range o.engines {
-		eng, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media}, nil)
+		eng, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media}, o.wrap)
 		h.engines = append(h.engines, eng)
 		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}\n", i, url, o.kv, o.slots)
 	}

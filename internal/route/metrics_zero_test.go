@@ -17,7 +17,7 @@ func TestMetricsZeroAtStart(t *testing.T) {
 	pool := fleet.Pool{Name: "p", Engines: []fleet.Engine{{ID: "gpu-0"}, {ID: "gpu-1"}}}
 	prios := []ledger.PrioritySpec{{Name: "interactive"}, {Name: "batch"}}
 	m.zero(pool, prios, 1.25)
-	refusals := len(ledger.Reasons) + 2 // ttft_slo, ledger_unavailable
+	refusals := len(ledger.Reasons) + 3 // ttft_slo, queue_full, ledger_unavailable
 	mfs, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

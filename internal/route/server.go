@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasehold/leasehold/internal/baseline"
@@ -28,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/internal/oaihttp"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/tenancy"
 	"github.com/leasehold/leasehold/internal/ttft"
 	"github.com/leasehold/leasehold/internal/waitq"
 )
@@ -78,6 +80,11 @@ type Router struct {
 	// requests with it.
 	lens *estimate.ContextLens
 	lim  limits
+	// ten is the tenancy of the fleet file, swapped whole by Reload
+	// (reloadMu serialises reloads); tm counts per tenant.
+	ten      atomic.Pointer[tenancy.Table]
+	reloadMu sync.Mutex
+	tm       *tenancy.Metrics
 
 	srv   *http.Server
 	ln    net.Listener
@@ -181,6 +188,8 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r.health = enginehealth.New(enginehealth.Config{Clock: r.clock, MaxStatsAge: statsAge})
 	r.met.reg.MustRegister(r.ttft)
 	r.fo = failover.NewMetrics(r.met.reg)
+	r.ten.Store(tenancy.New(opts.Fleet))
+	r.tm = tenancy.NewMetrics(r.met.reg)
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
@@ -188,7 +197,11 @@ func New(cfg Config, opts Options) (*Router, error) {
 		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, p.MediaTokens),
 			learned: estimate.NewLearned(cfg.ReserveQuantile, cfg.LearnWindow, estimate.DefaultMinSamples),
 			elastic: p.Reserve != ledger.ReserveWorstCase && cfg.Admission == AdmissionLedger && cfg.BlockLeaseKV == 0,
-			q:       &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
+			tok:     estimate.NewPoolTokenizer(p)}
+		depth, wait := r.met.queueDepth.WithLabelValues(string(p.Name)), r.met.queueWait.MustCurryWith(prometheus.Labels{"pool": string(p.Name)})
+		rt.q = waitq.New(waitq.Config{Depth: cfg.QueueDepth, Timeout: cfg.QueueTimeout, Clock: r.clock, Waits: r.queueWaits, OnEnter: depth.Inc,
+			OnLeave: func(outcome string, d time.Duration) { depth.Dec(); wait.WithLabelValues(outcome).Observe(d.Seconds()) }})
+		r.tm.WatchQueue(p.Name, rt.q, opts.Fleet)
 		rt.observed = true
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
@@ -380,9 +393,10 @@ func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 		writeError(w, toAPIError(err))
 		return
 	}
+	t := r.ten.Load().Tenant(tenant)
 	var ids []string
 	for _, p := range r.fleet.Pools {
-		if r.tenant(tenant).InPool(p.Name) {
+		if t.InPool(p.Name) {
 			ids = append(ids, string(p.Name))
 		}
 	}
@@ -391,19 +405,35 @@ func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 
 // authenticate maps the bearer key to its tenant.
 func (r *Router) authenticate(hr *http.Request) (ledger.TenantID, error) {
-	if t, ok := r.fleet.TenantForKey(httpguard.Bearer(hr)); ok {
+	if t, ok := r.ten.Load().Authenticate(httpguard.Bearer(hr)); ok {
 		return t, nil
 	}
 	return "", ErrUnauthorized
 }
 
-func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {
-	for _, t := range r.fleet.Tenants {
-		if t.Name == name {
-			return t
-		}
+// Reload reads the fleet file (--config) again and applies its tenants,
+// API keys and priority_policy (fleet.WithTenancy) to the requests that
+// start after it returns; the sections it names in kept differ and need a
+// restart. The fleet applier configures the new tenant quotas in the
+// ledger. On error nothing changed.
+func (r *Router) Reload() (kept []string, err error) {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	defer func() { r.tm.Reloaded(err) }()
+	f, err := fleet.Load(r.cfg.FleetFile)
+	if err != nil {
+		return nil, err
 	}
-	return fleet.Tenant{Pools: []ledger.PoolID{""}}
+	next, kept, err := r.ten.Load().Fleet().WithTenancy(f)
+	if err != nil {
+		return kept, fmt.Errorf("fleet file %s: %w", r.cfg.FleetFile, err)
+	}
+	r.ten.Store(tenancy.New(next))
+	if la, ok := r.adm.(*ledgerAdmitter); ok {
+		la.ap.Replace(next)
+		la.ap.Kick()
+	}
+	return kept, nil
 }
 
 // Shutdown stops in order: mark unready, stop accepting, and wait under
