@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // Options are a run's settings that are not part of the scenario.
@@ -37,7 +38,8 @@ type Options struct {
 	RunDir string
 	// Binaries are prebuilt executables; zero means Build into RunDir/bin.
 	Binaries Binaries
-	// Progress receives a progress bar (nil: none).
+	// Progress receives a progress bar redrawn in place when it is a
+	// terminal, else one line per run (nil: none).
 	Progress io.Writer
 	// SampleInterval is how often engines and the audit are sampled
 	// (default 250ms).
@@ -461,7 +463,16 @@ func isLedgerCheck(name string) bool {
 	return false
 }
 
+// showProgress shows the run's progress on w until doneC is closed: a
+// bar redrawn in place on a terminal; elsewhere (a pipe, a log file,
+// where carriage-return frames pile up as hundreds of lines) one line
+// when the run's traffic ends.
 func showProgress(w io.Writer, s *Scenario, tr *traffic, start time.Time, doneC <-chan struct{}) {
+	if f, ok := w.(interface{ Fd() uintptr }); !ok || !term.IsTerminal(int(f.Fd())) {
+		<-doneC
+		fmt.Fprintf(w, "%-28s %d requests in %s\n", s.Name, tr.issued.Load(), time.Since(start).Round(100*time.Millisecond))
+		return
+	}
 	total := s.Workload.Duration.D().Milliseconds()
 	bar := progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),

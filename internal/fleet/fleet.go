@@ -84,6 +84,9 @@ type Fleet struct {
 	// a class absent has none. Routers only: the ledger never sees it.
 	TTFTSLOs map[ledger.PriorityName]time.Duration
 	Lease    Lease
+	// PriorityPolicy is what a router does with a request for a class its
+	// tenant may not use (priority_policy, tenancy.go); "" is refuse.
+	PriorityPolicy PriorityPolicy
 }
 
 // Pool is the engines serving one model.
@@ -126,6 +129,9 @@ type Pool struct {
 	// non-streamed answer's headers come with the whole answer: the bound
 	// must exceed the pool's longest non-streamed generation.
 	FirstByteTimeout time.Duration
+	// EnginePriority passes each request's class to the engines as vLLM's
+	// "priority" field (engine_priority, tenancy.go); off by default.
+	EnginePriority bool
 }
 
 // Engine is one GPU engine replica.
@@ -167,6 +173,8 @@ type Tenant struct {
 	SlotShare float64
 	// Pools restricts the tenant to these pools; empty means every pool.
 	Pools []ledger.PoolID
+	// Tenancy: its classes, weight and queue bound (tenancy.go).
+	TenantClasses
 }
 
 // InPool reports whether the tenant may use pool p.
@@ -222,7 +230,9 @@ type fileYAML struct {
 	Tenants         []tenantYAML   `yaml:"tenants"`
 	Priorities      []priorityYAML `yaml:"priorities,omitempty"`
 	DefaultPriority string         `yaml:"default_priority,omitempty"`
-	Lease           leaseYAML      `yaml:"lease"`
+	// PriorityPolicy is priority_policy (tenancy.go).
+	PriorityPolicy string    `yaml:"priority_policy,omitempty"`
+	Lease          leaseYAML `yaml:"lease"`
 }
 
 type poolYAML struct {
@@ -237,6 +247,8 @@ type poolYAML struct {
 	Breaker        *breakerYAML `yaml:"breaker,omitempty"`
 	// FirstByteTimeout is first_byte_timeout.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout,omitempty"`
+	// EnginePriority is engine_priority (tenancy.go).
+	EnginePriority bool `yaml:"engine_priority,omitempty"`
 }
 
 type breakerYAML struct {
@@ -270,6 +282,11 @@ type tenantYAML struct {
 	KVShare   float64  `yaml:"kv_share"`
 	SlotShare float64  `yaml:"slot_share,omitempty"`
 	Pools     []string `yaml:"pools,omitempty"`
+	// Tenancy (tenancy.go).
+	Priorities      []string `yaml:"priorities,omitempty"`
+	DefaultPriority string   `yaml:"default_priority,omitempty"`
+	Weight          float64  `yaml:"weight,omitempty"`
+	MaxQueued       int      `yaml:"max_queued,omitempty"`
 }
 
 type priorityYAML struct {
@@ -517,5 +534,6 @@ func build(raw fileYAML) (*Fleet, []error) {
 		l.RecoveryWindow = *raw.Lease.RecoveryWindow
 	}
 	l.OrphanHold = raw.Lease.OrphanHold
+	buildTenancy(raw, f)
 	return f, errs
 }

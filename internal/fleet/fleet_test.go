@@ -163,9 +163,9 @@ func TestParseErrors(t *testing.T) {
 		edit func(string) string
 		want []string // substrings of the error
 	}{
-		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
+		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, priority_policy, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout, engine_priority)`}},
 		{"unknown breaker field", repl("  - name: p\n", "  - name: p\n    breaker:\n      failures: 3\n      timeout: 2s\n"), []string{`line 5: unknown field "timeout" in breaker (allowed: failures, cooldown, probes, successes)`}},
 		{"breaker failures zero", repl("  - name: p\n", "  - name: p\n    breaker: {failures: 0}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576 (consecutive failed dispatches that open an engine's breaker), or -1 to turn the breaker off, got 0"}},
 		{"breaker failures below -1", repl("  - name: p\n", "  - name: p\n    breaker: {failures: -2}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576", "got -2"}},

@@ -76,6 +76,7 @@ func Marshal(f *Fleet) ([]byte, error) {
 		RecoveryWindow: &l.RecoveryWindow,
 		OrphanHold:     l.OrphanHold,
 	}
+	marshalTenancy(f, &raw)
 	return yaml.Marshal(&raw)
 }
 

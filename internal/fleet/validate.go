@@ -254,6 +254,7 @@ func (f *Fleet) check() []error {
 	if l.RecoveryWindow != 0 && (l.RecoveryWindow < l.SessionTTL || l.RecoveryWindow > maxDuration) {
 		c.add("lease.recovery_window", "must be 0s (disabled) or in lease.session_ttl (%s)..%s so every live holder can re-assert, got %s", l.SessionTTL, maxDuration, l.RecoveryWindow)
 	}
+	f.checkTenancy(c)
 	return c.errs
 }
 

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/openai"
+	"github.com/leasehold/leasehold/internal/tenancy"
 )
 
 // The request as the router needs it: validated before any lease is taken,
@@ -62,6 +62,10 @@ type request struct {
 	class     ledger.PriorityName
 	promptEst int64
 	arrived   time.Time
+	// enginePriority is the "priority" sent to the engine (engine_priority), nil for none;
+	// acct is the request's per-tenant series.
+	enginePriority json.RawMessage
+	acct           *tenancy.Request
 
 	fields map[string]json.RawMessage
 }
@@ -320,7 +324,8 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 }
 
 // upstreamBody returns the body to send to the engine: the client's fields
-// without "priority" (a router field; vLLM gives it another meaning), and
+// without "priority" (a router field; vLLM gives it another meaning: it is
+// sent only as the class's rank, under engine_priority), and
 // with stream_options.include_usage set when streaming so the router
 // learns the actual usage.
 func (r *request) upstreamBody() ([]byte, error) {
@@ -329,6 +334,9 @@ func (r *request) upstreamBody() ([]byte, error) {
 		if k != "priority" {
 			out[k] = v
 		}
+	}
+	if r.enginePriority != nil {
+		out["priority"] = r.enginePriority
 	}
 	if r.stream && !r.includeUsage {
 		so := map[string]json.RawMessage{}
@@ -349,26 +357,6 @@ func (r *request) upstreamBody() ([]byte, error) {
 func (r *request) prompt() estimate.Prompt {
 	return estimate.Prompt{Tokens: r.promptTokens, Bytes: r.promptBytes, Messages: r.promptMessages,
 		Media: r.media, MaxTokens: r.maxTokens, N: r.n}
-}
-
-// priority is X-Priority, else the body's "priority", else the fleet's
-// default; it must name a configured class.
-func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
-	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
-	if name == "" {
-		name = req.priority
-	}
-	if name == "" {
-		return r.fleet.DefaultPriority, nil
-	}
-	names := make([]string, 0, len(r.fleet.Priorities))
-	for _, p := range r.fleet.Priorities {
-		if p.Name == name {
-			return name, nil
-		}
-		names = append(names, string(p.Name))
-	}
-	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
 }
 
 // checkContext refuses, before any lease, a request whose prompt is known

@@ -11,23 +11,6 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-func TestRetryAfterJitter(t *testing.T) {
-	seen := map[int]bool{}
-	for range 200 {
-		s := jitterRetryAfter(4 * time.Second)
-		if s < 2 || s > 6 {
-			t.Fatalf("Retry-After %d for a 4s hint, want 2..6", s)
-		}
-		seen[s] = true
-	}
-	if len(seen) < 3 {
-		t.Errorf("Retry-After values %v: not jittered", seen)
-	}
-	if s := jitterRetryAfter(100 * time.Millisecond); s != 1 {
-		t.Errorf("Retry-After %d for 100ms, want at least 1", s)
-	}
-}
-
 func TestErrorTable(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
