@@ -242,7 +242,9 @@
 // refuses with ReasonRecovering, its retry hint the smaller of the pool's
 // and the rest of the window. KeepAlive, Reassert, Renew, Release, Grow
 // and shrinking never refuse for recovery, and from RecoveringUntil on
-// every engine takes grants as before.
+// every engine takes grants as before. While the window is open, KeepAlive
+// reports how many configured engines have recovered (Session.Recovered):
+// while none has, the pool refuses every new grant.
 //
 // An observation that arrives while the window is open sets the engine's
 // correction to all it shows (CorrectionOf: KV tokens used, running plus

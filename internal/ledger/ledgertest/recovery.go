@@ -58,6 +58,17 @@ func (f *fixture) observeFull(obs ledger.Observation, wantApplied bool) {
 	}
 }
 
+// wantRecovered wants a KeepAlive in the open window to count n engines
+// recovered (ledger.Session.Recovered).
+func (f *fixture) wantRecovered(why string, n int) {
+	f.t.Helper()
+	s := f.keepAlive(h1, longTTL)
+	if s.RecoveringUntil.IsZero() || s.Recovered != n {
+		f.t.Errorf("%s: KeepAlive = recovering until %s, %d engines recovered; want the window open and %d", why,
+			s.RecoveringUntil.Format(time.StampMilli), s.Recovered, n)
+	}
+}
+
 // rejectRecovering wants Acquire to refuse r for recovery on eng, with a
 // retry hint no longer than the pool's (an engine may recover at its next
 // observation).
@@ -76,6 +87,7 @@ func (s *suite) testRecoversOnObservation(t *testing.T) {
 	f := s.setup(t, spec, ledger.Options{RecoveryWindow: longWindow, ConfirmGrace: recoveryGrace})
 	since := f.recoverySince(longWindow)
 	f.rejectRecovering("fresh epoch, nothing observed", f.req(h1, 100, 1, e1, e2, e3), e1)
+	f.wantRecovered("nothing observed", 0)
 
 	// Stamped at since but arriving before it: the ledger's own clock
 	// says it may have been taken earlier.
@@ -97,7 +109,9 @@ func (s *suite) testRecoversOnObservation(t *testing.T) {
 
 	// Taken at since, arriving after: e1 recovers, and counts its lease
 	// plus all the observation shows (not max(0, observed - reserved)).
+	f.wantRecovered("only stale or early observations", 0)
 	f.observeFull(ledger.Observation{Engine: e1, KVTokensUsed: 300, Running: 2, Waiting: 1, ObservedAt: since.Add(time.Millisecond)}, true)
+	f.wantRecovered("e1 observed fresh", 1)
 	f.wantCorrection(e1, 300, 3)
 	// Used on e1: 200 + 300 KV, 1 + 3 slots of 8; e3 and e2 still refuse.
 	f.reject(f.req(h1, 501, 1, e3, e2, e1), ledger.ReasonRecovering, e3)
@@ -141,6 +155,7 @@ func (s *suite) testWorstCaseRecoversIdle(t *testing.T) {
 	f.rejectRecovering("worst_case, e1 running", f.req(h1, 100, 1, e1, e2), e1)
 	f.rejectRecovering("worst_case, e2 waiting", f.req(h1, 100, 1, e2), e2)
 	f.observeFull(ledger.Observation{Engine: e2, ObservedAt: since.Add(2 * time.Millisecond)}, true)
+	f.wantRecovered("worst_case, e2 idle", 1)
 	f.acquire(f.req(h1, 100, 1, e1, e2), e2)
 	// Its next observation shows the grant's request: e2 is back in
 	// recovery until the window ends (only an idle engine is trusted).
@@ -180,6 +195,9 @@ func (s *suite) testWindowEnds(t *testing.T) {
 	f.wantCorrection(e1, 300, 1)
 	f.rejectRecovering("inside the window", f.req(h1, 100, 1, e2, e1), e2)
 	f.waitPast(until)
+	if s := f.keepAlive(h1, longTTL); s.Recovered != 0 {
+		t.Errorf("KeepAlive after the window = %d engines recovered, want 0 (there is no window to recover from)", s.Recovered)
+	}
 	// Every engine takes grants again, the never observed e2 too; e1
 	// still counts the window's correction until its next observation.
 	f.acquire(f.req(h1, 100, 1, e2), e2)
