@@ -187,6 +187,16 @@ type Tenant struct {
 // then charged every token they may use (ledger.AcquireRequest.Tokens).
 func (t Tenant) Rated() bool { return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 }
 
+// RateCharge is the AcquireRequest.Tokens of a request of the tenant that
+// may use tokens in all: tokens when the tenant is Rated, else 0 (nothing
+// is charged, and a block lease may admit it).
+func (t Tenant) RateCharge(tokens int64) int64 {
+	if !t.Rated() {
+		return 0
+	}
+	return tokens
+}
+
 // InPool reports whether the tenant may use pool p.
 func (t Tenant) InPool(p ledger.PoolID) bool {
 	if len(t.Pools) == 0 {
