@@ -130,6 +130,7 @@ func (s *suite) testRates(t *testing.T) {
 	t.Run("TrueUp", s.testRateTrueUp)
 	t.Run("IdempotentRelease", s.testRateIdempotentRelease)
 	t.Run("WindowExpiry", s.testRateWindowExpiry)
+	t.Run("SurvivesConfigure", s.testRateSurvivesConfigure)
 	t.Run("ConcurrentAcquires", s.testRateConcurrent)
 }
 
@@ -231,6 +232,26 @@ func (s *suite) testRateWindowExpiry(t *testing.T) {
 	f.wantRateUse("a window after the last grant", tenantTok, 0, 0)
 	f.rateAcquire(f.rateReq(h2, tenantTok, rateTPM), rateTPM)
 	f.checkTotals("after the window passed")
+}
+
+// testRateSurvivesConfigure: re-applying the spec keeps the window; a
+// lower budget applies to what was charged before it; a tenant given a
+// budget later starts charging then.
+func (s *suite) testRateSurvivesConfigure(t *testing.T) {
+	f := s.setup(t, ratesSpec(0), noWindow)
+	a := f.rateAcquire(f.rateReq(h1, tenantTok, 600), 600)
+	f.rateAcquire(f.rateReq(h1, tenantAll, 600), 0)
+	f.configure(f.spec)
+	f.wantRateUse("after re-applying the spec", tenantTok, 600, 1)
+	lower := ratesSpec(0)
+	lower.Tenants[1].TokensPerMinute = 700
+	lower.Tenants[0].TokensPerMinute = 500 // tenantAll gets a budget
+	f.configure(lower)
+	f.rateReject(f.rateReq(h2, tenantTok, 200), ledger.ReasonTenantTokenRate, a.Created, a.Created)
+	f.rateAcquire(f.rateReq(h2, tenantTok, 100), 100)
+	f.rateAcquire(f.rateReq(h2, tenantAll, 500), 500) // its grant before the budget was not charged
+	f.wantRateUse("after the budgets changed", tenantAll, 500, 1)
+	f.checkTotals("after re-configuring budgets")
 }
 
 // testRateConcurrent: concurrent acquires from several holders never
