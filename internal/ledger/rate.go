@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -107,16 +108,22 @@ func RateUse(bs []RateBucket, now time.Time, w time.Duration) (tokens, requests 
 }
 
 // ChargeRate returns bs pruned at now, with tokens and one request added
-// to the bucket holding now: a grant's charge. bs is not modified.
+// to the bucket holding now: a grant's charge. The buckets stay oldest
+// first when the pool's window changed width (a wider bucket holding now
+// may start before the last narrower one). bs is not modified.
 func ChargeRate(bs []RateBucket, now time.Time, w time.Duration, tokens int64) []RateBucket {
 	out := append([]RateBucket(nil), PruneRates(bs, now, w)...)
 	at := bucketStart(now, RateWidth(w))
-	if n := len(out); n > 0 && out[n-1].At.UnixMilli() == at {
-		out[n-1].Tokens += tokens
-		out[n-1].Requests++
+	i := len(out)
+	for i > 0 && out[i-1].At.UnixMilli() > at {
+		i--
+	}
+	if i > 0 && out[i-1].At.UnixMilli() == at {
+		out[i-1].Tokens += tokens
+		out[i-1].Requests++
 		return out
 	}
-	return append(out, RateBucket{At: time.UnixMilli(at), Tokens: tokens, Requests: 1})
+	return slices.Insert(out, i, RateBucket{At: time.UnixMilli(at), Tokens: tokens, Requests: 1})
 }
 
 // TrueUpRate returns bs pruned at now, with delta added to the tokens of

@@ -138,6 +138,32 @@ func TestChargeAndTrueUpRate(t *testing.T) {
 	}
 }
 
+// A pool whose window widens puts now's charge in a bucket that may start
+// before the last narrower one: the buckets stay oldest first, so pruning
+// and the retry hint read them in order.
+func TestChargeRateAfterTheWindowWidens(t *testing.T) {
+	short := 1200 * time.Millisecond // 20 ms buckets
+	bs := ChargeRate(nil, rateNow.Add(-40*time.Millisecond), short, 100)
+	bs = ChargeRate(bs, rateNow, short, 200)
+	got := ChargeRate(bs, rateNow.Add(100*time.Millisecond), 0, 300) // now's second-wide bucket starts 500 ms before rateNow
+	want := []RateBucket{
+		{At: time.UnixMilli(bucketStart(rateNow, time.Second)), Tokens: 300, Requests: 1},
+		{At: rateNow.Add(-40 * time.Millisecond), Tokens: 100, Requests: 1},
+		{At: rateNow, Tokens: 200, Requests: 1},
+	}
+	if !slices.EqualFunc(got, want, func(a, b RateBucket) bool {
+		return a.At.Equal(b.At) && a.Tokens == b.Tokens && a.Requests == b.Requests
+	}) {
+		t.Fatalf("ChargeRate after the window widened = %+v, want %+v (oldest first)", got, want)
+	}
+	if tok, req := RateUse(got, rateNow.Add(100*time.Millisecond), 0); tok != 600 || req != 3 {
+		t.Errorf("RateUse = %d tokens, %d requests; want 600, 3", tok, req)
+	}
+	if got := ChargeRate(got, rateNow.Add(200*time.Millisecond), 0, 5); got[0].Tokens != 305 || len(got) != 3 {
+		t.Errorf("a second charge in the wide bucket = %+v, want it added to the first", got)
+	}
+}
+
 func TestRateTrueUp(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

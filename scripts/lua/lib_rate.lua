@@ -64,14 +64,15 @@ local function rate_reason(w, now, t, tokens)
 end
 
 -- rate_charge is ledger.ChargeRate: tokens and one request added to the
--- bucket holding now.
+-- bucket holding now, kept oldest first when the window changed width.
 local function rate_charge(w, now, tokens)
   local at, bs = now - now % w.width, w.buckets
-  local last = bs[#bs]
-  if last and last[1] == at then
-    last[2], last[3] = last[2] + tokens, last[3] + 1
+  local i = #bs
+  while i > 0 and bs[i][1] > at do i = i - 1 end
+  if i > 0 and bs[i][1] == at then
+    bs[i][2], bs[i][3] = bs[i][2] + tokens, bs[i][3] + 1
   else
-    bs[#bs + 1] = {at, tokens, 1}
+    table.insert(bs, i + 1, {at, tokens, 1})
   end
 end
 
