@@ -29,6 +29,8 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckHangBounded:        (*evidence).checkHangBounded,
 	CheckBreakerTransitions: (*evidence).checkBreakerTransitions,
 	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
+	// Issue 17 (ratecheck.go).
+	CheckTokenRate: (*evidence).checkTokenRate,
 }
 
 // check runs the named check.

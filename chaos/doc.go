@@ -18,6 +18,8 @@
 //     transitions logged from the audit, and their checks;
 //   - spike.go: a step in open-loop arrivals, the ttft_slo check and the
 //     baselines run beside a scenario (seed 002's table);
+//   - ratecheck.go: token_rate, tenants' fleet-wide rate budgets judged
+//     from the engines' usage of every answered request;
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;
