@@ -10,9 +10,10 @@ test: tools
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 ## test-scenarios: the slower scenario tests .ci/run runs after test: every
-## chaos scenario on an etcd ledger
+## chaos scenario on an etcd ledger, and token-rate in full (2 minutes) on
+## the reserver, Redis and etcd
 test-scenarios: tools
-	LEASEHOLD_TEST_SCENARIOS_ETCD=1 $(GO) test -race -count=1 -timeout 30m -run '^TestScenariosShortEtcd$$' ./chaos/
+	LEASEHOLD_TEST_SCENARIOS_ETCD=1 $(GO) test -race -count=1 -timeout 30m -run '^(TestScenariosShortEtcd|TestTokenRateFull)$$' ./chaos/
 
 ## test-short: without the race detector, for quick iterations
 test-short: tools

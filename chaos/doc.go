@@ -18,6 +18,8 @@
 //     transitions logged from the audit, and their checks;
 //   - spike.go: a step in open-loop arrivals, the ttft_slo check and the
 //     baselines run beside a scenario (seed 002's table);
+//   - ratecheck.go: token_rate, tenants' fleet-wide rate budgets judged
+//     from the engines' usage of every answered request;
 //   - recovery.go: how soon grants come after a cold start and after the
 //     ledger restarts empty (cold_start, recovery_resumes);
 //   - record.go: the JSONL event log (requests, faults, samples of every

@@ -54,7 +54,7 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	for _, tn := range t.Tenants {
 		f.Tenants = append(f.Tenants, fleet.Tenant{
 			Name: ledger.TenantID(tn.Name), APIKeys: []fleet.KeyHash{fleet.HashAPIKey(tn.APIKey())},
-			KVShare: tn.KVShare, SlotShare: tn.SlotShare,
+			KVShare: tn.KVShare, SlotShare: tn.SlotShare, TokensPerMinute: tn.TokensPerMinute, RequestsPerMinute: tn.RequestsPerMinute,
 		})
 	}
 	for _, p := range t.Priorities {

@@ -115,6 +115,8 @@ const (
 	CheckBreakerTransitions = "breaker_transitions"
 	// Spike checks (spike.go).
 	CheckTTFTSLOHeld = "ttft_slo_held"
+	// Rate-budget check (ratecheck.go).
+	CheckTokenRate = "token_rate"
 )
 
 var checkNames = []string{
@@ -122,7 +124,7 @@ var checkNames = []string{
 	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 	CheckFailuresAfterCrash, CheckHangBounded, CheckBreakerTransitions, CheckTTFTSLOHeld,
-	CheckColdStart, CheckRecoveryResumes,
+	CheckTokenRate, CheckColdStart, CheckRecoveryResumes,
 }
 
 // DefaultChecks run when a scenario lists none.
@@ -242,6 +244,11 @@ type TenantSpec struct {
 	Name      string  `yaml:"name"`
 	KVShare   float64 `yaml:"kv_share"`
 	SlotShare float64 `yaml:"slot_share,omitempty"`
+
+	// TokensPerMinute and RequestsPerMinute are the fleet's
+	// tenants[].tokens_per_minute and requests_per_minute (0: none).
+	TokensPerMinute   int64 `yaml:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64 `yaml:"requests_per_minute,omitempty"`
 }
 
 // APIKey is the bearer key the runner gives tenant t.

@@ -94,6 +94,9 @@ func (s *Scenario) Validate() error {
 		if tn.Name == "" {
 			bad(fmt.Sprintf("topology.tenants[%d].name", i), "required")
 		}
+		if tn.TokensPerMinute < 0 || tn.RequestsPerMinute < 0 {
+			bad(fmt.Sprintf("topology.tenants[%d]", i), "tokens_per_minute %d, requests_per_minute %d: want >= 0 (0: none)", tn.TokensPerMinute, tn.RequestsPerMinute)
+		}
 		tenants[tn.Name] = true
 	}
 	prios := map[string]bool{}

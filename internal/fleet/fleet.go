@@ -171,10 +171,30 @@ type Tenant struct {
 	// SlotShare is the share of each pool's slots, in [0, 1]; 0 means no
 	// slot quota.
 	SlotShare float64
+	// TokensPerMinute and RequestsPerMinute are the tenant's rate budgets
+	// in each pool it may use, each pool counting its own (a sliding
+	// minute, ledger/rate.go), shared by every router: tokens_per_minute
+	// and requests_per_minute, 0..ledger.MaxAmount; 0 (omitted) is none.
+	TokensPerMinute   int64
+	RequestsPerMinute int64
 	// Pools restricts the tenant to these pools; empty means every pool.
 	Pools []ledger.PoolID
 	// Tenancy: its classes, weight and queue bound (tenancy.go).
 	TenantClasses
+}
+
+// Rated reports whether the tenant has a rate budget: its requests are
+// then charged every token they may use (ledger.AcquireRequest.Tokens).
+func (t Tenant) Rated() bool { return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 }
+
+// RateCharge is the AcquireRequest.Tokens of a request of the tenant that
+// may use tokens in all: tokens when the tenant is Rated, else 0 (nothing
+// is charged, and a block lease may admit it).
+func (t Tenant) RateCharge(tokens int64) int64 {
+	if !t.Rated() {
+		return 0
+	}
+	return tokens
 }
 
 // InPool reports whether the tenant may use pool p.
@@ -287,6 +307,9 @@ type tenantYAML struct {
 	DefaultPriority string   `yaml:"default_priority,omitempty"`
 	Weight          float64  `yaml:"weight,omitempty"`
 	MaxQueued       int      `yaml:"max_queued,omitempty"`
+	// Rate budgets: tokens_per_minute and requests_per_minute.
+	TokensPerMinute   int64 `yaml:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64 `yaml:"requests_per_minute,omitempty"`
 }
 
 type priorityYAML struct {
@@ -487,6 +510,7 @@ func build(raw fileYAML) (*Fleet, []error) {
 	}
 	for i, t := range raw.Tenants {
 		ten := Tenant{Name: ledger.TenantID(t.Name), KVShare: t.KVShare, SlotShare: t.SlotShare}
+		ten.TokensPerMinute, ten.RequestsPerMinute = t.TokensPerMinute, t.RequestsPerMinute
 		for j, k := range t.APIKeys {
 			h, err := ParseAPIKey(k)
 			if err != nil {

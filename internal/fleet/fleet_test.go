@@ -239,6 +239,11 @@ func TestParseErrors(t *testing.T) {
 		{"kv_share above one", repl("kv_share: 0.5", "kv_share: 1.5"), []string{"tenants[0].kv_share: must be in (0, 1], got 1.5"}},
 		{"kv_share NaN", repl("kv_share: 0.5", "kv_share: .nan"), []string{"tenants[0].kv_share: must be in (0, 1], got NaN"}},
 		{"slot_share negative", repl("kv_share: 0.5", "kv_share: 0.5\n    slot_share: -0.1"), []string{"tenants[0].slot_share: must be in [0, 1], got -0.1"}},
+		{"tokens_per_minute negative", repl("kv_share: 0.5", "kv_share: 0.5\n    tokens_per_minute: -1"),
+			[]string{"tenants[0].tokens_per_minute: must be in 0..1099511627776, got -1 (tokens per minute in each pool, shared by every router; 0 or omitted for none)"}},
+		{"requests_per_minute too large", repl("kv_share: 0.5", "kv_share: 0.5\n    requests_per_minute: 2199023255553"),
+			[]string{"tenants[0].requests_per_minute: must be in 0..1099511627776, got 2199023255553 (requests per minute"}},
+		{"tokens_per_minute not a number", repl("kv_share: 0.5", "kv_share: 0.5\n    tokens_per_minute: 20k"), []string{"cannot unmarshal !!str `20k` into int64"}},
 		{"tenant pool unknown", repl("kv_share: 0.5", "kv_share: 0.5\n    pools: [q]"), []string{`tenants[0].pools[0]: "q" is not a pool in this file`}},
 		{"tenant pool twice", repl("kv_share: 0.5", "kv_share: 0.5\n    pools: [p, p]"), []string{`tenants[0].pools[1]: "p" is listed twice`}},
 		{"priority name missing", repl("{name: interactive, max_fill: 0.95}", "{max_fill: 0.95}"), []string{"priorities[0].name: is required"}},
@@ -389,7 +394,7 @@ func TestPoolSpecs(t *testing.T) {
       - {id: fixed, url: "http://h:3", kv_tokens: 50, slots: 2, stale_after: 0s}
 tenants:
   - {name: everywhere, api_keys: [k1], kv_share: 0.5, slot_share: 0.25}
-  - {name: only-b, api_keys: [k2], kv_share: 1, pools: [b]}
+  - {name: only-b, api_keys: [k2], kv_share: 1, pools: [b], tokens_per_minute: 20000, requests_per_minute: 60}
 priorities:
   - {name: interactive, max_fill: 0.95}
   - {name: batch, max_fill: 0.7}
@@ -433,7 +438,7 @@ priorities:
 		{
 			Name: "b", RetryAfter: time.Second, Reserve: ledger.ReserveWorstCase, Breaker: ledger.BreakerSpec{}.WithDefaults(),
 			Engines:    []ledger.EngineSpec{{ID: "fixed", URL: "http://h:3", KVTokens: 50, Slots: 2, StalePolicy: ledger.StaleHold}},
-			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1}},
+			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1, TokensPerMinute: 20000, RequestsPerMinute: 60}},
 			Priorities: prios,
 		},
 	}

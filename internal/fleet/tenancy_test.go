@@ -85,7 +85,7 @@ func TestParseTenancyErrors(t *testing.T) {
 		{"weight NaN", repl(b, `{name: b, api_keys: ["kb"], kv_share: 1, weight: .nan}`), "tenants[1].weight: must be in (0, 1000], got NaN"},
 		{"max_queued negative", repl(b, `{name: b, api_keys: ["kb"], kv_share: 1, max_queued: -3}`), "tenants[1].max_queued: must be in 0..1048576, got -3"},
 		{"unknown tenant field", repl(b, `{name: b, api_keys: ["kb"], kv_share: 1, class: batch}`),
-			`unknown field "class" in a tenant (allowed: name, api_keys, kv_share, slot_share, pools, priorities, default_priority, weight, max_queued)`},
+			`unknown field "class" in a tenant (allowed: name, api_keys, kv_share, slot_share, pools, priorities, default_priority, weight, max_queued, tokens_per_minute, requests_per_minute)`},
 		{"engine_priority not a bool", repl("slots: 8}", "slots: 8}\n    engine_priority: maybe"), "cannot unmarshal !!str `maybe` into bool"},
 	}
 	for _, tt := range tests {

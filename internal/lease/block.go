@@ -193,7 +193,9 @@ func (s *Sub) Release(usage ledger.Usage) error {
 // live block of one of req.Candidates (same tenant and priority) has room,
 // without calling the ledger; otherwise it calls Acquire. req.RequestID
 // and req.TTL do not apply to a local admission. Admit never admits
-// locally while the pool's session is unconfirmed.
+// locally while the pool's session is unconfirmed, nor a request charging
+// a rate window (req.Tokens > 0: its tenant has a rate budget, which only
+// the ledger's check enforces across routers).
 func (m *Manager) Admit(ctx context.Context, req ledger.AcquireRequest) (Ticket, error) {
 	if m.blocks != nil {
 		if s := m.admitLocal(req); s != nil {
@@ -211,7 +213,7 @@ func (m *Manager) Admit(ctx context.Context, req ledger.AcquireRequest) (Ticket,
 func (m *Manager) admitLocal(req ledger.AcquireRequest) *Sub {
 	bs := m.blocks
 	p := m.pools[req.Pool]
-	if p == nil || len(req.Candidates) == 0 || req.KVTokens < 1 || req.Slots < 1 ||
+	if p == nil || len(req.Candidates) == 0 || req.KVTokens < 1 || req.Slots < 1 || req.Tokens > 0 ||
 		req.KVTokens > bs.cfg.KVTokens || req.Slots > bs.cfg.Slots {
 		return nil
 	}

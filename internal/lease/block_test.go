@@ -396,6 +396,46 @@ func TestBlocksRespectTenantQuota(t *testing.T) {
 	}
 }
 
+// A request charging a rate window (Tokens > 0) is never admitted from a
+// block: only the ledger checks the tenant's budget across routers, so
+// a block's sub-requests would pass it uncharged. Its tenant gets no
+// block either, and the budget holds.
+func TestBlocksSkipRatedRequests(t *testing.T) {
+	fx := newFixture(t, backends()[0])
+	cfg := fx.blockConfig(t)
+	sp := bigSpec()
+	sp.Tenants = []ledger.TenantSpec{{Name: "acme", KVShare: 1, TokensPerMinute: 5000}}
+	if _, err := fx.fault.Configure(ctxT(t, 5*time.Second), sp); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	m := newManager(t, cfg)
+	var granted, refused int
+	for i := range 30 {
+		r := request(50)
+		r.Tokens = 400
+		tk, err := m.Admit(ctxT(t, 5*time.Second), r)
+		if rej := ledger.AsRejection(err); rej != nil && rej.Reason == ledger.ReasonTenantTokenRate {
+			refused++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Admit %d: %v", i, err)
+		}
+		granted++
+		if _, ok := tk.(*lease.Held); !ok {
+			t.Errorf("Admit %d of a rated request = %T, want *lease.Held (charged by the ledger)", i, tk)
+		}
+		_ = tk.Release(ledger.Usage{})
+		time.Sleep(10 * time.Millisecond) // time for a block refill, were one started
+	}
+	if granted != 12 || refused != 18 {
+		t.Errorf("30 requests of 400 tokens on a 5000 budget: %d granted, %d refused tenant_token_rate; want 12 and 18", granted, refused)
+	}
+	if st := m.Stats().Counters; st.LocalAdmits != 0 || st.BlockAcquires != 0 {
+		t.Errorf("local admissions = %d, block acquisitions = %d; want 0 and 0 for a rated tenant", st.LocalAdmits, st.BlockAcquires)
+	}
+}
+
 func TestBlockConfigValidate(t *testing.T) {
 	fx := newFixture(t, backends()[0])
 	for _, tc := range []struct {

@@ -108,6 +108,13 @@ type Admission struct {
 	// Breaker is the pool's (PoolSpec.Breaker): Admit reads each
 	// candidate's breaker with it at Now. Growth ignores it.
 	Breaker BreakerSpec
+	// Tokens is what a grant charges to the tenant's rate window
+	// (AcquireRequest.ChargedTokens); Rates is the window as stored and
+	// RateWindow the pool's (PoolSpec.RateWindow). Only a Tenant with a
+	// rate budget reads them (rate.go); growth ignores them.
+	Tokens     int64
+	Rates      []RateBucket
+	RateWindow time.Duration
 	// ObservedSince is RecoverySince of the pool's epoch: while Now is
 	// before RecoveringUntil, an engine takes grants and growth only if it
 	// Recovered since then (see recovery.go).
@@ -131,6 +138,9 @@ func Admit(a Admission) (int, *Rejection) {
 	if a.KVTokens > qKV || (qSlots > 0 && a.Slots > qSlots) {
 		return reject(ReasonTooLarge, "", 0)
 	}
+	if tpm := a.Tenant.TokensPerMinute; tpm > 0 && a.Tokens > tpm {
+		return reject(ReasonTooLarge, "", 0)
+	}
 	fitsSomewhere := false
 	for _, e := range a.Candidates {
 		if a.KVTokens <= e.AdmissibleKV(a.MaxFill, a.GrowthHeadroom) && a.Slots <= Fill(e.Spec.Slots, a.MaxFill) {
@@ -146,6 +156,11 @@ func Admit(a Admission) (int, *Rejection) {
 	}
 	if qSlots > 0 && a.TenantSlots+a.Slots > qSlots {
 		return reject(ReasonTenantSlots, "", retry)
+	}
+	if a.Tenant.Rated() {
+		if r, after := rateReason(a, a.Tokens); r != "" {
+			return reject(r, "", after)
+		}
 	}
 	var first Reason
 	for i, e := range a.Candidates {

@@ -51,9 +51,11 @@
 // ReasonPriorityHeadroom; see "Recovery" for the recovery window). Before
 // any engine is tried, pool-wide limits are checked: the tenant's KV quota
 // floor(kv_share * pool kv capacity) (ReasonTenantKV) and,
-// when slot_share > 0, its slot quota (ReasonTenantSlots). A request that
-// could never fit — larger than every candidate's floor(cap * f), or than the
-// tenant's quota — is rejected with ReasonTooLarge and no retry hint. Otherwise
+// when slot_share > 0, its slot quota (ReasonTenantSlots), then its rate
+// budgets (ReasonTenantTokenRate, ReasonTenantRequestRate; see "Rate
+// budgets"). A request that could never fit — larger than every candidate's
+// floor(cap * f), than the tenant's quota or than its token budget — is
+// rejected with ReasonTooLarge and no retry hint. Otherwise
 // the rejection names the reason of the first candidate and carries a
 // retry-after hint. Rejections are returned as *Rejection errors
 // (errors.Is(err, ErrRejected)).
@@ -148,6 +150,24 @@
 // capacity, or in a worst_case pool fails with ErrInvalidArgument and
 // changes nothing; by another holder with ErrNotHolder; of a missing or
 // expired lease with ErrLeaseNotFound, as Resize. GrowthOf is the rule.
+//
+// # Rate budgets
+//
+// A tenant's TokensPerMinute and RequestsPerMinute in a pool bound what
+// its grants charge in any PoolSpec.RateWindow (a minute) of the ledger
+// clock, whatever the number of holders: Acquire checks them in the same
+// atomic step as the quotas and the engines, and a grant charges its
+// AcquireRequest.ChargedTokens and one request to the tenant's window
+// (Lease.Tokens records the charge). The window slides: RateBuckets
+// buckets, the current one counting with a whole window before it, so
+// every window-long span is inside what is counted (rate.go states the rule
+// and its bound). A rate rejection's RetryAfter is when enough of the
+// window leaves for the request to fit. Release by the holder trues the
+// charge up to Usage.PromptTokens + CompletionTokens (both ways, in the
+// bucket of the grant, once: a retried Release is not counted again); a
+// Release with no prompt tokens (usage unknown) and a lease the ledger
+// ends keep the charge. Reassert and Grow charge nothing. The window is
+// kept per tenant in the pool, and survives Configure as reservations do.
 //
 // # Capacity truth
 //

@@ -15,8 +15,11 @@ type Error struct {
 	Code    string // the machine-readable reason
 	Param   string // the request field to blame; "" is null
 	Message string
-	// RetryAfter, when > 0, is sent jittered as Retry-After (JitterRetryAfter).
+	// RetryAfter, when > 0, is sent jittered as Retry-After (JitterRetryAfter);
+	// with RetryExact rounded up to whole seconds, never earlier (a rate
+	// budget's window frees then, not before).
 	RetryAfter time.Duration
+	RetryExact bool
 }
 
 // Body is e's JSON body, {"error":{"message","type","code","param"}}; a
@@ -32,7 +35,11 @@ func Body(e Error) map[string]any {
 // WriteError answers with e's status, Retry-After and JSON body.
 func WriteError(w http.ResponseWriter, e Error) {
 	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(JitterRetryAfter(e.RetryAfter)))
+		s := JitterRetryAfter(e.RetryAfter)
+		if e.RetryExact {
+			s = int((e.RetryAfter + time.Second - 1) / time.Second)
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)

@@ -26,6 +26,23 @@ func TestRetryAfterJitter(t *testing.T) {
 	}
 }
 
+// RetryExact: a rate budget's hint is when its window frees, so it is
+// rounded up, never jittered earlier.
+func TestRetryAfterExact(t *testing.T) {
+	for _, tc := range []struct {
+		hint time.Duration
+		want string
+	}{{41200 * time.Millisecond, "42"}, {300 * time.Millisecond, "1"}, {2 * time.Second, "2"}} {
+		for range 20 {
+			w := httptest.NewRecorder()
+			WriteError(w, Error{Status: http.StatusTooManyRequests, Code: "tenant_token_rate", RetryAfter: tc.hint, RetryExact: true})
+			if got := w.Header().Get("Retry-After"); got != tc.want {
+				t.Fatalf("exact Retry-After for %s = %q, want %q", tc.hint, got, tc.want)
+			}
+		}
+	}
+}
+
 func TestSaneRequestID(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -72,7 +72,7 @@ type apiError struct {
 //	tenant not allowed the class     403 permission_error       priority_not_allowed (priority_policy refuse)
 //	unknown model                    404 not_found_error        model_not_found
 //	body too large                   413 invalid_request_error  body_too_large
-//	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After
+//	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After (a rate's: when its window frees)
 //	tenant's queue bound (max_queued) 429 rate_limit_error      queue_full, Retry-After
 //	engine's breaker open            503 capacity_error         breaker_open, Retry-After
 //	no candidate meets the ttft_slo  503 capacity_error         ttft_slo, Retry-After
@@ -146,5 +146,6 @@ func writeError(w http.ResponseWriter, ae *apiError) { oaihttp.WriteError(w, ae.
 func errorBody(ae *apiError) map[string]any { return oaihttp.Body(ae.wire()) }
 
 func (ae *apiError) wire() oaihttp.Error {
-	return oaihttp.Error{Status: ae.status, Type: ae.typ, Code: ae.code, Param: ae.param, Message: ae.msg, RetryAfter: ae.retryAfter}
+	return oaihttp.Error{Status: ae.status, Type: ae.typ, Code: ae.code, Param: ae.param, Message: ae.msg, RetryAfter: ae.retryAfter,
+		RetryExact: ledger.Reason(ae.code).Rate()} // a rate budget's: when its window frees
 }

@@ -142,7 +142,8 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 
 	req.class, req.promptEst, req.arrived = prio, prompt, arrived
 	req.acct = r.tm.Request(req.model, tenant, prio, kv, slots)
-	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID()}
+	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID(),
+		Tokens: ten.Tenant(tenant).RateCharge(estimate.RateTokens(req.prompt(), lens.Reserve, prompt))} // trued up at release
 	r.met.admissions.WithLabelValues(string(req.model), string(prio)).Inc()
 	// Failover: attempt n plans without the engines that failed (doc.go).
 	ctx, failed, cands := hr.Context(), []ledger.EngineID(nil), []ledger.EngineID(nil)

@@ -2,7 +2,9 @@
 --
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 tenant, 3 priority, 4 kv_tokens, 5 slots, 6 holder,
---       7 request id, 8 ttl ms, 9 candidate count N, 10..9+N candidate ids.
+--       7 request id, 8 ttl ms, 9 candidate count N, 10..9+N candidate ids,
+--       10+N the tokens a grant charges to a rated tenant's rate window
+--       (ledger.AcquireRequest.ChargedTokens).
 -- Returns: {'ok' | 'replayed', epoch, lease...}   (lease fields as in lib.lua)
 --        | {'rejected', epoch, reason, engine or '', retry-after ms}
 --        | {'unknown_pool', ''} | {'no_session' | 'session_expired', epoch}
@@ -10,8 +12,9 @@
 --        | {'fence_exhausted', epoch, why}.
 --
 -- The admission rule is ledger.Admit (internal/ledger/admit.go), check for
--- check: too large for the tenant's quota or for every candidate, tenant
--- KV then slot quota, then each candidate in order (draining, circuit
+-- check: too large for the tenant's quota, its token budget or every
+-- candidate, tenant KV then slot quota, its token then request rate
+-- (lib_rate.lua), then each candidate in order (draining, circuit
 -- breaker, recovery while the window is open (recovered since the pool's
 -- created ms plus CONFIRM_GRACE), stale telemetry under "block", KV,
 -- slots, priority headroom); a grant on a half-open engine is a probe
@@ -94,6 +97,8 @@ end
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
+local tokens = tonumber(ARGV[10 + n])
+if t.tpm > 0 and tokens > t.tpm then return reject(m, 'too_large', '', 0) end
 local fits = false
 for j = 1, n do
   local s = cands[j]
@@ -109,6 +114,12 @@ end
 if not fits then return reject(m, 'too_large', '', 0) end
 if t.rkv + kv > qkv then return reject(m, 'tenant_kv_quota', '', m.retry) end
 if qslots > 0 and t.rslots + slots > qslots then return reject(m, 'tenant_slot_quota', '', m.retry) end
+local rates -- a rated tenant's window, charged by the grant
+if t.tpm > 0 or t.rpm > 0 then
+  rates = rate_open(tf, now)
+  local r, after = rate_reason(rates, now, t, tokens)
+  if r then return reject(m, r, '', after) end
+end
 local chosen, first
 for j = 1, n do
   local e = cand(j)
@@ -138,11 +149,19 @@ local probe = chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
   int(now), int(deadline), m.epoch, int(seq), '0', '0', '0', probe and '1' or '0'}
-l[L_SINCE] = '0'
+l[L_SINCE], l[L_TOKENS] = '0', '0'
+if rates then
+  rate_charge(rates, now, tokens)
+  l[L_TOKENS] = int(tokens)
+end
 put_lease(l)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
   tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
+if rates then
+  w[#w + 1] = tf .. ':w'
+  w[#w + 1] = rate_fmt(rates)
+end
 breaker_write(w, chosen.id, chosen.breaker, chosen.braw)
 if chosen.bt then redis.call('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
 if deadline < m.sweep_at then

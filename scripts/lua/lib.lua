@@ -53,8 +53,13 @@
 --               breaker spec, defaults applied (ledger.BreakerSpec;
 --               failures < 0: off); absent (a pool configured before
 --               breakers) reads the defaults
---   t:<name>    "configured kv_share slot_share"
+--   t:<name>    "configured kv_share slot_share tokens_per_minute
+--               requests_per_minute" (the budgets: 0 none; a field of the
+--               three before them, written before rate budgets, reads 0 0)
 --   t:<name>:r  "rkv rslots nleases"
+--   t:<name>:w  a rated tenant's rate window (lib_rate.lua)
+--   rate_window ms: the pool's rate window (ledger.PoolSpec.RateWindow;
+--               absent reads a minute)
 --   p:<name>    max_fill
 --   c:<name>    counter (ledger.Counter* names, "rejections:<reason>")
 --
@@ -103,27 +108,30 @@ local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
 -- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
--- probe is '1' for a probe lease, ledger.Lease.Probe), then owns_req ('1'
--- when the lease set its req entry) and since. Its record is fields
--- 1..13, owns_req, overgrown, since, probe: since is the ms of the
--- Reassert that left the lease unconfirmed, '0' for every other lease
--- (ledger.Lease.Unconfirmed). The flags came last, each in its turn, so a
--- record written before overgrown (14 fields), before since (15) or before
--- probe (16) reads them as '0'.
+-- probe is '1' for a probe lease, ledger.Lease.Probe; tokens is what the
+-- grant charged to its tenant's rate window, ledger.Lease.Tokens), then
+-- owns_req ('1' when the lease set its req entry) and since. Its record is
+-- fields 1..13, owns_req, overgrown, since, probe, then tokens only when
+-- not '0': since is the ms of the Reassert that left the lease
+-- unconfirmed, '0' for every other lease (ledger.Lease.Unconfirmed). The
+-- flags came last, each in its turn, so a record written before overgrown
+-- (14 fields), before since (15), before probe (16) or without tokens
+-- (17) reads them as '0'.
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
 local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_UNCONF = 9, 10, 11, 12, 13, 14, 15
-local L_PROBE, L_OWNS, L_SINCE = 16, 17, 18
-local L_N = 16
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*)$'
+local L_PROBE, L_TOKENS, L_OWNS, L_SINCE = 16, 17, 18, 19
+local L_N = 17
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)$'
 
 -- parse_lease reads a lease record; nil when s is.
 local function parse_lease(s)
   if not s then return nil end
   local l = {string.match(s, LEASE_PATTERN)}
-  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE] = l[15], l[14], l[16], l[17]
+  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE], l[L_TOKENS] = l[15], l[14], l[16], l[17], l[18]
   if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
   if num(l[L_SINCE]) <= 0 then l[L_SINCE] = '0' end
   if l[L_PROBE] ~= '1' then l[L_PROBE] = '0' end
+  if num(l[L_TOKENS]) <= 0 then l[L_TOKENS] = '0' end
   l[L_UNCONF] = l[L_SINCE] == '0' and '0' or '1'
   return l
 end
@@ -132,7 +140,8 @@ local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)
 
 local function set_lease(l)
   redis.call('HSET', K_LEASES, l[L_ID],
-    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE])
+    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
+    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or ''))
 end
 
 -- put_lease stores a new lease (without charging it).
@@ -153,7 +162,7 @@ end
 
 local function forget_tenant(name)
   local f = 't:' .. name
-  redis.call('HDEL', K_STATE, f, f .. ':r')
+  redis.call('HDEL', K_STATE, f, f .. ':r', f .. ':w')
   redis.call('SREM', K_TENANTS, name)
 end
 
@@ -392,12 +401,12 @@ end
 
 -- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
 -- when the tenant is unknown or removed (with removed, a removed tenant's
--- last spec).
+-- last spec). t.tpm and t.rpm are its rate budgets (0: none).
 local function tenant(name, s, r, removed)
   if not s then return nil end
-  local cfg, kvs, ss = string.match(s, '^(%S+) (%S+) (%S+)$')
+  local cfg, kvs, ss, tpm, rpm = string.match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
   if cfg ~= '1' and not removed then return nil end
-  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss)}
+  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss), tpm = num(tpm), rpm = num(rpm)}
   t.rkv, t.rslots, t.n = triple(r)
   return t
 end

@@ -96,7 +96,7 @@ if checked then
 end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
   created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0', '0'}
-l[L_SINCE] = since
+l[L_SINCE], l[L_TOKENS] = since, '0' -- a reasserted lease is not charged again
 put_lease(l)
 if deadline < m.sweep_at then
   extra[#extra + 1] = 'sweep_at'

@@ -464,13 +464,15 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 		delete(trecs, spec.Name)
 		qkv, qslots := ledger.TenantQuota(spec, st.CapacityKV, st.CapacitySlots)
 		st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec, QuotaKV: qkv, QuotaSlots: qslots,
-			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
+			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases,
+			Rates: ledger.PruneRates(r.rates(), st.Now, m.Spec.RateWindow)})
 	}
 	for id, r := range trecs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
 			spec, _ := m.tenantOf(id, r)
 			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec,
-				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
+				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true,
+				Rates: ledger.PruneRates(r.rates(), st.Now, m.Spec.RateWindow)})
 		}
 	}
 	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })

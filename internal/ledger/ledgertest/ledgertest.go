@@ -3,7 +3,7 @@
 // epoch (per engine, on telemetry, with a partitioned holder), what Reassert may
 // claim and its confirmation by telemetry, bad arguments, elastic
 // reservations (modes, growth headroom, Grow, reported capacity, completion
-// counters), the circuit breaker per engine, a concurrent safety check and a linearizability check of
+// counters), the circuit breaker per engine, tenants' rate budgets, a concurrent safety check and a linearizability check of
 // recorded histories, both with growth.
 //
 // A backend's test calls Run with a Backend that makes isolated, empty
@@ -85,6 +85,7 @@ func Run(t *testing.T, b Backend) {
 		{"BadArguments", s.testBadArguments},
 		{"Elastic", s.testElastic},
 		{"Breaker", s.testBreaker},
+		{"Rates", s.testRates},
 		{"Concurrency", s.testConcurrency},
 		{"Linearizability", s.testLinearizability},
 	}

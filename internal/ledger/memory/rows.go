@@ -29,6 +29,8 @@ type poolRow struct {
 	GrowthHeadroom float64
 	// Breaker is PoolSpec.Breaker, as configured (defaults not applied).
 	Breaker ledger.BreakerSpec
+	// RateWindow is PoolSpec.RateWindow (0: the default minute).
+	RateWindow time.Duration
 	// CapacityKV and CapacitySlots sum the configured (not removed) engines.
 	CapacityKV    int64
 	CapacitySlots int64
@@ -165,6 +167,9 @@ type tenantRow struct {
 	ReservedKV    int64
 	ReservedSlots int64
 	Leases        int64
+	// Rates is the tenant's rate window (ledger.ChargeRate), oldest
+	// first; never modified once stored (the ledger's functions copy).
+	Rates []ledger.RateBucket
 }
 
 // holderRow is a holder session. It outlives its expiry until every lease

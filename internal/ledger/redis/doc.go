@@ -49,7 +49,13 @@
 //	                         apply Breaker.At; failed_ms LastFailureAt, 0
 //	                         when none); absent reads closed, without
 //	                         failed_ms reads 0
-//	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
+//	  t:<name>, t:<name>:r   "configured kv_share slot_share
+//	                         tokens_per_minute requests_per_minute" (rate
+//	                         budgets, 0: none); reservations
+//	  t:<name>:w             a rated tenant's rate window (ledger/rate.go):
+//	                         "at tokens requests ..." per bucket, oldest
+//	                         first, at its start in ms (lib_rate.lua)
+//	  rate_window            ms: PoolSpec.RateWindow; absent, a minute
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
 //	                         and the completion-length counters
@@ -59,10 +65,12 @@
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
 //	                         holder req created deadline fence_epoch
 //	                         fence_seq reasserted owns_req overgrown since
-//	                         probe" (since: the ms of the Reassert that left
-//	                         the lease unconfirmed, 0 for every other lease;
-//	                         probe: 1 for a probe lease on a half-open
-//	                         engine)
+//	                         probe [tokens]" (since: the ms of the Reassert
+//	                         that left the lease unconfirmed, 0 for every
+//	                         other lease; probe: 1 for a probe lease on a
+//	                         half-open engine; tokens: what the grant
+//	                         charged to its tenant's rate window, written
+//	                         only when not 0)
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
@@ -82,10 +90,11 @@
 // The last two fields of meta and overgrown in a lease record came with
 // reservation modes, since and e:<id>:u with bounded reasserts, breaker,
 // e:<id>:b and probe with circuit breakers, and e:<id>:b's failed_ms with
-// stale successes. The scripts read a meta, a pool or a lease record
-// written before them (elastic, no headroom, not overgrown, confirmed, the
-// default breaker spec, every breaker closed, not a probe, no failure
-// counted), but earlier scripts do not read what these write: keep
+// stale successes, the budgets of t:<name>, t:<name>:w, rate_window and
+// tokens with rate budgets. The scripts read a meta, a pool or a lease
+// record written before them (elastic, no headroom, not overgrown,
+// confirmed, the default breaker spec, every breaker closed, not a probe,
+// no failure counted, no budget, nothing charged), but earlier scripts do not read what these write: keep
 // every reserver and router on one version (docs/operations.md,
 // "Upgrading without losing a lease").
 //

@@ -254,12 +254,13 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 	}
 	args = append(args, len(spec.Tenants))
 	for _, t := range spec.Tenants {
-		args = append(args, string(t.Name), ftoa(t.KVShare), ftoa(t.SlotShare))
+		args = append(args, string(t.Name), ftoa(t.KVShare), ftoa(t.SlotShare), itoa(t.TokensPerMinute), itoa(t.RequestsPerMinute))
 	}
 	args = append(args, len(spec.Priorities))
 	for _, p := range spec.Priorities {
 		args = append(args, string(p.Name), ftoa(p.MaxFill))
 	}
+	args = append(args, ms(spec.RateWindow))
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.configure }, spec.Name, args...)
 	if err != nil {
 		return 0, err
@@ -315,13 +316,13 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 
 // acquireArgv is acquire.lua's ARGV after the sweep batch.
 func acquireArgv(req ledger.AcquireRequest) []any {
-	args := make([]any, 0, 8+len(req.Candidates))
+	args := make([]any, 0, 9+len(req.Candidates))
 	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
 		string(req.Holder), string(req.RequestID), ms(req.TTL), len(req.Candidates))
 	for _, c := range req.Candidates {
 		args = append(args, string(c))
 	}
-	return args
+	return append(args, itoa(req.ChargedTokens()))
 }
 
 // Renew extends a live lease's deadline to now+ttl.
