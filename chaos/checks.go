@@ -31,6 +31,9 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
 	// Issue 17 (ratecheck.go).
 	CheckTokenRate: (*evidence).checkTokenRate,
+	// Issue 18 (recovery.go).
+	CheckColdStart:       (*evidence).checkColdStart,
+	CheckRecoveryResumes: (*evidence).checkRecoveryResumes,
 }
 
 // check runs the named check.

@@ -20,6 +20,8 @@
 //     baselines run beside a scenario (seed 002's table);
 //   - ratecheck.go: token_rate, tenants' fleet-wide rate budgets judged
 //     from the engines' usage of every answered request;
+//   - recovery.go: how soon grants come after a cold start and after the
+//     ledger restarts empty (cold_start, recovery_resumes);
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;

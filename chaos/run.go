@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -322,7 +323,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 			return nil, fmt.Errorf("%s: reset %s: %w", s.Name, e.id, err)
 		}
 	}
-	if s.Topology.Admission == AdmissionLedger {
+	if s.Topology.Admission == AdmissionLedger && !s.Topology.ColdStart {
 		if err := c.waitRecovered(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -330,6 +331,10 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	rec, err := newRecorder(filepath.Join(dir, "events.jsonl"))
 	if err != nil {
 		return nil, err
+	}
+	routersUp := math.NaN()
+	if !c.routersUp.IsZero() {
+		routersUp = rec.mark(markRoutersUp, c.routersUp)
 	}
 	defer func() {
 		if cerr := rec.close(); cerr != nil && err == nil {
@@ -393,7 +398,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	}
 
 	// Drain: every lease should be released now that the load is over.
-	ev := &evidence{sc: s, endLeases: -1}
+	ev := &evidence{sc: s, endLeases: -1, routersUp: routersUp}
 	if s.Topology.Admission == AdmissionLedger {
 		drainStart := time.Now()
 		limit := drainStart.Add(s.Topology.SessionTTL.D() + 3*time.Second)

@@ -124,7 +124,7 @@ var checkNames = []string{
 	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 	CheckFailuresAfterCrash, CheckHangBounded, CheckBreakerTransitions, CheckTTFTSLOHeld,
-	CheckTokenRate,
+	CheckTokenRate, CheckColdStart, CheckRecoveryResumes,
 }
 
 // DefaultChecks run when a scenario lists none.
@@ -178,6 +178,10 @@ type Topology struct {
 	Priorities []PrioritySpec `yaml:"priorities,omitempty"`
 	// SessionTTL is the fleet's lease.session_ttl (default 2s).
 	SessionTTL Duration `yaml:"session_ttl,omitempty"`
+	// ColdStart starts the load the moment the routers serve (/healthz),
+	// without waiting for them to be ready or the ledger to grant
+	// (cold_start judges the wait).
+	ColdStart bool `yaml:"cold_start,omitempty"`
 	// RecoveryWindow is the fleet's lease.recovery_window (default: 0,
 	// off, unless a fault loses the ledger (kill_reserver, restart_redis);
 	// then SessionTTL, the shortest the fleet allows).

@@ -195,6 +195,8 @@ func (s *Scenario) Validate() error {
 			bad(fmt.Sprintf("checks[%d]", i), "%s judges against topology.first_byte_timeout: set it", c)
 		case c == CheckTTFTSLOHeld && !slo:
 			bad(fmt.Sprintf("checks[%d]", i), "%s needs a topology.priorities[].ttft_slo", c)
+		case c == CheckColdStart && (!t.ColdStart || t.Admission != AdmissionLedger):
+			bad(fmt.Sprintf("checks[%d]", i), "%s needs topology.cold_start and ledger admission", c)
 		}
 	}
 	for i, b := range s.Baselines {

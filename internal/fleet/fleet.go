@@ -221,9 +221,11 @@ type Lease struct {
 	// RenewInterval: how often a router keeps its session alive and renews
 	// its leases (default SessionTTL/3; below SessionTTL and LeaseTTL).
 	RenewInterval time.Duration
-	// RecoveryWindow: how long a new ledger epoch refuses new grants while
-	// holders re-assert (default the larger of 10s and SessionTTL); 0
-	// disables it, otherwise at least SessionTTL.
+	// RecoveryWindow: how long after a new ledger epoch an engine takes
+	// new grants only once a fresh observation shows what it holds, while
+	// holders re-assert (default SessionTTL: a holder that cannot
+	// re-assert has fenced itself by then); 0 disables it, otherwise at
+	// least SessionTTL.
 	RecoveryWindow time.Duration
 	// OrphanHold: how long a lease the ledger ends (its router stopped
 	// renewing) stays charged in full on an engine with telemetry, for a
@@ -551,7 +553,7 @@ func build(raw fileYAML) (*Fleet, []error) {
 	if raw.Lease.LeaseTTL != nil {
 		l.LeaseTTL = *raw.Lease.LeaseTTL
 	}
-	l.RecoveryWindow = max(DefaultRecoveryWindow, l.SessionTTL)
+	l.RecoveryWindow = l.SessionTTL // what the window must cover (docs/design.md, "Recovery after ledger loss")
 	if raw.Lease.RecoveryWindow != nil {
 		l.RecoveryWindow = *raw.Lease.RecoveryWindow
 	}

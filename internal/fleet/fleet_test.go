@@ -95,6 +95,15 @@ func TestParseImplicitPriorityAndLeaseDefaults(t *testing.T) {
 	if o := f.Lease.LedgerOptions(); o.RecoveryWindow >= 0 {
 		t.Errorf("LedgerOptions with the window disabled = %+v, want negative (no window)", o)
 	}
+	// The window follows the session TTL, below the ledger's 10s default
+	// too.
+	short, err := Parse([]byte(strings.Replace(in, "session_ttl: 30s", "session_ttl: 3s", 1)))
+	if err != nil {
+		t.Fatalf("Parse with session_ttl 3s: %v", err)
+	}
+	if short.Lease.RecoveryWindow != 3*time.Second {
+		t.Errorf("recovery window with session_ttl 3s = %s, want 3s (the TTL)", short.Lease.RecoveryWindow)
+	}
 	f, err = Parse([]byte(strings.Replace(in, "session_ttl: 30s", "session_ttl: 30s\n  orphan_hold: 15s", 1)))
 	if err != nil {
 		t.Fatalf("Parse with orphan_hold: %v", err)

@@ -115,7 +115,9 @@ func (m *Manager) Confirmed(pool ledger.PoolID) bool {
 
 // Recovering returns how much longer pool's ledger refuses every new grant
 // for its recovery window (ledger.ReasonRecovering), as the last confirmed
-// KeepAlive reported it; 0 when it does not. For readiness probes.
+// KeepAlive reported it: the window's rest while none of the pool's
+// engines has recovered (ledger.Session.Recovered), else 0; 0 when there
+// is no window. For readiness probes.
 func (m *Manager) Recovering(pool ledger.PoolID) time.Duration {
 	p := m.pools[pool]
 	if p == nil {

@@ -42,3 +42,40 @@ func TestRecoveringFollowsTheWindow(t *testing.T) {
 		t.Errorf("Release: %v", err)
 	}
 }
+
+// TestRecoveringEndsWhenAnEngineRecovers: once an observation taken a
+// dispatch grace after the epoch began shows an engine (it takes grants
+// again), the next keepalive reports it and Recovering is 0 though the
+// window is still open; Acquire on that engine is granted.
+func TestRecoveringEndsWhenAnEngineRecovers(t *testing.T) {
+	const window, grace = time.Minute, 100 * time.Millisecond
+	l := memory.New(ledger.Options{RecoveryWindow: window, ConfirmGrace: grace}, nil)
+	f := &fixture{fault: newFault(l), wipe: func(*testing.T) {}}
+	t.Cleanup(func() { _ = f.fault.Close() })
+	if _, err := f.fault.Configure(ctxT(t, 5*time.Second), spec()); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	m := newManager(t, f.fastConfig())
+	if d := m.Recovering(pool); d <= 0 {
+		t.Fatalf("Recovering right after the first keepalive = %s, want > 0 (no engine observed)", d)
+	}
+	eng := spec().Engines[0].ID
+	time.Sleep(grace + 10*time.Millisecond)
+	obs := ledger.Observation{Pool: pool, Engine: eng, ObservedAt: time.Now()}
+	if r, err := f.fault.Observe(ctxT(t, 5*time.Second), obs); err != nil || !r.Applied {
+		t.Fatalf("Observe(%s) = %+v, %v; want applied", eng, r, err)
+	}
+	poll.Eventually(t, 5*time.Second, "Recovering 0 with an engine recovered", func() bool { return m.Recovering(pool) == 0 })
+	if s := f.fault.session(); s.Recovered != 1 || s.RecoveringUntil.IsZero() {
+		t.Errorf("last keepalive = recovered %d, window until %s; want 1 engine recovered in the open window", s.Recovered, s.RecoveringUntil)
+	}
+	req := request(10)
+	req.Candidates = []ledger.EngineID{eng}
+	h, err := m.Acquire(ctxT(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire on the recovered engine: %v, want granted", err)
+	}
+	if err := h.Release(ledger.Usage{}); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+}

@@ -52,7 +52,8 @@ type poolState struct {
 	reassert      bool // re-assertion of every lease pending
 	lastErr       error
 	// recovering is when (local clock) the ledger's recovery window ends,
-	// as the last confirmed KeepAlive reported it; zero if none.
+	// as the last confirmed KeepAlive reported it; zero if none, or once
+	// an engine of the pool has recovered (it takes grants again).
 	recovering time.Time
 }
 
@@ -151,7 +152,7 @@ func (m *Manager) keepAliveLoop(p *poolState) {
 			return
 		case <-next.Chan():
 			start()
-			next.Reset(m.jitter(m.cfg.KeepAliveInterval))
+			next.Reset(m.jitter(m.cfg.keepAliveEvery()))
 		case <-p.kickC:
 			start()
 		case r := <-results:
@@ -221,7 +222,10 @@ func (m *Manager) onKeepAlive(p *poolState, r kaResult) bool {
 		}
 		changed := p.epoch != ledger.NoEpoch && r.session.Epoch != p.epoch
 		p.epoch = r.session.Epoch
-		p.recovering = recoveryEnd(r.session, m.cfg.SessionTTL, m.clock.Now())
+		p.recovering = time.Time{}
+		if r.session.Recovered == 0 { // no engine takes grants yet: every grant is refused
+			p.recovering = recoveryEnd(r.session, m.cfg.SessionTTL, m.clock.Now())
+		}
 		if changed {
 			p.reassert = true
 		}

@@ -267,6 +267,11 @@ type Session struct {
 	Epoch       Epoch
 	// RecoveringUntil is the end of the recovery window, zero if none.
 	RecoveringUntil time.Time
+	// Recovered counts, while the recovery window is open, the pool's
+	// configured engines that have recovered (EngineState.Recovered: they
+	// take grants again); 0 when none has and after the window. While it
+	// is 0 in an open window the pool refuses every new grant.
+	Recovered int
 }
 
 // Renewal is the result of Renew, Resize and Grow.

@@ -43,7 +43,7 @@ func Why(p Pools, s Sessions) []string {
 		} else if !s.Confirmed(pool.Name) {
 			why = append(why, fmt.Sprintf("pool %s holder session not confirmed (starting, or fenced: the ledger did not answer its keepalive in time)", pool.Name))
 		} else if d := s.Recovering(pool.Name); d > 0 {
-			why = append(why, fmt.Sprintf("pool %s recovering: the ledger refuses every new grant for %s more (its recovery_window after a new epoch, while holders re-assert their leases)", pool.Name, (d+99*time.Millisecond).Truncate(100*time.Millisecond)))
+			why = append(why, fmt.Sprintf("pool %s recovering: the ledger refuses every new grant for at most %s more (its recovery_window after a new epoch, while holders re-assert their leases; an engine takes grants again as soon as fresh telemetry shows what it holds)", pool.Name, (d+99*time.Millisecond).Truncate(100*time.Millisecond)))
 		}
 	}
 	if len(why) == 0 {

@@ -44,8 +44,8 @@ func TestWhy(t *testing.T) {
 			"pool a holder session not confirmed (starting, or fenced: the ledger did not answer its keepalive in time)",
 		}},
 		{"recovering, rounded up", state{fleet: fl, confirmed: both, recovering: map[ledger.PoolID]time.Duration{"a": 2*time.Second + 10*time.Millisecond, "b": 40 * time.Millisecond}}, []string{
-			"pool a recovering: the ledger refuses every new grant for 2.1s more (its recovery_window after a new epoch, while holders re-assert their leases)",
-			"pool b recovering: the ledger refuses every new grant for 100ms more (its recovery_window after a new epoch, while holders re-assert their leases)",
+			"pool a recovering: the ledger refuses every new grant for at most 2.1s more (its recovery_window after a new epoch, while holders re-assert their leases; an engine takes grants again as soon as fresh telemetry shows what it holds)",
+			"pool b recovering: the ledger refuses every new grant for at most 100ms more (its recovery_window after a new epoch, while holders re-assert their leases; an engine takes grants again as soon as fresh telemetry shows what it holds)",
 		}},
 		{"first cause of each pool", state{fleet: fl, pending: map[ledger.PoolID]string{"a": "x"}, recovering: map[ledger.PoolID]time.Duration{"a": time.Second, "b": time.Second}}, []string{
 			"pool a not configured in the ledger: x",

@@ -12,26 +12,27 @@
 --        | {'fence_exhausted', epoch, why}.
 --
 -- The admission rule is ledger.Admit (internal/ledger/admit.go), check for
--- check: recovery window, too large for the tenant's quota, its token
--- budget or every candidate, tenant KV then slot quota, its token then
--- request rate (lib_rate.lua), then each candidate in order
--- (draining, circuit breaker, stale telemetry under "block", KV, slots,
--- priority headroom); a grant on a half-open engine is a probe lease;
--- a rejection names the first candidate's reason. KV fits within
+-- check: too large for the tenant's quota, its token budget or every
+-- candidate, tenant KV then slot quota, its token then request rate
+-- (lib_rate.lua), then each candidate in order (draining, circuit
+-- breaker, recovery while the window is open (recovered since the pool's
+-- created ms plus CONFIRM_GRACE), stale telemetry under "block", KV,
+-- slots, priority headroom); a grant on a half-open engine is a probe
+-- lease; a rejection names the first candidate's reason. KV fits within
 -- floor(cap*max_fill) - floor(cap*growth_headroom), cap the smaller of the
 -- configured and the last reported capacity.
 --
 -- One HMGET reads the pool: meta, the tenant, the priority, every
 -- candidate's spec and last observation (unknown engines and "too large"
--- need them all), the pool's breaker spec and the first candidate's usage
--- and breaker; later candidates are parsed, and their usage and breaker
+-- need them all), the pool's breaker spec, its created ms and the first
+-- candidate's usage and breaker; later candidates are parsed, and their usage and breaker
 -- read, only when the ones before refuse. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
 local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o',
-  'breaker', ef1 .. ':b'}
+  'breaker', ef1 .. ':b', 'created'}
 local F_SPECS = #fields
 for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
 local F_OBS = #fields
@@ -76,6 +77,7 @@ for j = 1, n do
 end
 local cands = {engine(ARGV[10], v[F_SPECS + 1])}
 usage(cands[1], v[8], v[9], v[10], v[F_OBS + 1])
+recovery(cands[1], m, now, v[13])
 cands[1].braw = v[12]
 local bspec = breaker_spec(v[11])
 local function cand(j)
@@ -85,6 +87,7 @@ local function cand(j)
     local ef = 'e:' .. e.id
     local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b')
     usage(e, u[1], u[2], u[3], v[F_OBS + j])
+    recovery(e, m, now, v[13])
     e.braw = u[4]
     cands[j] = e
   end
@@ -92,7 +95,6 @@ local function cand(j)
 end
 
 -- ledger.Admit
-if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
 local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
 local tokens = tonumber(ARGV[10 + n])
@@ -128,7 +130,7 @@ for j = 1, n do
   end
   if j == 1 then first = r end
 end
-if not chosen then return reject(m, first, cands[1].id, m.retry) end
+if not chosen then return reject(m, first, cands[1].id, hint(m, first, now)) end
 
 -- ledger.NextSeq: never past MAX_SEQ, and never an id a lease holds.
 local seq = num(v[3])

@@ -29,7 +29,8 @@
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
 --               lease deadline and session expiry (see sweep)
---   created     ms;  order  priority names joined by spaces
+--   created     ms the epoch began (its recovery: lib_admit.lua's recovery);
+--               order  priority names joined by spaces
 --   e:<id>      "configured kv slots stale_ns policy draining" (policy '-'
 --               when none)
 --   e:<id>:r    "rkv rslots nleases" (reservations)

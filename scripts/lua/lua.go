@@ -24,8 +24,9 @@ var Operations = []string{
 	"release", "reassert", "observe", "sweep", "stats", "list", "totals",
 }
 
-// admits lists the operations that carry lib_admit.lua.
-var admits = map[string]bool{"acquire": true, "resize": true, "grow": true}
+// admits lists the operations that carry lib_admit.lua (keepalive for its
+// count of recovered engines).
+var admits = map[string]bool{"acquire": true, "resize": true, "grow": true, "keepalive": true}
 
 // rates lists the operations that carry lib_rate.lua.
 var rates = map[string]bool{"acquire": true, "release": true}

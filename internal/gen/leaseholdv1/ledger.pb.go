@@ -1020,8 +1020,11 @@ type Session struct {
 	LiveHolders     int64                  `protobuf:"varint,4,opt,name=live_holders,json=liveHolders,proto3" json:"live_holders,omitempty"`
 	Epoch           uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	RecoveringUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=recovering_until,json=recoveringUntil,proto3" json:"recovering_until,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// While the recovery window is open, the pool's engines that take grants
+	// again (ledger.Session.Recovered); 0 when none does and after it.
+	Recovered     int64 `protobuf:"varint,7,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -1094,6 +1097,13 @@ func (x *Session) GetRecoveringUntil() *timestamppb.Timestamp {
 		return x.RecoveringUntil
 	}
 	return nil
+}
+
+func (x *Session) GetRecovered() int64 {
+	if x != nil {
+		return x.Recovered
+	}
+	return 0
 }
 
 type Usage struct {
@@ -3605,14 +3615,15 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"J\n" +
 	"\aRenewal\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xeb\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x89\x02\n" +
 	"\aSession\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x124\n" +
 	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12!\n" +
 	"\flive_holders\x18\x04 \x01(\x03R\vliveHolders\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12E\n" +
-	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"\x8f\x01\n" +
+	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\x12\x1c\n" +
+	"\trecovered\x18\a \x01(\x03R\trecovered\"\x8f\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12\x1a\n" +

@@ -139,6 +139,7 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		KVTokens: req.KVTokens, Slots: req.Slots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: epoch, GrowthHeadroom: m.Spec.GrowthHeadroom,
 		Breaker: m.Spec.Breaker, Tokens: req.ChargedTokens(), Rates: trec.rates(), RateWindow: m.Spec.RateWindow,
+		ObservedSince: l.observedSince(m), Reserve: m.Spec.Mode(),
 	})
 	if rej != nil {
 		// Count the rejection under the same guards: it is part of the

@@ -278,6 +278,7 @@ func (l *store) leaseAdmission(ctx context.Context, c *leaseChange, spec ledger.
 		CapacityKV: capKV, CapacitySlots: capSlots,
 		Tenant: tspec, TenantKV: c.tr.ReservedKV, TenantSlots: c.tr.ReservedSlots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: ledger.Epoch(m.Epoch), GrowthHeadroom: m.Spec.GrowthHeadroom,
+		ObservedSince: l.observedSince(m), Reserve: m.Spec.Mode(),
 	}
 	return a, admissionState(spec, c.er, v.has(fk), now), nil
 }

@@ -1,5 +1,6 @@
 // Package ledgertest is the conformance suite every ledger backend passes
-// unchanged: the limits, idempotence, expiry, epochs, what Reassert may
+// unchanged: the limits, idempotence, expiry, epochs, recovery after a new
+// epoch (per engine, on telemetry, with a partitioned holder), what Reassert may
 // claim and its confirmation by telemetry, bad arguments, elastic
 // reservations (modes, growth headroom, Grow, reported capacity, completion
 // counters), the circuit breaker per engine, tenants' rate budgets, a concurrent safety check and a linearizability check of
@@ -78,6 +79,7 @@ func Run(t *testing.T, b Backend) {
 		{"Leases", s.testLeases},
 		{"Sessions", s.testSessions},
 		{"Epochs", s.testEpochs},
+		{"Recovery", s.testRecovery},
 		{"Reassert", s.testReassert},
 		{"Audit", s.testAudit},
 		{"BadArguments", s.testBadArguments},

@@ -38,6 +38,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 		}
 		if l.opts.RecoveryWindow > 0 {
 			o.pool.RecoveringUntil = plus(o.now, l.opts.RecoveryWindow)
+			o.pool.ObservedSince = ledger.RecoverySince(o.now, l.opts.ConfirmGrace)
 		}
 	}
 	p := o.pool

@@ -376,6 +376,8 @@ func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission 
 		Breaker:         o.pool.Breaker,
 		Rates:           t.Rates,
 		RateWindow:      o.pool.RateWindow,
+		ObservedSince:   o.pool.ObservedSince,
+		Reserve:         o.pool.Reserve,
 	}
 }
 

@@ -18,8 +18,11 @@ type poolRow struct {
 	Seq uint64
 	// RecoveringUntil ends the recovery window; zero if there was none.
 	RecoveringUntil time.Time
-	Priorities      []ledger.PrioritySpec
-	RetryAfter      time.Duration
+	// ObservedSince is ledger.RecoverySince of the epoch: during the
+	// window an engine observed since then may take grants.
+	ObservedSince time.Time
+	Priorities    []ledger.PrioritySpec
+	RetryAfter    time.Duration
 	// Reserve is the pool's mode, the default filled in (PoolSpec.Mode).
 	Reserve ledger.ReserveMode
 	// GrowthHeadroom is PoolSpec.GrowthHeadroom.
@@ -128,6 +131,8 @@ func (e *engineRow) state() ledger.EngineState {
 		ObservedAt:      e.ObservedAt,
 		ReportedKV:      e.LastObservation.KVTokensTotal,
 		Breaker:         e.Breaker,
+		LastObservation: e.LastObservation,
+		ArrivedAt:       e.ObservedAt,
 	}
 }
 

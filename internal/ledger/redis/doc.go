@@ -21,7 +21,8 @@
 //	                         have expired (a lower bound of every deadline
 //	                         and session expiry, lowered by every write of
 //	                         one, recomputed by each sweep)
-//	  created, order         ms; priority names joined by spaces
+//	  created, order         ms the epoch began (recovery reads it);
+//	                         priority names joined by spaces
 //	  breaker                "failures cooldown_ms probes successes": the
 //	                         pool's breaker spec, defaults applied
 //	                         (ledger.BreakerSpec; failures < 0: off)

@@ -290,7 +290,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 	if err != nil {
 		return ledger.Session{}, err
 	}
-	if len(r.rest) < 3 {
+	if len(r.rest) < 4 {
 		return ledger.Session{}, errMalformed
 	}
 	return ledger.Session{
@@ -300,6 +300,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 		LiveHolders:     int(integer(r.rest[1])),
 		Epoch:           r.epoch,
 		RecoveringUntil: millisOrZero(integer(r.rest[2])),
+		Recovered:       int(integer(r.rest[3])),
 	}, nil
 }
 

@@ -327,6 +327,7 @@ func SessionToPB(s ledger.Session) *pb.Session {
 	return &pb.Session{
 		Pool: string(s.Pool), Holder: string(s.Holder), Expires: Timestamp(s.Expires),
 		LiveHolders: int64(s.LiveHolders), Epoch: uint64(s.Epoch), RecoveringUntil: Timestamp(s.RecoveringUntil),
+		Recovered: int64(s.Recovered),
 	}
 }
 
@@ -337,6 +338,7 @@ func SessionFromPB(m *pb.Session) (ledger.Session, error) {
 		Pool: ledger.PoolID(m.GetPool()), Holder: ledger.HolderID(m.GetHolder()),
 		Expires: d.time("session.expires", m.GetExpires()), LiveHolders: int(m.GetLiveHolders()),
 		Epoch: ledger.Epoch(m.GetEpoch()), RecoveringUntil: d.time("session.recovering_until", m.GetRecoveringUntil()),
+		Recovered: int(m.GetRecovered()),
 	}
 	return s, d.err
 }
