@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,17 @@ import (
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
+
+// clusterRedirect reports whether err is Redis Cluster's answer that the
+// slot is served elsewhere, or moving.
+func clusterRedirect(err error) bool {
+	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"} {
+		if goredis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // errMalformed: a script's reply does not have the shape its header
 // documents.
@@ -87,46 +97,17 @@ func newStore(client goredis.UniversalClient, opts Options) *store {
 
 func checked(s *store) *Ledger { return &Ledger{Ledger: ledger.Checked("redis", s), s: s} }
 
-// Open parses a --ledger URL, redis://[user:password@]host:port/db (or
-// rediss:// for TLS), and returns a Ledger on a new client that Close closes.
+// Open parses a --ledger URL (url.go: redis://, redis+sentinel://,
+// redis+cluster://, each also with TLS) and returns a Ledger on a new
+// client that Close closes. The URL's wait_replicas and wait_timeout
+// override opts'.
 func Open(rawURL string, opts Options) (*Ledger, error) {
-	u, err := url.Parse(rawURL)
+	client, params, err := newClient(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("open redis ledger: %w", err)
+		return nil, err
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("open redis ledger: scheme %q, want redis or rediss", u.Scheme)
-	}
-	// wait_replicas and wait_timeout are ours; go-redis refuses unknown
-	// parameters.
-	q := u.Query()
-	if v := q.Get("wait_replicas"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("open redis ledger %s: wait_replicas = %q: want a whole number >= 0", u.Redacted(), v)
-		}
-		opts.WaitReplicas = n
-	}
-	if v := q.Get("wait_timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("open redis ledger %s: wait_timeout = %q: want a duration > 0 (e.g. 100ms)", u.Redacted(), v)
-		}
-		opts.WaitTimeout = d
-	}
-	q.Del("wait_replicas")
-	q.Del("wait_timeout")
-	u.RawQuery = q.Encode()
-	copts, err := goredis.ParseURL(u.String())
-	if err != nil {
-		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
-	}
-	// Every call's deadline bounds its socket reads and writes too, so a
-	// Redis that accepts connections and never answers holds a call no
-	// longer than its context allows (go-redis otherwise waits out its
-	// own 5s read timeout, and retries).
-	copts.ContextTimeoutEnabled = true
-	s := newStore(goredis.NewClient(copts), opts)
+	params.apply(&opts)
+	s := newStore(client, opts)
 	s.ownsC = true
 	if s.err != nil {
 		_ = s.client.Close()
@@ -201,28 +182,44 @@ func (l *store) mutate(ctx context.Context, s func(*scripts) *goredis.Script, po
 // runWait runs a changing script and WAIT in one pipeline, so both use one
 // connection and WAIT counts the replicas that have this script's writes.
 // A script Redis no longer caches is loaded and the pipeline sent again.
+// On Redis Cluster the pipeline goes to the master of the pool's slot
+// (WAIT has no key to route it by); a redirection there fails the call,
+// which the caller retries after the slot map is reloaded.
 func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
 	if l.err != nil {
 		return reply{}, l.err
 	}
 	keys, _ := keySchema(l.opts.Prefix, pool)
 	argv := append([]any{l.argv1(l.opts.SweepBatch)}, args...)
+	var c goredis.Scripter = l.client
+	pipelined := l.client.Pipelined
+	reload := func() {}
+	if cc, ok := l.client.(*goredis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, keys.State)
+		if err != nil {
+			return reply{}, err
+		}
+		c, pipelined, reload = node, node.Pipelined, func() { cc.ReloadState(ctx) }
+	}
 	for attempt := 0; ; attempt++ {
 		var eval *goredis.Cmd
 		var wait *goredis.Cmd
-		_, err := l.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		_, err := pipelined(ctx, func(p goredis.Pipeliner) error {
 			eval = script.EvalSha(ctx, p, keys.scriptKeys(), argv...)
 			// WAIT's timeout is whole ms, and 0 would block forever.
 			wait = p.Do(ctx, "wait", l.opts.WaitReplicas, max(1, l.opts.WaitTimeout.Milliseconds()))
 			return nil
 		})
 		if err != nil && attempt == 0 && goredis.HasErrorPrefix(eval.Err(), "NOSCRIPT") {
-			if lerr := script.Load(ctx, l.client).Err(); lerr != nil {
+			if lerr := script.Load(ctx, c).Err(); lerr != nil {
 				return reply{}, lerr
 			}
 			continue
 		}
 		if err := eval.Err(); err != nil {
+			if clusterRedirect(err) {
+				reload()
+			}
 			return reply{}, err
 		}
 		n, err := wait.Int64()
