@@ -223,7 +223,10 @@
 // lost (flushed Redis, wiped etcd, restarted reserver) gets a new epoch when
 // it is next configured, and new grants and growth are refused with
 // ReasonRecovering for the recovery window, while KeepAlive, Reassert, Renew
-// and Release keep working.
+// and Release keep working. A store that may have lost only its latest
+// writes (a Redis replica promoted after an asynchronous failover) starts
+// the new epoch itself at its first write, keeping what it has; see the
+// redis package, "Ledger loss".
 //
 // Every grant carries a fencing token: the epoch and a sequence number that
 // strictly increases per pool within an epoch, at most MaxFenceSeq. Epochs

@@ -139,12 +139,23 @@ func (l *store) Close() error {
 }
 
 // argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>
-// <confirm within ms> <confirm grace ms>", parsed once by lib.lua into
-// SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN and CONFIRM_GRACE, so each
-// script's own arguments start at ARGV[2].
+// <confirm within ms> <confirm grace ms> <on promotion> <cluster>", parsed
+// once by lib.lua into SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN,
+// CONFIRM_GRACE, ON_PROMOTION and CLUSTER, so each script's own arguments
+// start at ARGV[2]. On promotion is "keep" when this client acknowledges
+// changes only once replicas have them (WaitReplicas), else "epoch": what
+// a promoted replica does with the pool (failover in lib.lua, and "Ledger
+// loss" in the package doc). Cluster is 1 on a cluster client.
 func (l *store) argv1(batch int) string {
+	onPromotion, cluster := "epoch", "0"
+	if l.opts.WaitReplicas > 0 {
+		onPromotion = "keep"
+	}
+	if _, ok := l.client.(*goredis.ClusterClient); ok {
+		cluster = "1"
+	}
 	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold)) + " " +
-		itoa(ms(l.opts.ConfirmWithin)) + " " + itoa(ms(l.opts.ConfirmGrace))
+		itoa(ms(l.opts.ConfirmWithin)) + " " + itoa(ms(l.opts.ConfirmGrace)) + " " + onPromotion + " " + cluster
 }
 
 // run calls the script op on pool's keys with argv1(batch) first in ARGV,
