@@ -29,6 +29,8 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckHangBounded:        (*evidence).checkHangBounded,
 	CheckBreakerTransitions: (*evidence).checkBreakerTransitions,
 	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
+	// Issue 18 (checks_failover.go).
+	CheckGrantsResume: (*evidence).checkGrantsResume,
 }
 
 // check runs the named check.

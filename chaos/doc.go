@@ -18,6 +18,9 @@
 //     transitions logged from the audit, and their checks;
 //   - spike.go: a step in open-loop arrivals, the ttft_slo check and the
 //     baselines run beside a scenario (seed 002's table);
+//   - sentinel.go, checks_failover.go: topology.ledger redis-sentinel (a
+//     primary, replicas and three Sentinels), the failover_redis fault
+//     and the grants_resume check;
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;

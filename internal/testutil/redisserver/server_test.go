@@ -76,9 +76,9 @@ func TestShardedClusterMigrate(t *testing.T) {
 	}
 }
 
-// TestSentinelFailover starts a primary, a replica and three Sentinels,
+// TestTopologySentinelFailover starts a primary, a replica and three Sentinels,
 // SIGKILLs the primary and sees the replica promoted and announced.
-func TestSentinelFailover(t *testing.T) {
+func TestTopologySentinelFailover(t *testing.T) {
 	slow.Topologies(t)
 	primary := redisserver.Start(t)
 	replica := redisserver.StartReplica(t, primary)

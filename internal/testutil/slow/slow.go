@@ -2,7 +2,8 @@
 // (Redis Sentinel failovers, a sharded Redis Cluster, a three-member etcd)
 // and run load through faults: they take minutes on two cores, so
 // `make test` skips them and `make test-scenarios` (run by .ci/run after
-// `make test`) runs them.
+// `make test`) runs them. Their names start with TestTopology, which is
+// how that target selects them.
 package slow
 
 import (
