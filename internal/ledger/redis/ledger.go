@@ -14,17 +14,6 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// clusterRedirect reports whether err is Redis Cluster's answer that the
-// slot is served elsewhere, or moving.
-func clusterRedirect(err error) bool {
-	for _, p := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"} {
-		if goredis.HasErrorPrefix(err, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // errMalformed: a script's reply does not have the shape its header
 // documents.
 var errMalformed = errors.New("malformed script reply")
@@ -188,60 +177,6 @@ func (l *store) mutate(ctx context.Context, s func(*scripts) *goredis.Script, po
 		return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
 	}
 	return l.runWait(ctx, s(l.scripts), pool, args...)
-}
-
-// runWait runs a changing script and WAIT in one pipeline, so both use one
-// connection and WAIT counts the replicas that have this script's writes.
-// A script Redis no longer caches is loaded and the pipeline sent again.
-// On Redis Cluster the pipeline goes to the master of the pool's slot
-// (WAIT has no key to route it by); a redirection there fails the call,
-// which the caller retries after the slot map is reloaded.
-func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
-	if l.err != nil {
-		return reply{}, l.err
-	}
-	keys, _ := keySchema(l.opts.Prefix, pool)
-	argv := append([]any{l.argv1(l.opts.SweepBatch)}, args...)
-	var c goredis.Scripter = l.client
-	pipelined := l.client.Pipelined
-	reload := func() {}
-	if cc, ok := l.client.(*goredis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, keys.State)
-		if err != nil {
-			return reply{}, err
-		}
-		c, pipelined, reload = node, node.Pipelined, func() { cc.ReloadState(ctx) }
-	}
-	for attempt := 0; ; attempt++ {
-		var eval *goredis.Cmd
-		var wait *goredis.Cmd
-		_, err := pipelined(ctx, func(p goredis.Pipeliner) error {
-			eval = script.EvalSha(ctx, p, keys.scriptKeys(), argv...)
-			// WAIT's timeout is whole ms, and 0 would block forever.
-			wait = p.Do(ctx, "wait", l.opts.WaitReplicas, max(1, l.opts.WaitTimeout.Milliseconds()))
-			return nil
-		})
-		if err != nil && attempt == 0 && goredis.HasErrorPrefix(eval.Err(), "NOSCRIPT") {
-			if lerr := script.Load(ctx, c).Err(); lerr != nil {
-				return reply{}, lerr
-			}
-			continue
-		}
-		if err := eval.Err(); err != nil {
-			if clusterRedirect(err) {
-				reload()
-			}
-			return reply{}, err
-		}
-		n, err := wait.Int64()
-		if err != nil {
-			return reply{}, fmt.Errorf("WAIT: %w", err)
-		}
-		if n < int64(l.opts.WaitReplicas) {
-			return reply{}, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, l.opts.WaitReplicas, l.opts.WaitTimeout)
-		}
-		return decodeReply(eval.Val())
-	}
 }
 
 // Configure applies spec and returns the pool's epoch: a new one, with its
