@@ -1,14 +1,18 @@
 package redis
 
-// The Redis Cluster throughput figure of BenchmarkReport: grants per second
-// with pools spread over three masters against the same pools all on one,
-// on one cluster, in alternating rounds of the same run.
+// The Redis Cluster throughput figures of BenchmarkReport: grants per
+// second with pools spread over three masters against the same number of
+// pools all on one master, on one cluster, in alternating rounds of the
+// same run, with where the CPU went: the Redis servers' and this process's
+// (the load generator's) CPU time per grant.
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,10 +54,11 @@ func clusterPools(ctx context.Context, tb testing.TB, c *redisserver.Cluster, cc
 	return out
 }
 
-// clusterLoad is one phase: callers run Acquire then Release of the same
-// lease in a closed loop, caller c on pools[c%len(pools)].
-func clusterLoad(ctx context.Context, led *Ledger, pools []ledger.PoolID, callers int, d time.Duration, tag string) benchkit.Result {
-	return benchkit.Run(ctx, "", callers, d, func(ctx context.Context, c, seq int) error {
+// clusterAPILoad is one phase through the ledger API: callers run Acquire
+// then Release of the same lease in a closed loop, caller c on
+// pools[c%len(pools)]. One op is one grant.
+func clusterAPILoad(led *Ledger, pools []ledger.PoolID, tag string) benchkit.Op {
+	return func(ctx context.Context, c, seq int) error {
 		r := benchkit.BenchRequest(pools[c%len(pools)], c, seq, tag)
 		g, err := led.Acquire(ctx, r)
 		if err != nil {
@@ -61,63 +66,188 @@ func clusterLoad(ctx context.Context, led *Ledger, pools []ledger.PoolID, caller
 		}
 		_, err = led.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 500, CompletionTokens: 200})
 		return err
-	})
+	}
 }
 
-// clusterThroughput starts a cluster of clusterShards masters and measures
-// grants/s (Acquire+Release cycles) from 64 callers over 6 pools: all six
-// on master 0, then two on each master, alternating for rounds, and writes
-// the table. It returns the spread-over-one-shard ratio.
-func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time.Duration) float64 {
+// clusterBatch is how many grants a pipelined caller sends per round trip.
+const clusterBatch = 16
+
+// clusterPipelinedLoad is one phase of the same scripts sent the way a
+// load generator finds a server's capacity: caller c pipelines
+// clusterBatch acquire scripts on pools[c%len(pools)], then the release
+// scripts of the leases they granted. One op is clusterBatch grants.
+func clusterPipelinedLoad(led *Ledger, cc *goredis.ClusterClient, pools []ledger.PoolID, tag string) benchkit.Op {
+	s := led.s
+	return func(ctx context.Context, c, seq int) error {
+		pool := pools[c%len(pools)]
+		keys, _ := keySchema(s.opts.Prefix, pool)
+		k := keys.scriptKeys()
+		acq := make([]*goredis.Cmd, clusterBatch)
+		if _, err := cc.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := range acq {
+				argv := append([]any{s.argv1(s.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(pool, c, seq*clusterBatch+i, tag))...)
+				acq[i] = s.scripts.acquire.EvalSha(ctx, p, k, argv...)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		_, err := cc.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, cmd := range acq {
+				r, err := decodeReply(cmd.Val())
+				if err != nil {
+					return err
+				}
+				l, err := decodeLease(pool, r.rest)
+				if err != nil {
+					return err
+				}
+				s.scripts.release.EvalSha(ctx, p, k, s.argv1(s.opts.SweepBatch), string(l.ID), string(l.Holder), "500", "200", "", "")
+			}
+			return nil
+		})
+		return err
+	}
+}
+
+// cpuSpent is CPU time used: the Redis masters' (INFO cpu, every master)
+// and this process's (getrusage).
+type cpuSpent struct{ redis, self time.Duration }
+
+func (a cpuSpent) minus(b cpuSpent) cpuSpent { return cpuSpent{a.redis - b.redis, a.self - b.self} }
+
+func readCPU(ctx context.Context, tb testing.TB, c *redisserver.Cluster) cpuSpent {
+	tb.Helper()
+	var out cpuSpent
+	for _, m := range c.Masters {
+		info, err := m.Client().Info(ctx, "cpu").Result()
+		if err != nil {
+			tb.Fatalf("INFO cpu: %v", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				f, _ := strconv.ParseFloat(v, 64)
+				out.redis += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatalf("getrusage: %v", err)
+	}
+	out.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return out
+}
+
+// clusterRow is one layout's sums over the rounds.
+type clusterRow struct {
+	benchkit.Result
+	cpu    cpuSpent
+	grants int
+}
+
+// ClusterFigures are what clusterThroughput measured: spread-over-one
+// ratios of grants/s through the API and pipelined.
+type ClusterFigures struct{ API, Pipelined float64 }
+
+// clusterThroughput starts a cluster of clusterShards masters and, for
+// each load generator (the ledger API, 64 callers; pipelined scripts, 8
+// callers), measures grants/s over 6 pools all on master 0, then 2 on each
+// master, alternating for 4 rounds, and writes the table.
+func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time.Duration) ClusterFigures {
 	tb.Helper()
 	c := redisserver.StartShardedCluster(tb, clusterShards)
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs(), PoolSize: 64})
 	defer cc.Close()
 	led := New(cc, Options{Options: ledger.Options{RecoveryWindow: -1}})
 	defer led.Close()
-	const callers, perShard = 64, 6
+	const apiCallers, pipeCallers, perShard = 64, 8, 6
 	byShard := clusterPools(ctx, tb, c, cc, perShard)
-	one := byShard[0]
-	var spread []ledger.PoolID
-	for i := range perShard / clusterShards * clusterShards {
-		spread = append(spread, byShard[i%clusterShards][i/clusterShards])
+	layouts := [2][]ledger.PoolID{byShard[0]}
+	for i := range perShard {
+		layouts[1] = append(layouts[1], byShard[i%clusterShards][i/clusterShards])
 	}
-	for _, pools := range [][]ledger.PoolID{one, spread} {
+	for _, pools := range layouts {
 		for _, p := range pools {
 			if _, err := led.Configure(ctx, benchkit.BenchPool(p)); err != nil {
 				tb.Fatalf("configure %s: %v", p, err)
 			}
-			for h := range callers {
+			for h := range apiCallers {
 				if _, err := led.KeepAlive(ctx, p, benchkit.BenchHolder(h), time.Hour); err != nil {
 					tb.Fatalf("keepalive: %v", err)
 				}
 			}
 		}
 	}
+	// Load the scripts on every master before the first timed phase.
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+		for _, s := range []*goredis.Script{led.s.scripts.acquire, led.s.scripts.release} {
+			if err := s.Load(ctx, m).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		tb.Fatalf("script load: %v", err)
+	}
+	fmt.Fprintf(out, "\n| Redis Cluster, %d masters: 6 pools | load | callers | grants/s | p50 µs per op | Redis CPU µs/grant | load generator CPU µs/grant | vs 1 master |\n", clusterShards)
+	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|")
+	var figs ClusterFigures
 	const rounds = 4
-	var res [2]benchkit.Result
-	for round := range rounds {
-		for i, pools := range [][]ledger.PoolID{one, spread} {
-			r := clusterLoad(ctx, led, pools, callers, d/2, fmt.Sprintf("c%d-%d-", round, i))
-			res[i].Ops += r.Ops
-			res[i].Errors += r.Errors
-			res[i].Elapsed += r.Elapsed
-			res[i].P50 += r.P50 / rounds
-			res[i].P99 += r.P99 / rounds
+	for _, mode := range []string{"API", "pipelined"} {
+		var rows [2]clusterRow
+		for round := range rounds {
+			for i, pools := range layouts {
+				tag := fmt.Sprintf("%s%d-%d-", mode[:1], round, i)
+				op, callers, per := clusterAPILoad(led, pools, tag), apiCallers, 1
+				if mode == "pipelined" {
+					op, callers, per = clusterPipelinedLoad(led, cc, pools, tag), pipeCallers, clusterBatch
+				}
+				before := readCPU(ctx, tb, c)
+				r := benchkit.Run(ctx, "", callers, d/2, op)
+				rows[i].cpu = rows[i].cpu.add(readCPU(ctx, tb, c).minus(before))
+				rows[i].Ops += r.Ops
+				rows[i].grants += r.Ops * per
+				rows[i].Errors += r.Errors
+				rows[i].Elapsed += r.Elapsed
+				rows[i].P50 += r.P50 / rounds
+				rows[i].Callers = callers
+			}
+		}
+		base := float64(rows[0].grants) / rows[0].Elapsed.Seconds()
+		for i, r := range rows {
+			name := "all on 1 master"
+			if i == 1 {
+				name = fmt.Sprintf("2 on each of %d masters", clusterShards)
+			}
+			load := "ledger API: Acquire, Release"
+			if mode == "pipelined" {
+				load = fmt.Sprintf("pipelined: %d acquire scripts, then their releases", clusterBatch)
+			}
+			tput := float64(r.grants) / r.Elapsed.Seconds()
+			errs := ""
+			if r.Errors > 0 {
+				errs = fmt.Sprintf(" (%d errors)", r.Errors)
+			}
+			fmt.Fprintf(out, "| %s | %s | %d | %.0f%s | %s | %s | %s | %s |\n", name, load, r.Callers, tput, errs, benchkit.Micros(r.P50),
+				benchkit.Micros(r.cpu.redis/time.Duration(max(1, r.grants))), benchkit.Micros(r.cpu.self/time.Duration(max(1, r.grants))),
+				benchkit.Ratio(tput, base))
+			if i == 1 {
+				if mode == "API" {
+					figs.API = tput / base
+				} else {
+					figs.Pipelined = tput / base
+				}
+			}
 		}
 	}
-	res[0].Name = fmt.Sprintf("%d pools on 1 master", len(one))
-	res[1].Name = fmt.Sprintf("%d pools over %d masters", len(spread), clusterShards)
-	res[0].Callers, res[1].Callers = callers, callers
-	fmt.Fprintf(out, "\n| Redis Cluster, %d masters (grants: Acquire+Release) | callers | grants/s | p50 µs | p99 µs | vs 1 master |\n", clusterShards)
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
-	for _, r := range res {
-		fmt.Fprintln(out, benchkit.Row(r, res[0].Throughput()))
-	}
-	fmt.Fprintf(out, "\n(%d alternating rounds of %s each on one cluster; p50/p99 are the rounds' means.)\n", rounds, d/2)
-	fmt.Fprintf(out, "Target: pools over %d masters ≥ 1.5× the same pools on one.\n", clusterShards)
-	return res[1].Throughput() / res[0].Throughput()
+	fmt.Fprintf(out, "\n(%d alternating rounds of %s per layout and load on one cluster; p50 is the rounds' mean.)\n", rounds, d/2)
+	fmt.Fprintf(out, "Target: pools over %d masters ≥ 1.5× the same pools on one master.\n", clusterShards)
+	return figs
 }
+
+func (a cpuSpent) add(b cpuSpent) cpuSpent { return cpuSpent{a.redis + b.redis, a.self + b.self} }
 
 // BenchmarkCluster prints only the cluster table of BenchmarkReport.
 //
