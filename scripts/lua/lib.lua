@@ -367,7 +367,8 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 -- recorded in repl by the server that last wrote the pool, and there
 -- failover starts a new epoch in place, as Configure starts one for a lost
 -- pool: epoch = the later of TIME in microseconds and the old epoch + 1,
--- the pool's recovery window from now, sequence 0, counter failovers.
+-- the pool's recovery window from now, sequence 0, created = now (when
+-- the epoch began), counter failovers.
 -- Leases, sessions and specs the server holds stay. Holders see the new
 -- epoch at their next KeepAlive and re-assert every lease they hold (the
 -- ones still here are replayed), so the lost ones come back before the
@@ -400,7 +401,8 @@ local function failover()
       local window = tonumber(v[3] or DEFAULT_WINDOW)
       local ru = '0'
       if window > 0 then ru = int(now + window) end
-      redis.call('HSET', K_STATE, 'meta', (string.gsub(v[1], '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0)
+      redis.call('HSET', K_STATE, 'meta', (string.gsub(v[1], '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
+        'created', int(now))
       redis.call('HINCRBY', K_STATE, 'c:failovers', 1)
     end
   end
