@@ -27,7 +27,7 @@ test-short: tools
 BENCH_PHASE ?= 2s
 bench: tools
 	LEASEHOLD_BENCH_PHASE=$(BENCH_PHASE) $(GO) test -run '^$$' -bench '^BenchmarkReport$$' -benchtime 1x -timeout 60m \
-		./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/route/ ./chaos/
+		./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/route/ ./chaos/ ./internal/capacity/
 
 ## fuzz: the gRPC surface's fuzz target (every method, every kind of caller,
 ## against a memory ledger) for FUZZTIME; its seeds also run in make test
