@@ -89,17 +89,17 @@ func TestFailoverStartsEpoch(t *testing.T) {
 				t.Errorf("leases on the promoted replica = %v, want the two replicated ones %s, %s", ls, kept[0].ID, kept[1].ID)
 			}
 			if !tc.wantNewEpoch {
-				if s.Epoch != epoch || st.Counters["failovers"] != 0 || !s.RecoveringUntil.Before(before) {
+				if s.Epoch != epoch || st.Counters[ledger.CounterFailovers] != 0 || !s.RecoveringUntil.Before(before) {
 					t.Errorf("KeepAlive after the promotion: epoch %d (was %d), failovers %d, recovering until %v; want the same epoch, 0, no window",
-						s.Epoch, epoch, st.Counters["failovers"], s.RecoveringUntil)
+						s.Epoch, epoch, st.Counters[ledger.CounterFailovers], s.RecoveringUntil)
 				}
 				if _, err := promoted.Acquire(ctx, req("h1", "r4", 100, 1)); err != nil {
 					t.Errorf("Acquire on the promoted replica: %v", err)
 				}
 				return
 			}
-			if s.Epoch <= epoch || st.Counters["failovers"] != 1 {
-				t.Fatalf("KeepAlive after the promotion: epoch %d (was %d), failovers %d; want a later epoch, 1", s.Epoch, epoch, st.Counters["failovers"])
+			if s.Epoch <= epoch || st.Counters[ledger.CounterFailovers] != 1 {
+				t.Fatalf("KeepAlive after the promotion: epoch %d (was %d), failovers %d; want a later epoch, 1", s.Epoch, epoch, st.Counters[ledger.CounterFailovers])
 			}
 			if s.RecoveringUntil.Before(before.Add(window/2)) || s.RecoveringUntil.After(time.Now().Add(window+time.Second)) {
 				t.Errorf("recovering until %v, want about %s after the first write at %v", s.RecoveringUntil, window, before)
@@ -132,8 +132,8 @@ func TestFailoverStartsEpoch(t *testing.T) {
 			if g.Lease.Fence.Epoch != s.Epoch || g.Lease.ID == lost.ID {
 				t.Errorf("grant after the failover %s (fence %v), want one of epoch %d, never the lost lease's id %s", g.Lease.ID, g.Lease.Fence, s.Epoch, lost.ID)
 			}
-			if st, err := promoted.Stats(ctx, "llama"); err != nil || st.Leases != 4 || st.Counters["failovers"] != 1 {
-				t.Errorf("Stats at the end: %d leases, failovers %d, %v; want 4 (2 kept, 1 re-asserted, 1 new), 1", st.Leases, st.Counters["failovers"], err)
+			if st, err := promoted.Stats(ctx, "llama"); err != nil || st.Leases != 4 || st.Counters[ledger.CounterFailovers] != 1 {
+				t.Errorf("Stats at the end: %d leases, failovers %d, %v; want 4 (2 kept, 1 re-asserted, 1 new), 1", st.Leases, st.Counters[ledger.CounterFailovers], err)
 			}
 		})
 	}
@@ -167,8 +167,8 @@ func TestFailoverMigrationKeepsEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g2.Epoch != epoch || st.Counters["failovers"] != 0 || st.Leases != 2 {
-		t.Errorf("after the migration: epoch %d (was %d), failovers %d, %d leases; want the same epoch, 0, 2", g2.Epoch, epoch, st.Counters["failovers"], st.Leases)
+	if g2.Epoch != epoch || st.Counters[ledger.CounterFailovers] != 0 || st.Leases != 2 {
+		t.Errorf("after the migration: epoch %d (was %d), failovers %d, %d leases; want the same epoch, 0, 2", g2.Epoch, epoch, st.Counters[ledger.CounterFailovers], st.Leases)
 	}
 	if g2.Lease.Fence.Seq != g.Lease.Fence.Seq+1 {
 		t.Errorf("fence after the migration %v, want the sequence after %v", g2.Lease.Fence, g.Lease.Fence)

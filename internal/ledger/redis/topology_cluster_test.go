@@ -302,8 +302,8 @@ func migrateUnderLoad(t *testing.T, wait int) {
 		if g, r := st.Counters[ledger.CounterGrants], st.Counters[ledger.CounterReleases]; g != int64(len(grants[p])) || r != int64(released) {
 			t.Errorf("%s counted %d grants and %d releases, want %d (one per request) and %d", p, g, r, len(grants[p]), released)
 		}
-		if st.Epoch != epochs[p] || st.Counters["failovers"] != 0 {
-			t.Errorf("%s: epoch %d, failovers %d after the load; want epoch %d (nothing lost), 0", p, st.Epoch, st.Counters["failovers"], epochs[p])
+		if st.Epoch != epochs[p] || st.Counters[ledger.CounterFailovers] != 0 {
+			t.Errorf("%s: epoch %d, failovers %d after the load; want epoch %d (nothing lost), 0", p, st.Epoch, st.Counters[ledger.CounterFailovers], epochs[p])
 		}
 		ms, err := ledger.CheckTotals(ctx, l, p)
 		if err != nil || len(ms) != 0 {
