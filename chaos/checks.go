@@ -34,6 +34,8 @@ var checks = map[string]func(*evidence) Verdict{
 	// Issue 18 (recovery.go).
 	CheckColdStart:       (*evidence).checkColdStart,
 	CheckRecoveryResumes: (*evidence).checkRecoveryResumes,
+	// Issue 18 (checks_failover.go).
+	CheckGrantsResume: (*evidence).checkGrantsResume,
 }
 
 // check runs the named check.

@@ -22,6 +22,9 @@
 //     from the engines' usage of every answered request;
 //   - recovery.go: how soon grants come after a cold start and after the
 //     ledger restarts empty (cold_start, recovery_resumes);
+//   - sentinel.go, checks_failover.go: topology.ledger redis-sentinel (a
+//     primary, replicas and three Sentinels), the failover_redis fault
+//     and the grants_resume check;
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;

@@ -119,6 +119,16 @@ func Prepare(sc *Scenario, opts Options) (*Scenario, error) {
 	if opts.Seed != 0 {
 		s.Workload.Seed = opts.Seed
 	}
+	if s.Topology.Ledger != LedgerSentinel {
+		// A Sentinel scenario run on another ledger: its failover is that
+		// ledger's loss (a Redis restart, the reserver's below).
+		s.Topology.RedisReplicas, s.Topology.WaitReplicas = 0, 0
+		for i, f := range s.Faults {
+			if f.Kind == FaultFailoverRedis {
+				s.Faults[i] = Fault{At: f.At, Kind: FaultRestartRedis, For: Duration(300 * time.Millisecond)}
+			}
+		}
+	}
 	if s.Topology.Ledger == LedgerMemory {
 		// The embedded ledger's restart is its reserver's.
 		for i, f := range s.Faults {

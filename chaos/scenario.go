@@ -36,6 +36,10 @@ const (
 	// LedgerEtcd: an etcd the caller runs (Options.Etcd); routers and
 	// reservers use etcd:// with a key prefix of their own per run.
 	LedgerEtcd = "etcd"
+	// LedgerSentinel: a Redis primary, topology.redis_replicas replicas and
+	// three Sentinels (sentinel.go); routers and reservers use
+	// redis+sentinel://.
+	LedgerSentinel = "redis-sentinel"
 )
 
 // expiryLateness is how late a backend may end a lease or session past its
@@ -74,12 +78,18 @@ const (
 	FaultEngineKill   = "engine_kill"   // SIGKILL an enginesim: listener and connections close; restarted empty after `for`
 	FaultEngineHang   = "engine_hang"   // enginesim leaves new requests unanswered (POST /admin/fail hang)
 	FaultEngineErrors = "engine_errors" // enginesim answers every request 500 (POST /admin/fail errors)
+	// FaultFailoverRedis SIGKILLs the Sentinel deployment's primary; the
+	// Sentinels promote a replica (topology.ledger redis-sentinel). With
+	// `for` (< 1s) replication stalls that long first and the stalled
+	// stream is dropped at the kill, so the promoted replica lacks the
+	// primary's last writes (sentinel.go).
+	FaultFailoverRedis = "failover_redis"
 )
 
 var faultKinds = []string{
 	FaultKillRouter, FaultStopRouter, FaultContRouter, FaultKillReserver, FaultRestartRedis,
 	FaultPartition, FaultStaleTelemetry, FaultEngineCrash, FaultClockOffset, FaultDuplicateRetries,
-	FaultEngineKill, FaultEngineHang, FaultEngineErrors,
+	FaultEngineKill, FaultEngineHang, FaultEngineErrors, FaultFailoverRedis,
 }
 
 // Partition links and modes.
@@ -117,6 +127,8 @@ const (
 	CheckTTFTSLOHeld = "ttft_slo_held"
 	// Rate-budget check (ratecheck.go).
 	CheckTokenRate = "token_rate"
+	// Failover check (checks_failover.go).
+	CheckGrantsResume = "grants_resume"
 )
 
 var checkNames = []string{
@@ -124,7 +136,7 @@ var checkNames = []string{
 	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 	CheckFailuresAfterCrash, CheckHangBounded, CheckBreakerTransitions, CheckTTFTSLOHeld,
-	CheckTokenRate, CheckColdStart, CheckRecoveryResumes,
+	CheckTokenRate, CheckColdStart, CheckRecoveryResumes, CheckGrantsResume,
 }
 
 // DefaultChecks run when a scenario lists none.
@@ -156,8 +168,14 @@ type Scenario struct {
 
 // Topology is what the runner starts.
 type Topology struct {
-	// Ledger is memory (default) or redis.
+	// Ledger is memory (default), redis, etcd or redis-sentinel.
 	Ledger string `yaml:"ledger,omitempty"`
+	// RedisReplicas is how many replicas the redis-sentinel primary has
+	// (default 1).
+	RedisReplicas int `yaml:"redis_replicas,omitempty"`
+	// WaitReplicas is the redis-sentinel URL's wait_replicas: every change
+	// acknowledged only once that many replicas have it (default 0).
+	WaitReplicas int `yaml:"wait_replicas,omitempty"`
 	// Reservers is how many reservers run (default 1; memory allows 1).
 	Reservers int `yaml:"reservers,omitempty"`
 	// Routers is how many routers run (default 1).
@@ -332,7 +350,8 @@ type Fault struct {
 	// ("engine-2"); "all" or empty means every one the kind applies to.
 	Target string `yaml:"target,omitempty"`
 	// For is how long a timed fault lasts (partition, stale_telemetry,
-	// engine_crash, duplicate_retries, restart_redis downtime).
+	// engine_crash, duplicate_retries, restart_redis downtime, the
+	// replication stall before failover_redis).
 	For Duration `yaml:"for,omitempty"`
 	// RestartAfter restarts a killed router or reserver.
 	RestartAfter *Duration `yaml:"restart_after,omitempty"`
@@ -441,6 +460,9 @@ func (s *Scenario) defaults() {
 	if t.Reservers == 0 {
 		t.Reservers = 1
 	}
+	if t.Ledger == LedgerSentinel && t.RedisReplicas == 0 {
+		t.RedisReplicas = 1
+	}
 	if t.Routers == 0 {
 		t.Routers = 1
 	}
@@ -474,7 +496,7 @@ func (s *Scenario) defaults() {
 		// shortest the fleet allows.
 		rw := Duration(0)
 		for _, f := range append(slices.Clone(s.Faults), s.shortFaults()...) {
-			if f.Kind == FaultKillReserver || f.Kind == FaultRestartRedis {
+			if f.Kind == FaultKillReserver || f.Kind == FaultRestartRedis || f.Kind == FaultFailoverRedis {
 				rw = t.SessionTTL
 			}
 		}

@@ -242,7 +242,10 @@
 //
 // Epochs: every response carries the pool's epoch. A pool whose state was
 // lost (flushed Redis, wiped etcd, restarted reserver) gets a new epoch when
-// it is next configured, and a recovery window (see "Recovery").
+// it is next configured, and a recovery window (see "Recovery"). A store
+// that may have lost only its latest writes (a Redis replica promoted after
+// an asynchronous failover) starts the new epoch itself at its first write,
+// keeping what it has; see the redis package, "Ledger loss".
 //
 // Every grant carries a fencing token: the epoch and a sequence number that
 // strictly increases per pool within an epoch, at most MaxFenceSeq. Epochs

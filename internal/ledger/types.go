@@ -413,6 +413,7 @@ const (
 	CounterExpired        = "expired"
 	CounterRevoked        = "revoked"
 	CounterReasserts      = "reasserts"
+	CounterFailovers      = "failovers"                // epochs a store started on a promoted replica (Redis)
 	CounterReleasedKV     = "released_kv_tokens"       // KV tokens reserved by released leases
 	CounterActualPrompt   = "actual_prompt_tokens"     // from Release usage
 	CounterActualComplete = "actual_completion_tokens" // from Release usage

@@ -28,6 +28,7 @@
 -- candidate's usage and breaker; later candidates are parsed, and their usage and breaker
 -- read, only when the ones before refuse. One HSET writes the grant back.
 
+failover()
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]

@@ -12,10 +12,12 @@
 -- Returns: {'ok', epoch, created (1 when this call started a new epoch)}.
 --
 -- A missing meta field means the pool's state is lost or was never there: a
--- new epoch (TIME in microseconds) starts with its recovery window. Engines'
--- drain flag, breaker and telemetry, tenants' reservations and rate windows,
--- and all leases survive re-application; engines and tenants left out of the
--- spec are marked unconfigured and kept until their last lease ends.
+-- new epoch (TIME in microseconds) starts with its recovery window. The
+-- window is kept (field window) for the epoch failover (lib.lua) starts on
+-- a promoted replica. Engines' drain flag, breaker and telemetry, tenants'
+-- reservations and rate windows, and all leases survive re-application;
+-- engines and tenants left out of the spec are marked unconfigured and kept
+-- until their last lease ends.
 
 -- retire handles the members of set (engine ids or tenant names, fields
 -- prefix .. name) that the spec left out of keep: one still holding leases
@@ -35,6 +37,7 @@ local function retire(set, prefix, keep, forget)
   end
 end
 
+failover()
 local now, t = clock()
 local created = 0
 local v = redis.call('HMGET', K_STATE, 'meta', 'order')
@@ -93,5 +96,6 @@ else
 end
 
 redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
-  'order', ARGV[4], 'breaker', ARGV[7])
+  'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2])
+if created == 1 then failover() end -- records this server (see lib.lua)
 return {'ok', epoch, created}

@@ -12,6 +12,7 @@
 -- session, the holder id may start afresh. While now < sweep_at no session
 -- is dead, so the holder's state is only read when a sweep is due.
 
+failover()
 local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end

@@ -24,6 +24,7 @@
 
 local MAX_AHEAD = 1048576 -- ledger.MaxReassertAhead
 
+failover()
 local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'seq')
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end

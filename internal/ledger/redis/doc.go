@@ -59,7 +59,11 @@
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
 //	                         and the completion-length counters
-//	                         (ledger.CompletionCounters)
+//	                         (ledger.CompletionCounters); c:failovers
+//	                         counts epochs started by a promotion
+//	  repl                   "<master_replid> <node id or ->": the server
+//	                         that last wrote the pool (see "Ledger loss")
+//	  window                 the recovery window (ms) Configure was given
 //	P:{p}:engines       SET  engine ids with fields in state
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
@@ -104,6 +108,31 @@
 // failover that lost it) is unknown: every call fails with
 // ledger.ErrUnknownPool until Configure runs again, which starts a new epoch
 // (TIME in microseconds) and its recovery window.
+//
+// A failover loses less, and silently: the promoted replica (Sentinel,
+// redis+sentinel://; a Redis Cluster failover; REPLICAOF NO ONE) holds the
+// pool as the old primary had it before the writes it had not replicated
+// yet, and so does a primary restarted from its RDB or AOF. Grants it
+// acknowledged may be gone (their engines still run them), the fencing
+// sequence may have gone back (a later grant would reuse a lost lease's
+// id), sessions may expire earlier. Every such server has another
+// replication id than the one the pool records (field repl), so the first
+// script that writes the pool there starts a new epoch in place (failover
+// in lib.lua): later than the old one, with the pool's recovery window,
+// every lease, session and spec the server holds kept. Holders see it at
+// their next KeepAlive and re-assert what they hold, the lost leases
+// among them (under their old fences: no id is reused). Not a new epoch:
+// a Redis Cluster slot migrated to another master (MIGRATE moves whole
+// keys), and, for a client with WaitReplicas > 0, a promoted replica of
+// the recorded server (Sentinel and Redis Cluster promote the replica
+// with the most replicated data, which has every acknowledged change): a
+// Sentinel failover then refuses nothing. Every client of one store
+// should use one wait_replicas setting: a waiting client keeps the epoch
+// on a promotion that may have lost a non-waiting client's grant. Two
+// promotions with no write to the pool between them read as one, which
+// only matters for a pool no router keeps alive. Each check costs one
+// INFO replication (and CLUSTER MYID on a cluster) per writing script,
+// about 3 µs of server time.
 //
 // # Choices where the contract leaves room
 //
