@@ -158,11 +158,15 @@ func (c *auditCLI) fetch(ctx context.Context, lookup func(string) (string, bool)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	// Probe before the request, not after it fails: a gRPC server speaks
+	// first (its SETTINGS frame), and net/http's transport logs that frame
+	// as an unsolicited response when it lands before the request is
+	// written, which would put binary on the terminal beside the sentence.
+	if u.Scheme == "http" && portprobe.Probe(ctx, u.Host) == portprobe.GRPC {
+		return nil, fmt.Errorf("%s is a gRPC address (the reserver's --grpc-listen): reserver audit --server takes the reserver's HTTP address, its --http-listen (default %s)", u.Host, Defaults().HTTPListen)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		if portprobe.Probe(ctx, u.Host) == portprobe.GRPC {
-			return nil, fmt.Errorf("%s is a gRPC address (the reserver's --grpc-listen): reserver audit --server takes the reserver's HTTP address, its --http-listen (default %s)", u.Host, Defaults().HTTPListen)
-		}
 		return nil, err
 	}
 	defer resp.Body.Close()
