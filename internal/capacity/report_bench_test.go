@@ -25,8 +25,8 @@ import (
 // routers, engines and reserver in this process beside Redis.
 func largest() Config {
 	return Config{
-		Pools: 500, EnginesPerPool: 10, Routers: 8, EngineSlots: 16,
-		Rate: 1500, Hold: 2 * time.Second, PromptKV: 500, OutputKV: 500,
+		Pools: 300, EnginesPerPool: 10, Routers: 6, EngineSlots: 16,
+		Rate: 900, Hold: 2 * time.Second, PromptKV: 500, OutputKV: 500,
 		Warmup: 10 * time.Second, Window: 20 * time.Second,
 		ViewInterval: 5 * time.Second, Seed: 1,
 	}
@@ -110,8 +110,9 @@ func BenchmarkReport(b *testing.B) {
 		measured, fromCalls, measured/fromCalls, fromModel, measured/fromModel)
 	fmt.Fprintf(out, "Requests in the window: %d, %d granted, %d refused, %d failed, %d shed; engines' peak fill %.2f; grants that took an engine over capacity (its own count): %d. This process (routers, engines, reserver, load): %.2f cores.\n",
 		res.Requests, res.Granted, res.Refused, res.Failed, res.Shed, res.PeakFill, res.OverAdmitted, res.SelfCPU.Seconds()/res.Window.Seconds())
-	if res.Failed > 0 {
-		fmt.Fprintf(out, "The first failed request: %s\n", res.FirstFailure)
+	if res.Failed > 0 || res.Shed > 0 {
+		fmt.Fprintf(out, "NOT A VALID CHECK: %d requests failed, %d were shed: the machine did not hold this scale (first failure: %s).\n",
+			res.Failed, res.Shed, res.FirstFailure)
 	}
 	if res.OverAdmitted != 0 {
 		b.Errorf("%d grants took an engine over capacity", res.OverAdmitted)
