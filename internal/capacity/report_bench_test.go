@@ -25,8 +25,8 @@ import (
 // routers, engines and reserver in this process beside Redis.
 func largest() Config {
 	return Config{
-		Pools: 500, EnginesPerPool: 10, Routers: 8, EngineSlots: 16,
-		Rate: 1500, Hold: 2 * time.Second, PromptKV: 500, OutputKV: 500,
+		Pools: 300, EnginesPerPool: 10, Routers: 6, EngineSlots: 16,
+		Rate: 900, Hold: 2 * time.Second, PromptKV: 500, OutputKV: 500,
 		Warmup: 10 * time.Second, Window: 20 * time.Second,
 		ViewInterval: 5 * time.Second, Seed: 1,
 	}
@@ -110,15 +110,25 @@ func BenchmarkReport(b *testing.B) {
 		measured, fromCalls, measured/fromCalls, fromModel, measured/fromModel)
 	fmt.Fprintf(out, "Requests in the window: %d, %d granted, %d refused, %d failed, %d shed; engines' peak fill %.2f; grants that took an engine over capacity (its own count): %d. This process (routers, engines, reserver, load): %.2f cores.\n",
 		res.Requests, res.Granted, res.Refused, res.Failed, res.Shed, res.PeakFill, res.OverAdmitted, res.SelfCPU.Seconds()/res.Window.Seconds())
-	if res.Failed > 0 {
-		fmt.Fprintf(out, "The first failed request: %s\n", res.FirstFailure)
+	if res.Failed > 0 || res.Shed > 0 {
+		fmt.Fprintf(out, "NOT A VALID CHECK: %d requests failed, %d were shed: the machine did not hold this scale (first failure: %s).\n",
+			res.Failed, res.Shed, res.FirstFailure)
 	}
 	if res.OverAdmitted != 0 {
 		b.Errorf("%d grants took an engine over capacity", res.OverAdmitted)
 	}
 
+	// The run's Redis CPU over what the calibrated costs predict for the
+	// calls it made: calls that come less batched than the calibration's
+	// cost more each. Sizing scales every cost by it.
+	factor := max(1, measured/fromCalls)
 	fmt.Fprintf(out, "\n### Capacity model: 10,000 engines in 1,000 pools behind 100 routers\n\n")
-	fmt.Fprintln(out, "Two reservers, 64,000 requests/s of 10 s (6.4 per engine per second: 64 running sequences each), 1.4 Grows per request, lease_ttl 30 s, session_ttl 10 s; the calibrated costs above; shards at 50% CPU.")
+	fmt.Fprintf(out, "Two reservers, 64,000 requests/s of 10 s (6.4 per engine per second: 64 running sequences each), 1.4 Grows per request, lease_ttl 30 s, session_ttl 10 s; the calibrated costs above times %.2f (the simulated run's measured over predicted CPU); shards at 50%% CPU.\n", factor)
+	var scaled Costs
+	for i := range costs {
+		scaled[i] = time.Duration(float64(costs[i]) * factor)
+	}
+	costs = scaled
 	fmt.Fprintln(out, "\n| variant | keepalive | acquire+release+grow | stats (fleet view) | observe | sweep+configure | Redis CPU cores | shards at 50% | one pool's CPU | one pool's grants/s on a shard of its own |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	d := Deployment{

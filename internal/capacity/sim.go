@@ -275,7 +275,7 @@ func Run(ctx context.Context, cfg Config, open Opener, probe Probe) (Result, err
 			return
 		}
 		loops.Add(1)
-		go func() { defer loops.Done(); pace(lctx, every, n, 16, f) }()
+		go func() { defer loops.Done(); pace(lctx, every, n, 64, f) }()
 	}
 	// The reserver: observe every engine, sweep and re-apply every pool.
 	flat := make([][2]int, 0, cfg.Pools*cfg.EnginesPerPool)
