@@ -32,31 +32,90 @@ func BodyUsage(data []byte) *Usage {
 	return a.Usage
 }
 
-// Inspect looks at one server-sent event of a streamed answer: keep is
-// false for the usage-only chunk (which the caller keeps if the client
-// asked for it), u is its usage, hasChoices reports a chunk carrying
-// output.
-func Inspect(ev []byte) (keep bool, u *Usage, hasChoices bool) {
+// Event is what Inspect finds in one server-sent event of a streamed
+// answer.
+type Event struct {
+	// Keep is false for the usage-only chunk (which the caller keeps if the
+	// client asked for it).
+	Keep bool
+	// Usage is the chunk's usage object, nil if none.
+	Usage *Usage
+	// Choices reports a chunk with choices.
+	Choices bool
+	// Output reports a chunk with choices that may carry generated tokens:
+	// every chunk with choices except a role announcement (a delta of a
+	// role and empty content, which vLLM sends first for each choice).
+	// When in doubt it is true, the side growth errs on.
+	Output bool
+	// Finished counts the choices this chunk ends: non-null finish_reasons
+	// in the compact form engines write ("finish_reason":"stop"). Another
+	// spelling counts none, so a reader waits for sequences that ended.
+	Finished int
+}
+
+var (
+	keyUsage        = []byte(`"usage"`)
+	keyIndex        = []byte(`"index"`)
+	keyFinished     = []byte(`"finish_reason":"`)
+	keyRole         = []byte(`"role":"`)
+	keyContent      = []byte(`"content":`)
+	keyEmptyContent = []byte(`"content":""`)
+	keysOutput      = [][]byte{[]byte(`"tool_calls"`), []byte(`"function_call"`), []byte(`"reasoning`), []byte(`"text"`), []byte(`"refusal"`)}
+)
+
+// Inspect looks at one server-sent event of a streamed answer. It decodes
+// JSON only for a chunk that carries a usage object; the rest is found by
+// substring, which escaped string contents cannot fake (a quote inside a
+// JSON string is written \").
+func Inspect(ev []byte) Event {
 	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
 	if !ok {
-		return true, nil, false
+		return Event{Keep: true}
 	}
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, []byte("[DONE]")) {
-		return true, nil, false
+		return Event{Keep: true}
 	}
-	if !bytes.Contains(data, []byte(`"usage"`)) {
-		return true, nil, bytes.Contains(data, []byte(`"index"`))
+	if !bytes.Contains(data, keyUsage) {
+		if !bytes.Contains(data, keyIndex) {
+			return Event{Keep: true}
+		}
+		return progress(data, Event{Keep: true, Choices: true})
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
 		Usage   *Usage            `json:"usage"`
 	}
 	if json.Unmarshal(data, &c) != nil {
-		return true, nil, false
+		return Event{Keep: true}
 	}
 	if c.Usage != nil && len(c.Choices) == 0 {
-		return false, c.Usage, false
+		return Event{Usage: c.Usage}
 	}
-	return true, c.Usage, len(c.Choices) > 0
+	ev2 := Event{Keep: true, Usage: c.Usage, Choices: len(c.Choices) > 0}
+	if !ev2.Choices {
+		return ev2
+	}
+	return progress(data, ev2)
+}
+
+// progress fills in e's Output and Finished from the chunk data.
+func progress(data []byte, e Event) Event {
+	e.Finished = bytes.Count(data, keyFinished)
+	e.Output = !announcement(data)
+	return e
+}
+
+// announcement reports a chunk whose every content is empty, that names a
+// role and carries nothing else a choice can generate.
+func announcement(data []byte) bool {
+	if !bytes.Contains(data, keyRole) || bytes.Count(data, keyContent) != bytes.Count(data, keyEmptyContent) {
+		return false
+	}
+	for _, k := range keysOutput {
+		if bytes.Contains(data, k) {
+			return false
+		}
+	}
+	return true
 }

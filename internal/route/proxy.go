@@ -308,6 +308,8 @@ type dispatch struct {
 	details            *estimate.PromptDetails // the engine's prompt_tokens_details
 	known              bool                    // usage reported by the engine
 	chunks             int64                   // stream chunks with choices, when usage is unknown
+	outChunks          int64                   // stream chunks that may carry output (not role announcements): growth's count
+	seqsDone           int64                   // sequences the stream's finish_reasons ended
 	sent               bool                    // the engine may have accepted the request
 	tt                 *ttft.Inflight          // the TTFT estimate's record of this dispatch
 	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
@@ -522,18 +524,25 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			continue // inside an event
 		}
 		if event.Len() > 0 {
-			keep, u, hasChoices := openai.Inspect(event.Bytes())
-			if u != nil {
+			ev := openai.Inspect(event.Bytes())
+			keep := ev.Keep
+			if u := ev.Usage; u != nil {
 				d.usage, d.details, d.known = u.Ledger(), u.Details, true
 				keep = keep || d.req.includeUsage
 			}
-			if hasChoices {
+			if ev.Choices {
 				if d.chunks++; d.chunks == 1 {
 					d.att.TTFTBreach = d.r.ttft.Breached(d.req.class, d.tt.FirstToken())
 				}
 			}
-			if d.grow != nil {
-				out := d.chunks
+			if ev.Output {
+				d.outChunks++
+			}
+			d.seqsDone += int64(ev.Finished)
+			// A sequence the engine finished holds no more: once all have,
+			// the lease needs no growth.
+			if d.grow != nil && d.seqsDone < d.req.n {
+				out := d.outChunks
 				if d.known {
 					out = max(out, d.usage.CompletionTokens)
 				}
