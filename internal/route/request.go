@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -64,6 +65,7 @@ type request struct {
 	arrived   time.Time
 
 	fields map[string]json.RawMessage
+	body   []byte // as the client sent it
 }
 
 // badRequest is a validation error naming the offending field.
@@ -92,7 +94,7 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, badf("", "invalid JSON body: trailing data after the object")
 	}
-	r := &request{chat: chat, fields: fields, n: 1}
+	r := &request{chat: chat, fields: fields, n: 1, body: body}
 
 	var model string
 	if err := field(fields, "model", &model); err != nil {
@@ -104,8 +106,8 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 	r.model = ledger.PoolID(model)
 
 	if raw, ok := fields["priority"]; ok && !isNull(raw) {
-		var p string
-		if json.Unmarshal(raw, &p) != nil || p == "" {
+		p, ok := openai.Text(raw)
+		if !ok || p == "" {
 			return nil, badf("priority", "priority must be the name of a priority class")
 		}
 		r.priority = ledger.PriorityName(p)
@@ -190,7 +192,7 @@ func field(fields map[string]json.RawMessage, name string, v any) error {
 	if !ok || isNull(raw) {
 		return nil
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := openai.Decode(raw, v); err != nil {
 		return badf(name, "%s has the wrong type: %v", name, err)
 	}
 	return nil
@@ -198,8 +200,8 @@ func field(fields map[string]json.RawMessage, name string, v any) error {
 
 // intField decodes an integer, rejecting fractions and out-of-range values.
 func intField(name string, raw json.RawMessage) (int64, error) {
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
+	f, ok := openai.Number(raw)
+	if !ok {
 		return 0, badf(name, "%s must be an integer", name)
 	}
 	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
@@ -236,11 +238,11 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		}
 		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + openai.WeighJSON(openai.CompactLen(m.ToolCalls))
 		appendPrefix(prefix, prefixBytes, *m.Role)
-		var text string
+		text, isText := openai.Text(m.Content)
 		var parts []openai.ContentPart
 		switch {
 		case isNull(m.Content):
-		case json.Unmarshal(m.Content, &text) == nil:
+		case isText:
 			r.promptBytes += int64(len(text))
 			appendPrefix(prefix, prefixBytes, text)
 		case json.Unmarshal(m.Content, &parts) == nil:
@@ -322,15 +324,17 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 // upstreamBody returns the body to send to the engine: the client's fields
 // without "priority" (a router field; vLLM gives it another meaning), and
 // with stream_options.include_usage set when streaming so the router
-// learns the actual usage.
+// learns the actual usage. It is the client's body as sent when that
+// changes nothing and names each field once (so the engine reads the
+// values the router validated), else the fields re-encoded.
 func (r *request) upstreamBody() ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(r.fields)+1)
-	for k, v := range r.fields {
-		if k != "priority" {
-			out[k] = v
-		}
+	_, prio := r.fields["priority"]
+	addUsage := r.stream && !r.includeUsage
+	if !prio && !addUsage && openai.Members(r.body) == len(r.fields) && utf8.Valid(r.body) {
+		return r.body, nil
 	}
-	if r.stream && !r.includeUsage {
+	replace := map[string]json.RawMessage{"priority": nil}
+	if addUsage {
 		so := map[string]json.RawMessage{}
 		if raw, ok := r.fields["stream_options"]; ok && !isNull(raw) {
 			_ = json.Unmarshal(raw, &so)
@@ -340,9 +344,9 @@ func (r *request) upstreamBody() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		out["stream_options"] = b
+		replace["stream_options"] = b
 	}
-	return json.Marshal(out)
+	return openai.AppendObject(make([]byte, 0, len(r.body)+32), r.fields, replace), nil
 }
 
 // prompt is r as the estimator takes it.
