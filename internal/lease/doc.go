@@ -32,7 +32,7 @@
 // # Local table
 //
 // Held leases are rows of an in-memory go-memdb table indexed by (pool, id)
-// tuples (memdbx.Tuple). Rows are immutable; Snapshot is a lock-free read
+// tuples (memdbx.TupleKey). Rows are immutable; Snapshot is a lock-free read
 // view for metrics and the audit. What this router holds per engine, read
 // on every request for ranking, is kept apart from each commit's changes
 // (HeldByEngine, totals.go) rather than scanned.

@@ -161,7 +161,7 @@ func (m *Manager) remove(h *Held) time.Time {
 		return time.Time{}
 	}
 	r := raw.(*row)
-	if err := txn.Delete(tableLeases, r); err != nil {
+	if err := txn.del(r); err != nil {
 		return time.Time{}
 	}
 	m.commit(txn)
@@ -179,7 +179,7 @@ func (m *Manager) update(h *Held, f func(*row)) bool {
 		return false
 	}
 	nr := raw.(*row).with(f)
-	if err := txn.Insert(tableLeases, nr); err != nil {
+	if err := txn.put(raw.(*row), nr); err != nil {
 		return false
 	}
 	// Set under the table's write lock so concurrent updates apply in order.

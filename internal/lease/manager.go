@@ -220,14 +220,15 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 	}
 	txn := m.writeTxn()
 	defer txn.Abort()
+	var prev *row // a row of this id whose lease ended: replaced
 	if raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID)); err == nil && raw != nil {
-		if h := raw.(*row).held; h.Err() == nil {
-			return h, nil
+		if prev = raw.(*row); prev.held.Err() == nil {
+			return prev.held, nil
 		}
 	}
 	h := &Held{m: m, pool: p, gen: gen, doneC: make(chan struct{}), lease: l}
 	r := &row{Pool: l.Pool, ID: l.ID, Engine: l.Engine, Lease: l, RenewedAt: send, TTL: ttl, Gen: gen, held: h}
-	if err := txn.Insert(tableLeases, r); err != nil {
+	if err := txn.put(prev, r); err != nil {
 		return nil, fmt.Errorf("local table: %w", err)
 	}
 	m.commit(txn)

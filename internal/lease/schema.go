@@ -54,12 +54,12 @@ func schema() *memdb.DBSchema {
 		tableLeases: {
 			Name: tableLeases,
 			Indexes: map[string]*memdb.IndexSchema{
-				// Tuples (memdbx.Tuple), not go-memdb's field indexes: those
+				// Tuples (memdbx.TupleKey), not go-memdb's field indexes: those
 				// look fields up by reflection on every write, and this
 				// table takes a write per request.
-				indexID: {Name: indexID, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
+				indexID: {Name: indexID, Unique: true, Indexer: memdbx.TupleKey(func(k memdbx.Key, o any) memdbx.Key {
 					r := o.(*row)
-					return []any{string(r.Pool), string(r.ID)}
+					return k.Str(string(r.Pool)).Str(string(r.ID))
 				})},
 			},
 		},

@@ -278,7 +278,7 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 			continue
 		}
 		old = append(old, e)
-		_ = txn.Delete(tableLeases, e)
+		_ = txn.del(e)
 	}
 	m.commit(txn)
 	for _, e := range old {
@@ -318,7 +318,7 @@ func (m *Manager) fenceLeasesLocked(p *poolState) int {
 			continue
 		}
 		fenced = append(fenced, r)
-		_ = txn.Insert(tableLeases, r.with(func(r *row) { r.Fenced = true }))
+		_ = txn.put(r, r.with(func(r *row) { r.Fenced = true }))
 	}
 	m.commit(txn)
 	n := 0

@@ -9,7 +9,7 @@ import (
 )
 
 // totals is what the local table holds per pool and engine, kept up to
-// date from each committed write transaction's changes, so that ranking
+// date from each committed write transaction's writes, so that ranking
 // (Manager.HeldByEngine, on every request) costs O(engines) rather than a
 // scan of every held lease. The deltas are additive, so commits applying
 // them in another order than they committed still sum right.
@@ -18,7 +18,7 @@ type totals struct {
 	by map[ledger.PoolID]map[ledger.EngineID]Reserved
 }
 
-func (t *totals) apply(changes memdb.Changes) {
+func (t *totals) apply(changes []rowChange) {
 	if len(changes) == 0 {
 		return
 	}
@@ -44,14 +44,11 @@ func (t *totals) apply(changes memdb.Changes) {
 		pool[r.Engine] = res
 	}
 	for _, c := range changes {
-		if c.Table != tableLeases {
-			continue
+		if c.before != nil {
+			add(c.before, -1)
 		}
-		if b, ok := c.Before.(*row); ok && b != nil {
-			add(b, -1)
-		}
-		if a, ok := c.After.(*row); ok && a != nil {
-			add(a, +1)
+		if c.after != nil {
+			add(c.after, +1)
 		}
 	}
 }
@@ -67,19 +64,47 @@ func (t *totals) pool(pool ledger.PoolID) map[ledger.EngineID]Reserved {
 	return out
 }
 
+// tableTxn is a write transaction on the local table that keeps what its
+// writes change (put, del), for the totals. Write rows only through put
+// and del; Manager.commit commits it and applies its changes.
+type tableTxn struct {
+	*memdb.Txn
+	changes []rowChange
+}
+
+// rowChange is one write: before is the row it replaced or deleted (nil
+// for a new one), after the row it wrote (nil for a deletion).
+type rowChange struct{ before, after *row }
+
 // writeTxn opens a write transaction on the local table whose commit
 // (Manager.commit) updates the totals.
-func (m *Manager) writeTxn() *memdb.Txn {
-	txn := m.db.Txn(true)
-	txn.TrackChanges()
-	return txn
+func (m *Manager) writeTxn() *tableTxn {
+	return &tableTxn{Txn: m.db.Txn(true), changes: make([]rowChange, 0, 1)}
+}
+
+// put inserts after in place of before (nil: a new row, whose id no row
+// has).
+func (t *tableTxn) put(before, after *row) error {
+	if err := t.Insert(tableLeases, after); err != nil {
+		return err
+	}
+	t.changes = append(t.changes, rowChange{before: before, after: after})
+	return nil
+}
+
+// del deletes r.
+func (t *tableTxn) del(r *row) error {
+	if err := t.Delete(tableLeases, r); err != nil {
+		return err
+	}
+	t.changes = append(t.changes, rowChange{before: r})
+	return nil
 }
 
 // commit commits txn and applies its changes to the totals.
-func (m *Manager) commit(txn *memdb.Txn) {
-	changes := txn.Changes()
+func (m *Manager) commit(txn *tableTxn) {
 	txn.Commit()
-	m.tot.apply(changes)
+	m.tot.apply(txn.changes)
 }
 
 // HeldByEngine returns what this router holds per engine of pool: the
