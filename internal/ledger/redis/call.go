@@ -56,9 +56,9 @@ func (l *store) eval(ctx context.Context, script *goredis.Script, pool ledger.Po
 	argv = append(append(append(argv, h.head...), argv1), args...)
 	cmd := goredis.NewCmd(ctx, argv...)
 	cmd.SetFirstKeyPos(3) // as go-redis's EvalSha: Cluster routes by the first key
-	_ = l.client.Process(ctx, cmd)
-	if goredis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	v, err := l.pipe.process(ctx, cmd)
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		return script.Eval(ctx, l.client, h.keys, argv[len(h.head):]...).Result()
 	}
-	return cmd.Result()
+	return v, err
 }

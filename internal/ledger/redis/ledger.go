@@ -66,6 +66,7 @@ type store struct {
 	scripts *scripts
 	err     error // a bad option, returned by every call
 	heads   callHeads
+	pipe    pipe   // every script call but runWait's
 	argv1s  string // argv1(opts.SweepBatch), every changing call's
 }
 
@@ -79,7 +80,7 @@ func New(client goredis.UniversalClient, opts Options) *Ledger {
 }
 
 func newStore(client goredis.UniversalClient, opts Options) *store {
-	s := &store{client: client}
+	s := &store{client: client, pipe: pipe{client: client}}
 	s.opts, s.err = opts.withDefaults()
 	if s.err == nil {
 		s.scripts, s.err = loadScripts()
