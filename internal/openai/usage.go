@@ -42,15 +42,7 @@ type Event struct {
 	Usage *Usage
 	// Choices reports a chunk with choices.
 	Choices bool
-	// Output reports a chunk with choices that may carry generated tokens:
-	// every chunk with choices except a role announcement (a delta of a
-	// role and empty content, which vLLM sends first for each choice).
-	// When in doubt it is true, the side growth errs on.
-	Output bool
-	// Finished counts the choices this chunk ends: non-null finish_reasons
-	// in the compact form engines write ("finish_reason":"stop"). Another
-	// spelling counts none, so a reader waits for sequences that ended.
-	Finished int
+	data    []byte // the chunk's JSON, when it has choices
 }
 
 var (
@@ -66,7 +58,8 @@ var (
 // Inspect looks at one server-sent event of a streamed answer. It decodes
 // JSON only for a chunk that carries a usage object; the rest is found by
 // substring, which escaped string contents cannot fake (a quote inside a
-// JSON string is written \").
+// JSON string is written \"). The event's bytes must not change while the
+// Event is used.
 func Inspect(ev []byte) Event {
 	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
 	if !ok {
@@ -80,7 +73,7 @@ func Inspect(ev []byte) Event {
 		if !bytes.Contains(data, keyIndex) {
 			return Event{Keep: true}
 		}
-		return progress(data, Event{Keep: true, Choices: true})
+		return Event{Keep: true, Choices: true, data: data}
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
@@ -92,19 +85,23 @@ func Inspect(ev []byte) Event {
 	if c.Usage != nil && len(c.Choices) == 0 {
 		return Event{Usage: c.Usage}
 	}
-	ev2 := Event{Keep: true, Usage: c.Usage, Choices: len(c.Choices) > 0}
-	if !ev2.Choices {
-		return ev2
+	e := Event{Keep: true, Usage: c.Usage, Choices: len(c.Choices) > 0}
+	if e.Choices {
+		e.data = data
 	}
-	return progress(data, ev2)
-}
-
-// progress fills in e's Output and Finished from the chunk data.
-func progress(data []byte, e Event) Event {
-	e.Finished = bytes.Count(data, keyFinished)
-	e.Output = !announcement(data)
 	return e
 }
+
+// Output reports a chunk with choices that may carry generated tokens:
+// every chunk with choices except a role announcement (a delta of a role
+// and empty content, which vLLM sends first for each choice). When in
+// doubt it is true, the side growth errs on.
+func (e Event) Output() bool { return e.Choices && !announcement(e.data) }
+
+// Finished counts the choices the chunk ends: non-null finish_reasons in
+// the compact form engines write ("finish_reason":"stop"). Another
+// spelling counts none, so a reader waits for sequences that ended.
+func (e Event) Finished() int { return bytes.Count(e.data, keyFinished) }
 
 // announcement reports a chunk whose every content is empty, that names a
 // role and carries nothing else a choice can generate.

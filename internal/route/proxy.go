@@ -308,8 +308,6 @@ type dispatch struct {
 	details            *estimate.PromptDetails // the engine's prompt_tokens_details
 	known              bool                    // usage reported by the engine
 	chunks             int64                   // stream chunks with choices, when usage is unknown
-	outChunks          int64                   // stream chunks that may carry output (not role announcements): growth's count
-	seqsDone           int64                   // sequences the stream's finish_reasons ended
 	sent               bool                    // the engine may have accepted the request
 	tt                 *ttft.Inflight          // the TTFT estimate's record of this dispatch
 	finished, complete bool                    // the answer was read to its end; complete: a 200 one, its length a sample (Usage.Finished)
@@ -535,18 +533,12 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 					d.att.TTFTBreach = d.r.ttft.Breached(d.req.class, d.tt.FirstToken())
 				}
 			}
-			if ev.Output {
-				d.outChunks++
-			}
-			d.seqsDone += int64(ev.Finished)
-			// A sequence the engine finished holds no more: once all have,
-			// the lease needs no growth.
-			if d.grow != nil && d.seqsDone < d.req.n {
-				out := d.outChunks
+			if d.grow != nil {
+				var reported int64
 				if d.known {
-					out = max(out, d.usage.CompletionTokens)
+					reported = d.usage.CompletionTokens
 				}
-				if res := d.grow.Saw(d.ctx, out); res != "" {
+				if res := d.grow.Chunk(d.ctx, ev.Output(), ev.Finished(), reported); res != "" {
 					d.r.met.grows.WithLabelValues(string(d.req.model), res).Inc()
 				}
 			}
