@@ -157,3 +157,22 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseRequest is what reading and forwarding a chat request's
+// body costs a router, the report benchmark's request.
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":32,"messages":[` +
+		`{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":"Summarize capacity leasing in one short sentence, please."}]}`)
+	lim := limits{maxModelLen: func(ledger.PoolID) int64 { return 2048 }, maxN: 16}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := parseRequest(body, true, lim, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.upstreamBody(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
