@@ -64,8 +64,9 @@ type request struct {
 	promptEst int64
 	arrived   time.Time
 
-	fields map[string]json.RawMessage
-	body   []byte // as the client sent it
+	fields  map[string]json.RawMessage
+	body    []byte // as the client sent it
+	members int    // the body's members, a repeated name counted each time
 }
 
 // badRequest is a validation error naming the offending field.
@@ -83,18 +84,20 @@ func badf(param, format string, a ...any) error {
 // parseRequest validates body as a chat (chat = true) or completions
 // request. prefixBytes bounds the kept prompt prefix.
 func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var fields map[string]json.RawMessage
-	if err := dec.Decode(&fields); err != nil {
-		return nil, badf("", "invalid JSON body: %v", err)
+	fields, members, ok := openai.Fields(body)
+	if !ok { // not one JSON object: encoding/json says why
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&fields); err != nil {
+			return nil, badf("", "invalid JSON body: %v", err)
+		}
+		if fields == nil {
+			return nil, badf("", "the body must be a JSON object")
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, badf("", "invalid JSON body: trailing data after the object")
+		}
 	}
-	if fields == nil {
-		return nil, badf("", "the body must be a JSON object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badf("", "invalid JSON body: trailing data after the object")
-	}
-	r := &request{chat: chat, fields: fields, n: 1, body: body}
+	r := &request{chat: chat, fields: fields, n: 1, body: body, members: members}
 
 	var model string
 	if err := field(fields, "model", &model); err != nil {
@@ -217,16 +220,11 @@ func appendPrefix(prefix *[]byte, max int, s string) {
 }
 
 func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes int) error {
-	var msgs []struct {
-		Role      *string         `json:"role"`
-		Content   json.RawMessage `json:"content"`
-		Name      string          `json:"name"`
-		ToolCalls json.RawMessage `json:"tool_calls"`
-	}
 	if isNull(raw) {
 		return badf("messages", "messages is required and must not be empty")
 	}
-	if err := json.Unmarshal(raw, &msgs); err != nil {
+	msgs, ok := openai.Messages(raw)
+	if !ok {
 		return badf("messages", "messages must be an array of message objects")
 	}
 	if len(msgs) == 0 {
@@ -330,7 +328,7 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 func (r *request) upstreamBody() ([]byte, error) {
 	_, prio := r.fields["priority"]
 	addUsage := r.stream && !r.includeUsage
-	if !prio && !addUsage && openai.Members(r.body) == len(r.fields) && utf8.Valid(r.body) {
+	if !prio && !addUsage && r.members == len(r.fields) && utf8.Valid(r.body) {
 		return r.body, nil
 	}
 	replace := map[string]json.RawMessage{"priority": nil}
