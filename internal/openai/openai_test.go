@@ -36,6 +36,9 @@ func TestInspect(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := Inspect([]byte(tc.ev))
+			if ev.End != (tc.name == "done") {
+				t.Errorf("Inspect: end %v, want it for [DONE] only", ev.End)
+			}
 			if ev.Keep != tc.keep || ev.Choices != tc.hasChoices || ev.Output() != tc.output || ev.Finished() != tc.finished {
 				t.Errorf("Inspect = keep %v, choices %v, output %v, finished %d; want %v, %v, %v, %d",
 					ev.Keep, ev.Choices, ev.Output(), ev.Finished(), tc.keep, tc.hasChoices, tc.output, tc.finished)

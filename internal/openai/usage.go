@@ -42,7 +42,9 @@ type Event struct {
 	Usage *Usage
 	// Choices reports a chunk with choices.
 	Choices bool
-	data    []byte // the chunk's JSON, when it has choices
+	// End reports the stream's end marker, data: [DONE].
+	End  bool
+	data []byte // the chunk's JSON, when it has choices
 }
 
 var (
@@ -67,7 +69,7 @@ func Inspect(ev []byte) Event {
 	}
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, []byte("[DONE]")) {
-		return Event{Keep: true}
+		return Event{Keep: true, End: true}
 	}
 	if !bytes.Contains(data, keyUsage) {
 		if !bytes.Contains(data, keyIndex) {

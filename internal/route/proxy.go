@@ -497,7 +497,8 @@ func (d *dispatch) whole(resp *http.Response) (int, string) {
 
 // stream passes events through as they come, flushing whenever the engine
 // has nothing more buffered; it drops the usage chunk the router asked for
-// when the client did not.
+// when the client did not. The stream's end (a usage-only chunk, [DONE])
+// is not flushed: it goes out with the answer's end, after the release.
 func (d *dispatch) stream(resp *http.Response) (int, string) {
 	w := d.w
 	w.Header().Set("X-Leasehold-Engine", string(d.engine))
@@ -509,6 +510,7 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 	br.Reset(resp.Body)
 	defer func() { br.Reset(nil); streamReaders.Put(br) }()
 	var event bytes.Buffer
+	pending := false // written events to flush: all but the stream's end
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -543,16 +545,23 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 				}
 			}
 			if keep {
+				end := ev.End || (ev.Usage != nil && !ev.Choices)
+				if end && pending && rc.Flush() != nil { // what came before goes now
+					return 499, "client_gone"
+				}
 				if _, werr := w.Write(event.Bytes()); werr != nil {
 					return 499, "client_gone"
 				}
+				pending = !end
 			}
 			event.Reset()
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && d.ctx.Err() == nil {
 				d.finished, d.complete = true, true
-				_ = rc.Flush()
+				if pending {
+					_ = rc.Flush()
+				}
 				return http.StatusOK, ""
 			}
 			ferr := d.failure(err)
@@ -566,10 +575,11 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			_ = rc.Flush()
 			return ae.status, ae.code
 		}
-		if br.Buffered() == 0 {
+		if br.Buffered() == 0 && pending {
 			if rc.Flush() != nil {
 				return 499, "client_gone"
 			}
+			pending = false
 		}
 	}
 }
