@@ -29,6 +29,13 @@ var checks = map[string]func(*evidence) Verdict{
 	CheckHangBounded:        (*evidence).checkHangBounded,
 	CheckBreakerTransitions: (*evidence).checkBreakerTransitions,
 	CheckTTFTSLOHeld:        (*evidence).checkTTFTSLOHeld,
+	// Issue 17 (ratecheck.go).
+	CheckTokenRate: (*evidence).checkTokenRate,
+	// Issue 18 (recovery.go).
+	CheckColdStart:       (*evidence).checkColdStart,
+	CheckRecoveryResumes: (*evidence).checkRecoveryResumes,
+	// Issue 18 (checks_failover.go).
+	CheckGrantsResume: (*evidence).checkGrantsResume,
 }
 
 // check runs the named check.

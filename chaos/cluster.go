@@ -79,6 +79,8 @@ type cluster struct {
 
 	redis     *proc
 	redisAddr string
+	// sentinel is the redis-sentinel deployment (sentinel.go).
+	sentinel *sentinelSet
 	// etcdAddr is the caller's etcd (LedgerEtcd); the run's keys are under
 	// etcdPrefix.
 	etcdAddr, etcdPrefix string
@@ -87,6 +89,9 @@ type cluster struct {
 	routers              []*routerNode
 	// fleetPath is the fleet file with the engines' own URLs.
 	fleetPath string
+	// routersUp is when every router first answered ready (with
+	// topology.cold_start: first served /healthz).
+	routersUp time.Time
 }
 
 func randomToken() string {
@@ -116,8 +121,13 @@ func startCluster(ctx context.Context, sc *Scenario, dir string, bins Binaries, 
 	if sc.Topology.Admission == AdmissionDirect {
 		return c, nil // the clients talk to the engines
 	}
-	if sc.Topology.Ledger == LedgerRedis {
+	switch sc.Topology.Ledger {
+	case LedgerRedis:
 		if err := c.startRedis(ctx); err != nil {
+			return nil, err
+		}
+	case LedgerSentinel:
+		if err := c.startSentinel(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -203,6 +213,8 @@ func (c *cluster) reserverLedgerURL() string {
 		return "redis://" + c.redisAddr + "/0"
 	case LedgerEtcd:
 		return "etcd://" + c.etcdAddr + "/" + c.etcdPrefix
+	case LedgerSentinel:
+		return c.sentinel.url(c.sc.Topology.WaitReplicas)
 	}
 	return "memory://"
 }
@@ -274,6 +286,8 @@ func (c *cluster) startRouters(ctx context.Context) error {
 			ledgerURL = "redis://" + target + "/0"
 		case LedgerEtcd:
 			ledgerURL = "etcd://" + target + "/" + c.etcdPrefix
+		case LedgerSentinel:
+			ledgerURL = c.sentinel.url(t.WaitReplicas)
 		}
 		fleetPath := c.fleetPath
 		if c.sc.needProxies(LinkEngine) {
@@ -304,7 +318,20 @@ func (c *cluster) startRouters(ctx context.Context) error {
 			return err
 		}
 	}
-	return waitReady(ctx, c.routers)
+	if c.sc.Topology.ColdStart {
+		// Up means serving (/healthz), not admitting: /readyz waits for
+		// the ledger to grant, which is what cold_start measures.
+		for _, r := range c.routers {
+			if err := waitHTTP(ctx, &r.proc, "http://"+r.addr+"/healthz", ""); err != nil {
+				return err
+			}
+		}
+		c.routersUp = time.Now()
+		return nil
+	}
+	err := waitReady(ctx, c.routers)
+	c.routersUp = time.Now()
+	return err
 }
 
 // restartRouter starts a router again with extra env (clock_offset).
@@ -354,7 +381,18 @@ func (c *cluster) stop() {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.redis.terminate(3 * time.Second) }()
 	}
+	if c.sentinel != nil {
+		for _, n := range c.sentinel.nodes() {
+			wg.Add(1)
+			go func() { defer wg.Done(); n.terminate(3 * time.Second) }()
+		}
+	}
 	wg.Wait()
+	if c.sentinel != nil {
+		for _, l := range c.sentinel.links {
+			_ = l.Close()
+		}
+	}
 }
 
 // waitRecovered waits until the audit lists the pool and no pool is in its

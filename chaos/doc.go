@@ -18,6 +18,13 @@
 //     transitions logged from the audit, and their checks;
 //   - spike.go: a step in open-loop arrivals, the ttft_slo check and the
 //     baselines run beside a scenario (seed 002's table);
+//   - ratecheck.go: token_rate, tenants' fleet-wide rate budgets judged
+//     from the engines' usage of every answered request;
+//   - recovery.go: how soon grants come after a cold start and after the
+//     ledger restarts empty (cold_start, recovery_resumes);
+//   - sentinel.go, checks_failover.go: topology.ledger redis-sentinel (a
+//     primary, replicas and three Sentinels), the failover_redis fault
+//     and the grants_resume check;
 //   - record.go: the JSONL event log (requests, faults, samples of every
 //     engine's /admin/stats and the reserver audit);
 //   - validate.go: the checks, each a verdict with its figure;

@@ -134,6 +134,19 @@ func (f *failpoints) inject(ctx context.Context, ft Fault) {
 		f.note(at, ft, "redis", "inject", "SIGKILL", nil)
 		sleep(ctx, ft.For.D())
 		f.note(time.Now(), ft, "redis", "heal", "restarted empty", f.c.restartRedis(bg))
+	case FaultFailoverRedis:
+		old, promoted, killed, at, err := f.c.sentinel.failover(bg, ft.For.D())
+		detail := "SIGKILL primary " + old.addr
+		if ft.For > 0 {
+			detail += fmt.Sprintf(" after its replicas stalled %s", ft.For)
+		}
+		f.note(killed, ft, old.name, "inject", detail, nil)
+		if err != nil {
+			f.note(time.Now(), ft, old.name, "heal", "no replica promoted", err)
+			return
+		}
+		// The heal is the promotion; grants_resume measures from it.
+		f.note(at, ft, old.name, "heal", "promoted "+promoted.name+" "+promoted.addr, nil)
 	case FaultPartition:
 		rs := f.routers(ft.Target)
 		for _, r := range rs {

@@ -54,7 +54,7 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	for _, tn := range t.Tenants {
 		f.Tenants = append(f.Tenants, fleet.Tenant{
 			Name: ledger.TenantID(tn.Name), APIKeys: []fleet.KeyHash{fleet.HashAPIKey(tn.APIKey())},
-			KVShare: tn.KVShare, SlotShare: tn.SlotShare,
+			KVShare: tn.KVShare, SlotShare: tn.SlotShare, TokensPerMinute: tn.TokensPerMinute, RequestsPerMinute: tn.RequestsPerMinute,
 		})
 	}
 	for _, p := range t.Priorities {
@@ -70,8 +70,8 @@ func (c *cluster) fleetOf(urls func(i int) string) *fleet.Fleet {
 	if t.RecoveryWindow != nil {
 		f.Lease.RecoveryWindow = t.RecoveryWindow.D()
 	} else {
-		// The file's default: the larger of 10s and session_ttl.
-		f.Lease.RecoveryWindow = max(fleet.DefaultRecoveryWindow, f.Lease.SessionTTL)
+		// The file's default: session_ttl.
+		f.Lease.RecoveryWindow = f.Lease.SessionTTL
 	}
 	return f
 }

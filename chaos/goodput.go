@@ -33,6 +33,10 @@ type RouterCounters struct {
 	Attempts float64 `json:"attempts"`
 	Grants   float64 `json:"grants"`
 	Grows    float64 `json:"grows"`
+	// Reasserts are leases re-inserted after the ledger lost them, Lost
+	// those that could not be (lease_reasserts_total, lease_lost_total).
+	Reasserts float64 `json:"reasserts"`
+	Lost      float64 `json:"lost"`
 }
 
 // LedgerCalls is the ledger calls per request the routers answered:
@@ -53,6 +57,8 @@ var routerCounterNames = []struct {
 	{"leasehold_router_admit_seconds_count", func(rc *RouterCounters) *float64 { return &rc.Attempts }},
 	{"leasehold_router_grants_total", func(rc *RouterCounters) *float64 { return &rc.Grants }},
 	{"leasehold_router_lease_grows_total", func(rc *RouterCounters) *float64 { return &rc.Grows }},
+	{"leasehold_router_lease_reasserts_total", func(rc *RouterCounters) *float64 { return &rc.Reasserts }},
+	{"leasehold_router_lease_lost_total", func(rc *RouterCounters) *float64 { return &rc.Lost }},
 }
 
 // routerCounters reads every router's /metrics and sums the counters.

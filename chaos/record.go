@@ -45,6 +45,9 @@ type RequestEvent struct {
 	// request; Completion the completion tokens its usage reported.
 	TTFTMS     float64 `json:"ttft_ms,omitempty"`
 	Completion int     `json:"completion_tokens,omitempty"`
+	// UsagePrompt is the prompt tokens the engine's usage reported (the
+	// client's Prompt is what it drew).
+	UsagePrompt int `json:"usage_prompt_tokens,omitempty"`
 	// HeadersMS is the time to the response's status and headers (for a
 	// stream through a router: to the engine's first response byte).
 	HeadersMS float64 `json:"headers_ms,omitempty"`

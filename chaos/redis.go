@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,16 +19,9 @@ import (
 )
 
 func (c *cluster) startRedis(ctx context.Context) error {
-	bin := c.bins.RedisServer
-	if bin == "" {
-		bin = os.Getenv("REDIS_SERVER")
-	}
-	if bin == "" {
-		bin = "redis-server"
-	}
-	path, err := exec.LookPath(bin)
+	path, err := c.redisBinary()
 	if err != nil {
-		return fmt.Errorf("chaos: topology.ledger redis needs redis-server >= 7 (apt-get install redis-server, or set REDIS_SERVER): %w", err)
+		return err
 	}
 	port, err := freeport.Port()
 	if err != nil {
@@ -53,20 +45,7 @@ func (c *cluster) restartRedis(ctx context.Context) error {
 	if err := c.redis.start(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if redisPing(c.redisAddr) == nil {
-			return nil
-		}
-		if !c.redis.running() || time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer PING: %s", c.redisAddr, c.redis.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return waitPing(ctx, c.redis, c.redisAddr)
 }
 
 func redisPing(addr string) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // Options are a run's settings that are not part of the scenario.
@@ -36,7 +38,8 @@ type Options struct {
 	RunDir string
 	// Binaries are prebuilt executables; zero means Build into RunDir/bin.
 	Binaries Binaries
-	// Progress receives a progress bar (nil: none).
+	// Progress receives a progress bar redrawn in place when it is a
+	// terminal, else one line per run (nil: none).
 	Progress io.Writer
 	// SampleInterval is how often engines and the audit are sampled
 	// (default 250ms).
@@ -115,6 +118,16 @@ func Prepare(sc *Scenario, opts Options) (*Scenario, error) {
 	}
 	if opts.Seed != 0 {
 		s.Workload.Seed = opts.Seed
+	}
+	if s.Topology.Ledger != LedgerSentinel {
+		// A Sentinel scenario run on another ledger: its failover is that
+		// ledger's loss (a Redis restart, the reserver's below).
+		s.Topology.RedisReplicas, s.Topology.WaitReplicas = 0, 0
+		for i, f := range s.Faults {
+			if f.Kind == FaultFailoverRedis {
+				s.Faults[i] = Fault{At: f.At, Kind: FaultRestartRedis, For: Duration(300 * time.Millisecond)}
+			}
+		}
 	}
 	if s.Topology.Ledger == LedgerMemory {
 		// The embedded ledger's restart is its reserver's.
@@ -320,7 +333,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 			return nil, fmt.Errorf("%s: reset %s: %w", s.Name, e.id, err)
 		}
 	}
-	if s.Topology.Admission == AdmissionLedger {
+	if s.Topology.Admission == AdmissionLedger && !s.Topology.ColdStart {
 		if err := c.waitRecovered(ctx); err != nil {
 			return nil, fmt.Errorf("%s: %w", s.Name, err)
 		}
@@ -328,6 +341,10 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	rec, err := newRecorder(filepath.Join(dir, "events.jsonl"))
 	if err != nil {
 		return nil, err
+	}
+	routersUp := math.NaN()
+	if !c.routersUp.IsZero() {
+		routersUp = rec.mark(markRoutersUp, c.routersUp)
 	}
 	defer func() {
 		if cerr := rec.close(); cerr != nil && err == nil {
@@ -391,7 +408,7 @@ func runOne(ctx context.Context, s *Scenario, dir string, opts Options) (res *Re
 	}
 
 	// Drain: every lease should be released now that the load is over.
-	ev := &evidence{sc: s, endLeases: -1}
+	ev := &evidence{sc: s, endLeases: -1, routersUp: routersUp}
 	if s.Topology.Admission == AdmissionLedger {
 		drainStart := time.Now()
 		limit := drainStart.Add(s.Topology.SessionTTL.D() + 3*time.Second)
@@ -456,7 +473,16 @@ func isLedgerCheck(name string) bool {
 	return false
 }
 
+// showProgress shows the run's progress on w until doneC is closed: a
+// bar redrawn in place on a terminal; elsewhere (a pipe, a log file,
+// where carriage-return frames pile up as hundreds of lines) one line
+// when the run's traffic ends.
 func showProgress(w io.Writer, s *Scenario, tr *traffic, start time.Time, doneC <-chan struct{}) {
+	if f, ok := w.(interface{ Fd() uintptr }); !ok || !term.IsTerminal(int(f.Fd())) {
+		<-doneC
+		fmt.Fprintf(w, "%-28s %d requests in %s\n", s.Name, tr.issued.Load(), time.Since(start).Round(100*time.Millisecond))
+		return
+	}
 	total := s.Workload.Duration.D().Milliseconds()
 	bar := progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),

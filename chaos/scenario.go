@@ -36,6 +36,10 @@ const (
 	// LedgerEtcd: an etcd the caller runs (Options.Etcd); routers and
 	// reservers use etcd:// with a key prefix of their own per run.
 	LedgerEtcd = "etcd"
+	// LedgerSentinel: a Redis primary, topology.redis_replicas replicas and
+	// three Sentinels (sentinel.go); routers and reservers use
+	// redis+sentinel://.
+	LedgerSentinel = "redis-sentinel"
 )
 
 // expiryLateness is how late a backend may end a lease or session past its
@@ -74,12 +78,18 @@ const (
 	FaultEngineKill   = "engine_kill"   // SIGKILL an enginesim: listener and connections close; restarted empty after `for`
 	FaultEngineHang   = "engine_hang"   // enginesim leaves new requests unanswered (POST /admin/fail hang)
 	FaultEngineErrors = "engine_errors" // enginesim answers every request 500 (POST /admin/fail errors)
+	// FaultFailoverRedis SIGKILLs the Sentinel deployment's primary; the
+	// Sentinels promote a replica (topology.ledger redis-sentinel). With
+	// `for` (< 1s) replication stalls that long first and the stalled
+	// stream is dropped at the kill, so the promoted replica lacks the
+	// primary's last writes (sentinel.go).
+	FaultFailoverRedis = "failover_redis"
 )
 
 var faultKinds = []string{
 	FaultKillRouter, FaultStopRouter, FaultContRouter, FaultKillReserver, FaultRestartRedis,
 	FaultPartition, FaultStaleTelemetry, FaultEngineCrash, FaultClockOffset, FaultDuplicateRetries,
-	FaultEngineKill, FaultEngineHang, FaultEngineErrors,
+	FaultEngineKill, FaultEngineHang, FaultEngineErrors, FaultFailoverRedis,
 }
 
 // Partition links and modes.
@@ -115,6 +125,10 @@ const (
 	CheckBreakerTransitions = "breaker_transitions"
 	// Spike checks (spike.go).
 	CheckTTFTSLOHeld = "ttft_slo_held"
+	// Rate-budget check (ratecheck.go).
+	CheckTokenRate = "token_rate"
+	// Failover check (checks_failover.go).
+	CheckGrantsResume = "grants_resume"
 )
 
 var checkNames = []string{
@@ -122,6 +136,7 @@ var checkNames = []string{
 	CheckCompleted, CheckStaleSeen, CheckFaultsApplied, CheckLocalOver, CheckLedgerWithin, CheckQuotaRejected,
 	CheckPriorityHeadroom, CheckTenantQuota,
 	CheckFailuresAfterCrash, CheckHangBounded, CheckBreakerTransitions, CheckTTFTSLOHeld,
+	CheckTokenRate, CheckColdStart, CheckRecoveryResumes, CheckGrantsResume,
 }
 
 // DefaultChecks run when a scenario lists none.
@@ -153,8 +168,14 @@ type Scenario struct {
 
 // Topology is what the runner starts.
 type Topology struct {
-	// Ledger is memory (default) or redis.
+	// Ledger is memory (default), redis, etcd or redis-sentinel.
 	Ledger string `yaml:"ledger,omitempty"`
+	// RedisReplicas is how many replicas the redis-sentinel primary has
+	// (default 1).
+	RedisReplicas int `yaml:"redis_replicas,omitempty"`
+	// WaitReplicas is the redis-sentinel URL's wait_replicas: every change
+	// acknowledged only once that many replicas have it (default 0).
+	WaitReplicas int `yaml:"wait_replicas,omitempty"`
 	// Reservers is how many reservers run (default 1; memory allows 1).
 	Reservers int `yaml:"reservers,omitempty"`
 	// Routers is how many routers run (default 1).
@@ -175,6 +196,10 @@ type Topology struct {
 	Priorities []PrioritySpec `yaml:"priorities,omitempty"`
 	// SessionTTL is the fleet's lease.session_ttl (default 2s).
 	SessionTTL Duration `yaml:"session_ttl,omitempty"`
+	// ColdStart starts the load the moment the routers serve (/healthz),
+	// without waiting for them to be ready or the ledger to grant
+	// (cold_start judges the wait).
+	ColdStart bool `yaml:"cold_start,omitempty"`
 	// RecoveryWindow is the fleet's lease.recovery_window (default: 0,
 	// off, unless a fault loses the ledger (kill_reserver, restart_redis);
 	// then SessionTTL, the shortest the fleet allows).
@@ -237,6 +262,11 @@ type TenantSpec struct {
 	Name      string  `yaml:"name"`
 	KVShare   float64 `yaml:"kv_share"`
 	SlotShare float64 `yaml:"slot_share,omitempty"`
+
+	// TokensPerMinute and RequestsPerMinute are the fleet's
+	// tenants[].tokens_per_minute and requests_per_minute (0: none).
+	TokensPerMinute   int64 `yaml:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64 `yaml:"requests_per_minute,omitempty"`
 }
 
 // APIKey is the bearer key the runner gives tenant t.
@@ -320,7 +350,8 @@ type Fault struct {
 	// ("engine-2"); "all" or empty means every one the kind applies to.
 	Target string `yaml:"target,omitempty"`
 	// For is how long a timed fault lasts (partition, stale_telemetry,
-	// engine_crash, duplicate_retries, restart_redis downtime).
+	// engine_crash, duplicate_retries, restart_redis downtime, the
+	// replication stall before failover_redis).
 	For Duration `yaml:"for,omitempty"`
 	// RestartAfter restarts a killed router or reserver.
 	RestartAfter *Duration `yaml:"restart_after,omitempty"`
@@ -429,6 +460,9 @@ func (s *Scenario) defaults() {
 	if t.Reservers == 0 {
 		t.Reservers = 1
 	}
+	if t.Ledger == LedgerSentinel && t.RedisReplicas == 0 {
+		t.RedisReplicas = 1
+	}
 	if t.Routers == 0 {
 		t.Routers = 1
 	}
@@ -462,7 +496,7 @@ func (s *Scenario) defaults() {
 		// shortest the fleet allows.
 		rw := Duration(0)
 		for _, f := range append(slices.Clone(s.Faults), s.shortFaults()...) {
-			if f.Kind == FaultKillReserver || f.Kind == FaultRestartRedis {
+			if f.Kind == FaultKillReserver || f.Kind == FaultRestartRedis || f.Kind == FaultFailoverRedis {
 				rw = t.SessionTTL
 			}
 		}

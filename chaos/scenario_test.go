@@ -44,7 +44,7 @@ func TestBuiltinScenariosParse(t *testing.T) {
 				t.Errorf("%s short on %s: %v", n, ledger, err)
 				continue
 			}
-			if s.Workload.Duration.D() > 8*time.Second {
+			if s.Workload.Duration.D() > 8*time.Second && sc.Topology.Ledger != LedgerSentinel {
 				t.Errorf("%s short runs %s, want <= 8s to keep CI under ~3 minutes", n, s.Workload.Duration)
 			}
 		}

@@ -28,12 +28,18 @@ func (s *Scenario) Validate() error {
 		if t.Reservers != 1 {
 			bad("topology.reservers", "%d: the memory ledger lives in one reserver, want 1", t.Reservers)
 		}
-	case LedgerRedis, LedgerEtcd:
+	case LedgerRedis, LedgerEtcd, LedgerSentinel:
 		if t.Reservers < 1 || t.Reservers > 8 {
 			bad("topology.reservers", "%d: want 1..8", t.Reservers)
 		}
 	default:
-		bad("topology.ledger", "%q: want memory, redis or etcd", t.Ledger)
+		bad("topology.ledger", "%q: want memory, redis, etcd or redis-sentinel", t.Ledger)
+	}
+	if t.Ledger != LedgerSentinel && (t.RedisReplicas != 0 || t.WaitReplicas != 0) {
+		bad("topology.redis_replicas", "redis_replicas %d, wait_replicas %d: only with ledger redis-sentinel", t.RedisReplicas, t.WaitReplicas)
+	}
+	if t.Ledger == LedgerSentinel && (t.RedisReplicas < 1 || t.RedisReplicas > 4 || t.WaitReplicas < 0 || t.WaitReplicas > t.RedisReplicas) {
+		bad("topology.redis_replicas", "redis_replicas %d, wait_replicas %d: want 1..4 replicas, wait_replicas 0..redis_replicas", t.RedisReplicas, t.WaitReplicas)
 	}
 	if t.Routers < 1 || t.Routers > 64 {
 		bad("topology.routers", "%d: want 1..64", t.Routers)
@@ -93,6 +99,9 @@ func (s *Scenario) Validate() error {
 	for i, tn := range t.Tenants {
 		if tn.Name == "" {
 			bad(fmt.Sprintf("topology.tenants[%d].name", i), "required")
+		}
+		if tn.TokensPerMinute < 0 || tn.RequestsPerMinute < 0 {
+			bad(fmt.Sprintf("topology.tenants[%d]", i), "tokens_per_minute %d, requests_per_minute %d: want >= 0 (0: none)", tn.TokensPerMinute, tn.RequestsPerMinute)
 		}
 		tenants[tn.Name] = true
 	}
@@ -192,6 +201,10 @@ func (s *Scenario) Validate() error {
 			bad(fmt.Sprintf("checks[%d]", i), "%s judges against topology.first_byte_timeout: set it", c)
 		case c == CheckTTFTSLOHeld && !slo:
 			bad(fmt.Sprintf("checks[%d]", i), "%s needs a topology.priorities[].ttft_slo", c)
+		case c == CheckColdStart && (!t.ColdStart || t.Admission != AdmissionLedger):
+			bad(fmt.Sprintf("checks[%d]", i), "%s needs topology.cold_start and ledger admission", c)
+		case c == CheckGrantsResume && w.Stream <= 0:
+			bad(fmt.Sprintf("checks[%d]", i), "%s judges streamed requests' first bytes: set workload.stream", c)
 		}
 	}
 	for i, b := range s.Baselines {
@@ -253,6 +266,13 @@ func validateFaults(path string, faults []Fault, s *Scenario) []error {
 			if s.Topology.Ledger != LedgerRedis {
 				bad(i, "kind", "restart_redis needs topology.ledger: redis")
 			}
+		case FaultFailoverRedis:
+			if s.Topology.Ledger != LedgerSentinel {
+				bad(i, "kind", "failover_redis needs topology.ledger: redis-sentinel")
+			}
+			if f.For < 0 || f.For.D() >= sentinelDownAfter {
+				bad(i, "for", "%s: the replicas' stall before the kill must be in [0, %s): the Sentinels would deem a longer-stalled replica down", f.For, sentinelDownAfter)
+			}
 		case FaultStaleTelemetry, FaultEngineCrash, FaultEngineKill, FaultEngineHang, FaultEngineErrors:
 			if !validTarget(f.Target, "engine", s.engineCount()) {
 				bad(i, "target", "%q: want engine-0..engine-%d or all", f.Target, s.engineCount()-1)
@@ -266,6 +286,9 @@ func validateFaults(path string, faults []Fault, s *Scenario) []error {
 			}
 			if f.Link != LinkLedger && f.Link != LinkEngine {
 				bad(i, "link", "%q: want ledger or engine", f.Link)
+			}
+			if f.Link == LinkLedger && s.Topology.Ledger == LedgerSentinel {
+				bad(i, "link", "ledger: the Sentinels hand out the primary's own address, which no proxy sits in front of")
 			}
 			if !slices.Contains([]string{ModeDrop, ModeLatency, ModeReset}, f.Mode) {
 				bad(i, "mode", "%q: want drop, latency or reset", f.Mode)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testutil/etcdserver"
+	"github.com/leasehold/leasehold/internal/testutil/slow"
 )
 
 // TestScenariosShort runs the short (CI) variant of every built-in scenario
@@ -29,6 +30,9 @@ func TestScenariosShort(t *testing.T) {
 				sc, err := Load(name)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if sc.Topology.Ledger == LedgerSentinel {
+					t.Skip("a Redis Sentinel topology: TestTopologyScenarios runs it")
 				}
 				runShort(t, sc, Options{Ledger: ledger, Binaries: bins})
 			})
@@ -61,8 +65,8 @@ func TestScenariosShortEtcd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis }) {
-				t.Skip("restarts redis-server: no etcd counterpart")
+			if slices.ContainsFunc(sc.Faults, func(f Fault) bool { return f.Kind == FaultRestartRedis || f.Kind == FaultFailoverRedis }) {
+				t.Skip("restarts or fails over redis-server: no etcd counterpart")
 			}
 			if raceEnabled {
 				// The etcd embedded here runs under the race detector: its
@@ -82,10 +86,34 @@ func TestScenariosShortEtcd(t *testing.T) {
 	}
 }
 
+// TestTopologyScenarios runs the short variant of every built-in
+// scenario that needs a store topology of its own (a Redis primary with
+// replicas and three Sentinels, failed over under load) on it. Behind
+// slow.Topologies: `make test-scenarios` runs it.
+func TestTopologyScenarios(t *testing.T) {
+	slow.Topologies(t)
+	bins := binaries(t)
+	for _, name := range Names() {
+		sc, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Topology.Ledger != LedgerSentinel {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			res := runShort(t, sc, Options{Binaries: bins})
+			if res != nil && res.Router != nil {
+				t.Logf("routers: %.0f grants, %.0f leases re-asserted, %.0f lost", res.Router.Grants, res.Router.Reasserts, res.Router.Lost)
+			}
+		})
+	}
+}
+
 // runShort runs sc's short variant with opts and fails t when a check
 // failed (keeping the run's logs where CI finds them); a compare scenario
 // must also show local admission over capacity and the ledger within it.
-func runShort(t *testing.T, sc *Scenario, opts Options) {
+func runShort(t *testing.T, sc *Scenario, opts Options) *Result {
 	t.Helper()
 	opts.Short, opts.RunsDir, opts.NoChart = true, t.TempDir(), true
 	began := time.Now()
@@ -103,6 +131,7 @@ func runShort(t *testing.T, sc *Scenario, opts Options) {
 	if sc.Compare != nil {
 		checkCompare(t, res)
 	}
+	return res
 }
 
 func checkCompare(t *testing.T, res *Result) {

@@ -303,17 +303,19 @@ const errFirstToken = "first token timeout"
 // errors are the client's own, not the system's).
 const errCutAtEnd = "client: cut at end of load"
 
-// usageOf reads the completion tokens of a body or stream chunk's usage.
-func usageOf(b []byte) (int, bool) {
+// usageOf reads the completion (and prompt) tokens of a body or stream
+// chunk's usage.
+func usageOf(b []byte) (int, bool, int) {
 	var u struct {
 		Usage *struct {
 			CompletionTokens int `json:"completion_tokens"`
+			PromptTokens     int `json:"prompt_tokens"`
 		} `json:"usage"`
 	}
 	if json.Unmarshal(b, &u) != nil || u.Usage == nil {
-		return 0, false
+		return 0, false, 0
 	}
-	return u.Usage.CompletionTokens, true
+	return u.Usage.CompletionTokens, true, u.Usage.PromptTokens
 }
 
 // hasText reports whether a stream chunk carries generated text (a chat
@@ -380,7 +382,7 @@ func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, 
 		if err != nil {
 			ev.Err = "body: " + err.Error()
 		}
-		ev.Completion, _ = usageOf(rb)
+		ev.Completion, _, ev.UsagePrompt = usageOf(rb)
 		return 0
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -399,8 +401,8 @@ func (t *traffic) exchange(ctx context.Context, r *routerNode, endpoint string, 
 				ev.firstToken()
 			}
 		case bytes.Contains(data, []byte(`"usage":{`)):
-			if n, ok := usageOf(data); ok {
-				ev.Completion = n
+			if n, ok, p := usageOf(data); ok {
+				ev.Completion, ev.UsagePrompt = n, p
 			}
 		}
 	}

@@ -77,6 +77,9 @@ type evidence struct {
 	endLeases int
 	endWait   time.Duration
 	endErr    string
+	// routersUp is when the routers were up, in seconds since load start
+	// (negative: before it); NaN when not recorded (see recovery.go).
+	routersUp float64
 }
 
 func enginePeaks(samples []EngineSample) []EnginePeak {

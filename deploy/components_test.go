@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -108,6 +109,7 @@ func waitHTTP(t *testing.T, p *proc, url string, within time.Duration) {
 type family struct {
 	typ    dto.MetricType
 	labels map[string]bool // every label name seen on a sample
+	values map[string]bool // every name=value pair seen on a sample
 }
 
 // scrape reads a Prometheus text exposition into families by name.
@@ -128,10 +130,11 @@ func scrape(t *testing.T, url string) map[string]family {
 	}
 	out := make(map[string]family, len(mfs))
 	for name, mf := range mfs {
-		f := family{typ: mf.GetType(), labels: map[string]bool{}}
+		f := family{typ: mf.GetType(), labels: map[string]bool{}, values: map[string]bool{}}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				f.labels[l.GetName()] = true
+				f.values[l.GetName()+"="+l.GetValue()] = true
 			}
 		}
 		out[name] = f
@@ -161,6 +164,8 @@ func flagsOf(t *testing.T, bin string) map[string]bool {
 type stack struct {
 	reserver, router, engineVLLM, engineSGLang string // HTTP base URLs
 	exported                                   map[string]family
+	// idle is what they served once ready, before any request.
+	idle map[string]family
 }
 
 const testFleet = `
@@ -201,6 +206,22 @@ lease:
   recovery_window: 0s
 `
 
+// scrapeAll merges every /metrics the stack serves.
+func (s *stack) scrapeAll(t *testing.T) map[string]family {
+	t.Helper()
+	out := map[string]family{}
+	for _, u := range []string{s.reserver, s.router, s.engineVLLM, s.engineSGLang} {
+		for name, f := range scrape(t, u+"/metrics") {
+			if old, ok := out[name]; ok {
+				maps.Copy(f.labels, old.labels)
+				maps.Copy(f.values, old.values)
+			}
+			out[name] = f
+		}
+	}
+	return out
+}
+
 // startStack starts the components, sends a few requests through the
 // router (a grant, a stream, a long stream, a queued quota rejection) and
 // lets the reserver fail to scrape an engine that is not there, so that
@@ -232,6 +253,7 @@ func startStack(t *testing.T) *stack {
 	waitHTTP(t, rt, "http://"+ra+"/readyz", 30*time.Second)
 
 	s := &stack{reserver: "http://" + rh, router: "http://" + ra, engineVLLM: "http://" + eV, engineSGLang: "http://" + eS}
+	s.idle = s.scrapeAll(t)
 	post := func(key, body string) int {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -277,17 +299,7 @@ func startStack(t *testing.T) *stack {
 	// gauges exist.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		s.exported = map[string]family{}
-		for _, u := range []string{s.reserver, s.router, s.engineVLLM, s.engineSGLang} {
-			for name, f := range scrape(t, u+"/metrics") {
-				if old, ok := s.exported[name]; ok {
-					for l := range old.labels {
-						f.labels[l] = true
-					}
-				}
-				s.exported[name] = f
-			}
-		}
+		s.exported = s.scrapeAll(t)
 		_, drift := s.exported["leasehold_reconcile_drift_kv_tokens"]
 		_, scrapeErrs := s.exported["leasehold_reconcile_scrape_errors_total"]
 		if drift && scrapeErrs || time.Now().After(deadline) {

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -414,8 +415,10 @@ func TestPrometheusConfig(t *testing.T) {
 	c := loadCompose(t)
 	mounts := strings.Join(c.Services["prometheus"].Volumes, "\n")
 	for _, rf := range p.RuleFiles {
-		if !strings.Contains(mounts, ":"+rf+":") {
-			t.Errorf("rule file %s is not mounted into the prometheus service", rf)
+		// Relative paths resolve against the config file's directory: in
+		// the container, and in this checkout (TestPromtoolCheckConfig).
+		if in := path.Join("/etc/prometheus", rf); !strings.Contains(mounts, ":"+in+":") {
+			t.Errorf("rule file %s (%s in the container) is not mounted into the prometheus service", rf, in)
 		}
 	}
 	if !strings.Contains(mounts, "../prometheus/alerts.yml:") {
@@ -817,7 +820,17 @@ var targetLabels = map[string]bool{"job": true, "instance": true, "format": true
 // is one they export. Histograms may be referenced as _bucket, _sum or
 // _count.
 func TestQueriedMetricsAreExported(t *testing.T) {
-	exported := startStack(t).exported
+	st := startStack(t)
+	t.Run("when idle", func(t *testing.T) { checkQueriedMetrics(t, st.idle, false) })
+	checkQueriedMetrics(t, st.exported, true)
+}
+
+// checkQueriedMetrics checks every metric the dashboard, the alerts and
+// the recording rules query against exported; with labels, their labels
+// too. Idle (before any request or failure), every family must already be
+// there: one that appears only after its first event leaves panels and
+// alerts on "No data".
+func checkQueriedMetrics(t *testing.T, exported map[string]family, labels bool) {
 	lookup := func(name string) (family, bool) {
 		if f, ok := exported[name]; ok {
 			return f, true
@@ -848,7 +861,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 		if len(refs) == 0 {
 			t.Errorf("%s: no metric found in %q", s.where, s.expr)
 		}
-		labels := map[string]bool{}
+		seen := map[string]bool{}
 		for _, ref := range refs {
 			if syntheticMetrics[ref.name] {
 				continue
@@ -860,16 +873,26 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 				continue
 			}
 			for l := range f.labels {
-				labels[l] = true
+				seen[l] = true
+			}
+			// Idle: a counter's or a histogram's known series are there
+			// before its first event (a gauge read from state, e.g. an
+			// engine's drift, appears with that state).
+			if !labels && (f.typ == dto.MetricType_COUNTER || f.typ == dto.MetricType_HISTOGRAM) {
+				for _, kv := range []string{"pool=p", "engine=e-vllm", "engine=e-sglang"} {
+					if name, _, _ := strings.Cut(kv, "="); f.labels[name] && !f.values[kv] {
+						t.Errorf("%s: %s has no series with %s before the first event", s.where, ref.name, kv)
+					}
+				}
 			}
 			for _, l := range ref.labels {
-				if !f.labels[l] && !targetLabels[l] {
+				if labels && !f.labels[l] && !targetLabels[l] {
 					t.Errorf("%s: %s has no label %q (it has %v)", s.where, ref.name, l, slices.Sorted(maps.Keys(f.labels)))
 				}
 			}
 		}
 		for _, l := range grouping {
-			if !labels[l] && !targetLabels[l] {
+			if labels && !seen[l] && !targetLabels[l] {
 				t.Errorf("%s: grouping label %q is on none of the metrics of %q", s.where, l, s.expr)
 			}
 		}

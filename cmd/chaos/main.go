@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	fs.BoolVar(&opts.Short, "short", false, "run the scenarios' short CI variants")
 	fs.BoolVar(&jsonOut, "json", false, "print the results as JSON (for CI) instead of tables")
-	fs.StringVar(&opts.Ledger, "ledger", "", "override topology.ledger: memory, redis or etcd")
+	fs.StringVar(&opts.Ledger, "ledger", "", "override topology.ledger: memory, redis, etcd or redis-sentinel")
 	fs.StringVar(&opts.Etcd, "etcd", "", "host:port of a running etcd, for --ledger etcd (each run uses a key prefix of its own)")
 	fs.DurationVar(&opts.Duration, "duration", 0, "override workload.duration")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "override workload.seed")

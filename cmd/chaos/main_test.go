@@ -42,3 +42,30 @@ func TestCLI(t *testing.T) {
 		})
 	}
 }
+
+// TestQuickstartWithoutATerminal: the quickstart's progress written to a
+// pipe or a file (here a buffer) is one line per phase (each router count
+// and admission mode), with no carriage-return frames of a bar.
+func TestQuickstartWithoutATerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the short quickstart (real processes)")
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"--short", "--no-chart", "--runs-dir", t.TempDir(), "quickstart"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("chaos --short quickstart = %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if strings.Contains(errb.String(), "\r") {
+		t.Errorf("stderr has carriage returns (a progress bar's frames):\n%q", errb.String())
+	}
+	var phases []string
+	for _, line := range strings.Split(errb.String(), "\n") {
+		if strings.Contains(line, " requests in ") {
+			phases = append(phases, line)
+		}
+	}
+	// The short quickstart: routers 1 and 4, each with local and ledger admission.
+	if len(phases) != 4 {
+		t.Errorf("%d progress lines, want one per phase (4):\n%s", len(phases), errb.String())
+	}
+}

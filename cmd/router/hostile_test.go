@@ -20,10 +20,10 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/syncbuf"
 )
 
-// binDir holds the router and enginesim binaries TestMain built.
+// binDir holds the router, enginesim and reserver binaries TestMain built.
 var binDir string
 
-func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../enginesim") }
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../enginesim", "../reserver") }
 
 // The bound: with 300 slow or idle connections held, /readyz and a
 // legitimate request answer within 1s.

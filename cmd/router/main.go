@@ -31,8 +31,9 @@
 // without max_tokens reserves per sequence.
 //
 // Every flag can also be set from the environment: --queue-depth is
-// LEASEHOLD_QUEUE_DEPTH. LEASEHOLD_TOKEN is the bearer token sent to a
-// reserver (grpc:// ledgers): the router token the reserver accepts in
+// LEASEHOLD_QUEUE_DEPTH (router --help says so). LEASEHOLD_TOKEN, or the
+// one line of --token-file, is the bearer token sent to a reserver
+// (grpc:// ledgers): the router token the reserver accepts in
 // LEASEHOLD_ROUTER_ROLE_TOKENS, never its admin token. The router also
 // draws a holder key at start, derives its holder ids from it and sends it
 // with every holder call, so the reserver lets it touch only its own
@@ -72,8 +73,12 @@
 //
 // Signals: SIGTERM or SIGINT shut down in order (unready, stop accepting,
 // drain, release, end the sessions), at any point, the ledger reachable or
-// not: every ledger call has its own deadline. SIGHUP is ignored, with a
-// log line: a router reads its fleet file only at start.
+// not: every ledger call has its own deadline. SIGHUP reloads the fleet
+// file's tenants, API keys and priority_policy for the requests that start
+// after it (leasehold_router_fleet_reloads_total); a file that does not
+// load or validate is logged and the previous fleet kept. Changes to
+// pools, priorities, default_priority or lease are logged as needing a
+// restart, and not applied.
 //
 // Garbage collection: unless GOGC is set, the router runs with GOGC=400
 // (routerGCPercent) rather than Go's 100. Each request allocates a few
@@ -124,8 +129,8 @@ func run() int {
 		return cli.ParseFailed(os.Stderr, "router", err)
 	}
 	log := cli.Logger(os.Stderr, cfg.LogLevel).With("router", cfg.ID)
-	// Subscribed first, so that no signal is missed; SIGHUP too, so that it
-	// does not kill the router.
+	// Subscribed first, so that no signal is missed; SIGHUP reloads the
+	// fleet file's tenancy (reload), and kills the router no more.
 	sigC := make(chan os.Signal, 4)
 	signal.Notify(sigC, syscall.SIGTERM, os.Interrupt, syscall.SIGHUP)
 	defer signal.Stop(sigC)
@@ -137,7 +142,11 @@ func run() int {
 	}
 	var l ledger.Ledger
 	if cfg.Admission == route.AdmissionLedger {
-		token, _ := os.LookupEnv("LEASEHOLD_TOKEN")
+		token, err := ledgerToken(cfg.TokenFile, os.LookupEnv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "router:", err)
+			return 2
+		}
 		l, err = ledgerurl.Open(cfg.Ledger, ledgerurl.Options{Options: f.Lease.LedgerOptions(), Remote: ledgerClient(&cfg, token).RemoteOptions()})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "router:", ledgerurl.FlagError(err))
@@ -176,7 +185,7 @@ wait:
 		select {
 		case sig := <-sigC:
 			if sig == syscall.SIGHUP {
-				log.Info("SIGHUP ignored: a router reads its fleet file only at start; restart it (one router at a time) to apply a changed file")
+				reload(log, r)
 				continue
 			}
 			log.Info("shutting down", "signal", sig.String())
@@ -188,6 +197,21 @@ wait:
 		}
 	}
 	return cli.Stop(log, r, cfg.ShutdownTimeout, code)
+}
+
+// reload applies the fleet file's tenants, keys and priority_policy
+// (route.Router.Reload); a file that does not load or apply is logged and
+// the running fleet kept.
+func reload(log *slog.Logger, r *route.Router) {
+	kept, err := r.Reload()
+	if err != nil {
+		log.Error("fleet reload failed; keeping the previous fleet", "err", err)
+		return
+	}
+	log.Info("fleet reloaded: tenants, API keys and priority_policy applied")
+	if len(kept) > 0 {
+		log.Warn("fleet reload: these sections changed but apply only at start; restart the router (one at a time) for them", "kept", kept)
+	}
 }
 
 // debugServer is the --debug-listen profiler; run owns it and stops it
@@ -215,6 +239,33 @@ func serveDebug(addr string, log *slog.Logger) debugServer {
 		}
 	}()
 	return d
+}
+
+// ledgerToken is the bearer token sent to a grpc:// ledger: the one line
+// of file (--token-file) when set, else LEASEHOLD_TOKEN (maybe empty); both
+// set must agree. An error names the flag.
+func ledgerToken(file string, lookup func(string) (string, bool)) (string, error) {
+	env, _ := lookup(route.EnvPrefix + "TOKEN")
+	if file == "" {
+		return env, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	var toks []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			toks = append(toks, line)
+		}
+	}
+	switch {
+	case len(toks) != 1:
+		return "", fmt.Errorf("--token-file %s: want exactly one token, found %d", file, len(toks))
+	case env != "" && env != toks[0]:
+		return "", fmt.Errorf("--token-file %s and %sTOKEN are both set and differ; set one", file, route.EnvPrefix)
+	}
+	return toks[0], nil
 }
 
 // ledgerClient is the router's --ledger-* client flags, with token as the

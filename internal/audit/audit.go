@@ -210,11 +210,13 @@ func addMatching(ctx context.Context, r Reader, ls []ledger.Lease, f ledger.Filt
 // Report is the audit of a ledger at its clock.
 type Report struct {
 	// Now is the latest ledger clock reading among the pools.
-	Now       time.Time   `json:"now"`
-	Filter    FilterJSON  `json:"filter"`
-	Pools     []PoolRow   `json:"pools"`
-	Leases    []LeaseRow  `json:"leases"`
-	Engines   []EngineRow `json:"engines"`
+	Now     time.Time   `json:"now"`
+	Filter  FilterJSON  `json:"filter"`
+	Pools   []PoolRow   `json:"pools"`
+	Leases  []LeaseRow  `json:"leases"`
+	Engines []EngineRow `json:"engines"`
+	// Tenants is each pool's tenants (tenants.go).
+	Tenants   []TenantRow `json:"tenants"`
 	Anomalies []Anomaly   `json:"anomalies"`
 }
 
@@ -334,7 +336,7 @@ func Build(in Input, f ledger.Filter, o Options) Report {
 	o = o.withDefaults()
 	r := Report{
 		Filter: FilterJSON{Pool: f.Pool, Engine: f.Engine, Holder: f.Holder, Tenant: f.Tenant},
-		Pools:  []PoolRow{}, Leases: []LeaseRow{}, Engines: []EngineRow{}, Anomalies: []Anomaly{},
+		Pools:  []PoolRow{}, Leases: []LeaseRow{}, Engines: []EngineRow{}, Tenants: []TenantRow{}, Anomalies: []Anomaly{},
 	}
 	engineOnly := ledger.Filter{Pool: f.Pool, Engine: f.Engine}
 	for _, p := range in.Pools {
@@ -355,6 +357,7 @@ func Build(in Input, f ledger.Filter, o Options) Report {
 			pr.RecoveringUntil = &t
 		}
 		r.Pools = append(r.Pools, pr)
+		r.Tenants = append(r.Tenants, tenantRows(p, f)...)
 
 		aged := map[ledger.EngineID]int64{} // KV of leases older than LeakAfter
 		for _, l := range p.Leases {

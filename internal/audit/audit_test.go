@@ -52,6 +52,7 @@ func plantedInput() audit.Input {
 	re.Reasserted = true
 	re.Priority = "batch"
 	q := lease("q", 1, "q-0", "router-c", 800, 1, 90*time.Second, 5*time.Second)
+	q.Tenant = "gone" // removed from the fleet file, its lease still held
 	unconfirmed := lease("p", 6, "e-load", "router-a", 400, 1, 3*time.Second, 20*time.Second)
 	unconfirmed.Reasserted, unconfirmed.Unconfirmed = true, true
 
@@ -72,12 +73,20 @@ func plantedInput() audit.Input {
 				LastObservation: ledger.Observation{KVTokensUsed: 2000, Running: 2}, ObservedAt: t0.Add(-time.Minute),
 				Breaker: ledger.Breaker{State: ledger.BreakerOpen, OpenedAt: t0.Add(-3 * time.Second)}},
 		},
+		Tenants: []ledger.TenantStats{
+			{Spec: ledger.TenantSpec{Name: "acme", KVShare: 1}, QuotaKV: 310000, ReservedKV: 42200, ReservedSlots: 8, Leases: 5},
+			{Spec: ledger.TenantSpec{Name: "beta", KVShare: 0.1, SlotShare: 0.1}, QuotaKV: 31000, QuotaSlots: 16, ReservedKV: 2000, ReservedSlots: 2, Leases: 1},
+		},
 		Counters: map[string]int64{ledger.CounterGrants: 6},
 	}
 	qs := ledger.PoolStats{
 		Pool: "q", Epoch: 2000, Now: t0, RecoveringUntil: t0.Add(4 * time.Second), CapacityKV: 8000, CapacitySlots: 8, Leases: 1, LiveHolders: 1,
 		Engines: []ledger.EngineStats{
 			{Spec: ledger.EngineSpec{ID: "q-0", KVTokens: 8000, Slots: 8}, Draining: true, ReservedKV: 800, ReservedSlots: 1, Leases: 1},
+		},
+		Tenants: []ledger.TenantStats{
+			{Spec: ledger.TenantSpec{Name: "acme", KVShare: 1}, QuotaKV: 8000},
+			{Spec: ledger.TenantSpec{Name: "gone", KVShare: 0.5}, QuotaKV: 4000, ReservedKV: 800, ReservedSlots: 1, Leases: 1, Removed: true},
 		},
 	}
 	return audit.Input{

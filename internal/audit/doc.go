@@ -8,6 +8,10 @@
 // Report. Build is a pure function of its Input and Options, so the golden
 // tests feed it synthetic Stats and leases with a fixed clock.
 //
+// The report has a per-tenant section (tenants.go): each configured
+// tenant of each pool with its quota, the ledger's totals for it, and its
+// leases' reservations per priority class.
+//
 // # Anomalies
 //
 //	lease_of_expired_holder  a lease whose holder's session expired (ledger

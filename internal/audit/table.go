@@ -10,8 +10,8 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// WriteTable prints r for a terminal: the leases, per-engine totals and the
-// anomalies, each as an aligned table.
+// WriteTable prints r for a terminal: the leases, per-engine totals,
+// per-tenant totals and the anomalies, each as an aligned table.
 func WriteTable(w io.Writer, r Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	at := "(no pool configured)"
@@ -56,6 +56,7 @@ func WriteTable(w io.Writer, r Report) error {
 			e.Reserved.Slots, running, e.Capacity.Slots, drift, ago, breakerCell(e.Breaker, r.Now), orDash(strings.Join(flags, ",")))
 	}
 	fmt.Fprintln(tw)
+	writeTenants(tw, r.Tenants)
 	fmt.Fprintf(tw, "ANOMALIES (%d)\n", len(r.Anomalies))
 	if len(r.Anomalies) > 0 {
 		fmt.Fprintln(tw, "KIND\tPOOL\tENGINE\tLEASE\tHOLDER\tDETAIL")

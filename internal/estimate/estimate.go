@@ -37,6 +37,7 @@ import (
 	"sync"
 
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 const (
@@ -197,6 +198,19 @@ func OutputTokens(p Prompt, maxModelLen, prompt, expected int64) int64 {
 		out = min(out, expected)
 	}
 	return out
+}
+
+// RateTokens is what a request of a tenant with a rate budget is charged
+// at grant (ledger.AcquireRequest.Tokens): every token it may use, its
+// prompt counted once and each of its n sequences' whole output
+// reservation (OutputTokens with nothing learned), at most
+// ledger.MaxAmount. Release trues the charge up to the engine's usage.
+func RateTokens(p Prompt, maxModelLen, prompt int64) int64 {
+	out, n := OutputTokens(p, maxModelLen, prompt, 0), max(p.N, 1)
+	if prompt >= ledger.MaxAmount || out > (ledger.MaxAmount-prompt)/n {
+		return ledger.MaxAmount
+	}
+	return prompt + out*n
 }
 
 // Demand returns the KV tokens and slots to lease for p.

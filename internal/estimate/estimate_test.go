@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/fleet"
+	"github.com/leasehold/leasehold/internal/ledger"
 )
 
 func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
@@ -28,6 +29,23 @@ func TestEstimatorErrsHighAndCalibrates(t *testing.T) {
 	ids := Prompt{Tokens: 30, N: 1}
 	if kv, _, _ := e.Demand(ids, 2048, 0); kv != 2048 {
 		t.Errorf("no max_tokens: kv %d, want the whole context 2048", kv)
+	}
+}
+
+func TestRateTokens(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    Prompt
+		want int64
+	}{
+		{"prompt and max_tokens", Prompt{Tokens: 10, N: 1, MaxTokens: 1000}, 1010},
+		{"without max_tokens: the rest of the context", Prompt{Tokens: 48, N: 1}, 2048},
+		{"n sequences share the prompt", Prompt{Tokens: 10, N: 3, MaxTokens: 100}, 310},
+		{"bounded by the ledger's largest amount", Prompt{Tokens: 10, N: 1 << 30, MaxTokens: 1 << 20}, ledger.MaxAmount},
+	} {
+		if got := RateTokens(c.p, 2048, c.p.Tokens); got != c.want {
+			t.Errorf("%s: RateTokens = %d, want %d", c.name, got, c.want)
+		}
 	}
 }
 

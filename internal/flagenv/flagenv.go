@@ -37,3 +37,20 @@ func Apply(fs *flag.FlagSet, prefix string, lookup func(string) (string, bool)) 
 	})
 	return errors.Join(errs...)
 }
+
+// Usage returns fs's usage function: the synopsis, that every flag can
+// also be set as prefix<FLAG_NAME> (with example's variable as the
+// example; a flag given on the command line wins), each note on a line of
+// its own, then the flags.
+func Usage(fs *flag.FlagSet, synopsis, prefix, example string, notes ...string) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s\n\nEvery flag can also be set in the environment as %s<FLAG_NAME> (--%s as %s); a flag given on the command line wins.\n",
+			synopsis, prefix, example, Name(prefix, example))
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
+		fmt.Fprintln(w)
+		fs.PrintDefaults()
+	}
+}

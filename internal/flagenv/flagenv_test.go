@@ -29,3 +29,19 @@ func TestApply(t *testing.T) {
 		t.Errorf("bad value: error %v, want one naming P_QUEUE_DEPTH", err)
 	}
 }
+
+func TestUsage(t *testing.T) {
+	var out strings.Builder
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	fs.String("grpc-listen", "a", "where to listen")
+	fs.Usage = Usage(fs, "x --grpc-listen ADDR", "P_", "grpc-listen", "The token comes from P_TOKEN.")
+	if err := fs.Parse([]string{"--help"}); err != flag.ErrHelp {
+		t.Fatalf("Parse(--help) = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"usage: x --grpc-listen ADDR\n", "P_<FLAG_NAME> (--grpc-listen as P_GRPC_LISTEN)", "\nThe token comes from P_TOKEN.\n", "where to listen"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -84,6 +84,9 @@ type Fleet struct {
 	// a class absent has none. Routers only: the ledger never sees it.
 	TTFTSLOs map[ledger.PriorityName]time.Duration
 	Lease    Lease
+	// PriorityPolicy is what a router does with a request for a class its
+	// tenant may not use (priority_policy, tenancy.go); "" is refuse.
+	PriorityPolicy PriorityPolicy
 }
 
 // Pool is the engines serving one model.
@@ -126,6 +129,9 @@ type Pool struct {
 	// non-streamed answer's headers come with the whole answer: the bound
 	// must exceed the pool's longest non-streamed generation.
 	FirstByteTimeout time.Duration
+	// EnginePriority passes each request's class to the engines as vLLM's
+	// "priority" field (engine_priority, tenancy.go); off by default.
+	EnginePriority bool
 }
 
 // Engine is one GPU engine replica.
@@ -165,8 +171,30 @@ type Tenant struct {
 	// SlotShare is the share of each pool's slots, in [0, 1]; 0 means no
 	// slot quota.
 	SlotShare float64
+	// TokensPerMinute and RequestsPerMinute are the tenant's rate budgets
+	// in each pool it may use, each pool counting its own (a sliding
+	// minute, ledger/rate.go), shared by every router: tokens_per_minute
+	// and requests_per_minute, 0..ledger.MaxAmount; 0 (omitted) is none.
+	TokensPerMinute   int64
+	RequestsPerMinute int64
 	// Pools restricts the tenant to these pools; empty means every pool.
 	Pools []ledger.PoolID
+	// Tenancy: its classes, weight and queue bound (tenancy.go).
+	TenantClasses
+}
+
+// Rated reports whether the tenant has a rate budget: its requests are
+// then charged every token they may use (ledger.AcquireRequest.Tokens).
+func (t Tenant) Rated() bool { return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 }
+
+// RateCharge is the AcquireRequest.Tokens of a request of the tenant that
+// may use tokens in all: tokens when the tenant is Rated, else 0 (nothing
+// is charged, and a block lease may admit it).
+func (t Tenant) RateCharge(tokens int64) int64 {
+	if !t.Rated() {
+		return 0
+	}
+	return tokens
 }
 
 // InPool reports whether the tenant may use pool p.
@@ -193,9 +221,11 @@ type Lease struct {
 	// RenewInterval: how often a router keeps its session alive and renews
 	// its leases (default SessionTTL/3; below SessionTTL and LeaseTTL).
 	RenewInterval time.Duration
-	// RecoveryWindow: how long a new ledger epoch refuses new grants while
-	// holders re-assert (default the larger of 10s and SessionTTL); 0
-	// disables it, otherwise at least SessionTTL.
+	// RecoveryWindow: how long after a new ledger epoch an engine takes
+	// new grants only once a fresh observation shows what it holds, while
+	// holders re-assert (default SessionTTL: a holder that cannot
+	// re-assert has fenced itself by then); 0 disables it, otherwise at
+	// least SessionTTL.
 	RecoveryWindow time.Duration
 	// OrphanHold: how long a lease the ledger ends (its router stopped
 	// renewing) stays charged in full on an engine with telemetry, for a
@@ -220,7 +250,9 @@ type fileYAML struct {
 	Tenants         []tenantYAML   `yaml:"tenants"`
 	Priorities      []priorityYAML `yaml:"priorities,omitempty"`
 	DefaultPriority string         `yaml:"default_priority,omitempty"`
-	Lease           leaseYAML      `yaml:"lease"`
+	// PriorityPolicy is priority_policy (tenancy.go).
+	PriorityPolicy string    `yaml:"priority_policy,omitempty"`
+	Lease          leaseYAML `yaml:"lease"`
 }
 
 type poolYAML struct {
@@ -235,6 +267,8 @@ type poolYAML struct {
 	Breaker        *breakerYAML `yaml:"breaker,omitempty"`
 	// FirstByteTimeout is first_byte_timeout.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout,omitempty"`
+	// EnginePriority is engine_priority (tenancy.go).
+	EnginePriority bool `yaml:"engine_priority,omitempty"`
 }
 
 type breakerYAML struct {
@@ -268,6 +302,14 @@ type tenantYAML struct {
 	KVShare   float64  `yaml:"kv_share"`
 	SlotShare float64  `yaml:"slot_share,omitempty"`
 	Pools     []string `yaml:"pools,omitempty"`
+	// Tenancy (tenancy.go).
+	Priorities      []string `yaml:"priorities,omitempty"`
+	DefaultPriority string   `yaml:"default_priority,omitempty"`
+	Weight          float64  `yaml:"weight,omitempty"`
+	MaxQueued       int      `yaml:"max_queued,omitempty"`
+	// Rate budgets: tokens_per_minute and requests_per_minute.
+	TokensPerMinute   int64 `yaml:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64 `yaml:"requests_per_minute,omitempty"`
 }
 
 type priorityYAML struct {
@@ -468,6 +510,7 @@ func build(raw fileYAML) (*Fleet, []error) {
 	}
 	for i, t := range raw.Tenants {
 		ten := Tenant{Name: ledger.TenantID(t.Name), KVShare: t.KVShare, SlotShare: t.SlotShare}
+		ten.TokensPerMinute, ten.RequestsPerMinute = t.TokensPerMinute, t.RequestsPerMinute
 		for j, k := range t.APIKeys {
 			h, err := ParseAPIKey(k)
 			if err != nil {
@@ -510,10 +553,11 @@ func build(raw fileYAML) (*Fleet, []error) {
 	if raw.Lease.LeaseTTL != nil {
 		l.LeaseTTL = *raw.Lease.LeaseTTL
 	}
-	l.RecoveryWindow = max(DefaultRecoveryWindow, l.SessionTTL)
+	l.RecoveryWindow = l.SessionTTL // what the window must cover (docs/design.md, "Recovery after ledger loss")
 	if raw.Lease.RecoveryWindow != nil {
 		l.RecoveryWindow = *raw.Lease.RecoveryWindow
 	}
 	l.OrphanHold = raw.Lease.OrphanHold
+	buildTenancy(raw, f)
 	return f, errs
 }

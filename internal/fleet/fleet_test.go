@@ -95,6 +95,15 @@ func TestParseImplicitPriorityAndLeaseDefaults(t *testing.T) {
 	if o := f.Lease.LedgerOptions(); o.RecoveryWindow >= 0 {
 		t.Errorf("LedgerOptions with the window disabled = %+v, want negative (no window)", o)
 	}
+	// The window follows the session TTL, below the ledger's 10s default
+	// too.
+	short, err := Parse([]byte(strings.Replace(in, "session_ttl: 30s", "session_ttl: 3s", 1)))
+	if err != nil {
+		t.Fatalf("Parse with session_ttl 3s: %v", err)
+	}
+	if short.Lease.RecoveryWindow != 3*time.Second {
+		t.Errorf("recovery window with session_ttl 3s = %s, want 3s (the TTL)", short.Lease.RecoveryWindow)
+	}
 	f, err = Parse([]byte(strings.Replace(in, "session_ttl: 30s", "session_ttl: 30s\n  orphan_hold: 15s", 1)))
 	if err != nil {
 		t.Fatalf("Parse with orphan_hold: %v", err)
@@ -154,9 +163,9 @@ func TestParseErrors(t *testing.T) {
 		edit func(string) string
 		want []string // substrings of the error
 	}{
-		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, lease)`}},
+		{"unknown top-level field", appendLine("bogus: 1"), []string{`line 16: unknown field "bogus" in the top level (allowed: pools, tenants, priorities, default_priority, priority_policy, lease)`}},
 		{"unknown engine field", repl("slots: 8", "slots: 8\n        kv_token: 5"), []string{`line 8: unknown field "kv_token" in an engine (allowed: id, url, kv_tokens, slots, format, metrics_url, stale_after, stale_policy, headroom)`}},
-		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout)`}},
+		{"unknown pool field", repl("  - name: p\n", "  - name: p\n    model: x\n"), []string{`unknown field "model" in a pool (allowed: name, engines, retry_after, max_model_len, media_tokens, reserve, growth_headroom, breaker, first_byte_timeout, engine_priority)`}},
 		{"unknown breaker field", repl("  - name: p\n", "  - name: p\n    breaker:\n      failures: 3\n      timeout: 2s\n"), []string{`line 5: unknown field "timeout" in breaker (allowed: failures, cooldown, probes, successes)`}},
 		{"breaker failures zero", repl("  - name: p\n", "  - name: p\n    breaker: {failures: 0}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576 (consecutive failed dispatches that open an engine's breaker), or -1 to turn the breaker off, got 0"}},
 		{"breaker failures below -1", repl("  - name: p\n", "  - name: p\n    breaker: {failures: -2}\n"), []string{"pools[0].breaker.failures: must be in 1..1048576", "got -2"}},
@@ -230,6 +239,11 @@ func TestParseErrors(t *testing.T) {
 		{"kv_share above one", repl("kv_share: 0.5", "kv_share: 1.5"), []string{"tenants[0].kv_share: must be in (0, 1], got 1.5"}},
 		{"kv_share NaN", repl("kv_share: 0.5", "kv_share: .nan"), []string{"tenants[0].kv_share: must be in (0, 1], got NaN"}},
 		{"slot_share negative", repl("kv_share: 0.5", "kv_share: 0.5\n    slot_share: -0.1"), []string{"tenants[0].slot_share: must be in [0, 1], got -0.1"}},
+		{"tokens_per_minute negative", repl("kv_share: 0.5", "kv_share: 0.5\n    tokens_per_minute: -1"),
+			[]string{"tenants[0].tokens_per_minute: must be in 0..1099511627776, got -1 (tokens per minute in each pool, shared by every router; 0 or omitted for none)"}},
+		{"requests_per_minute too large", repl("kv_share: 0.5", "kv_share: 0.5\n    requests_per_minute: 2199023255553"),
+			[]string{"tenants[0].requests_per_minute: must be in 0..1099511627776, got 2199023255553 (requests per minute"}},
+		{"tokens_per_minute not a number", repl("kv_share: 0.5", "kv_share: 0.5\n    tokens_per_minute: 20k"), []string{"cannot unmarshal !!str `20k` into int64"}},
 		{"tenant pool unknown", repl("kv_share: 0.5", "kv_share: 0.5\n    pools: [q]"), []string{`tenants[0].pools[0]: "q" is not a pool in this file`}},
 		{"tenant pool twice", repl("kv_share: 0.5", "kv_share: 0.5\n    pools: [p, p]"), []string{`tenants[0].pools[1]: "p" is listed twice`}},
 		{"priority name missing", repl("{name: interactive, max_fill: 0.95}", "{max_fill: 0.95}"), []string{"priorities[0].name: is required"}},
@@ -380,7 +394,7 @@ func TestPoolSpecs(t *testing.T) {
       - {id: fixed, url: "http://h:3", kv_tokens: 50, slots: 2, stale_after: 0s}
 tenants:
   - {name: everywhere, api_keys: [k1], kv_share: 0.5, slot_share: 0.25}
-  - {name: only-b, api_keys: [k2], kv_share: 1, pools: [b]}
+  - {name: only-b, api_keys: [k2], kv_share: 1, pools: [b], tokens_per_minute: 20000, requests_per_minute: 60}
 priorities:
   - {name: interactive, max_fill: 0.95}
   - {name: batch, max_fill: 0.7}
@@ -424,7 +438,7 @@ priorities:
 		{
 			Name: "b", RetryAfter: time.Second, Reserve: ledger.ReserveWorstCase, Breaker: ledger.BreakerSpec{}.WithDefaults(),
 			Engines:    []ledger.EngineSpec{{ID: "fixed", URL: "http://h:3", KVTokens: 50, Slots: 2, StalePolicy: ledger.StaleHold}},
-			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1}},
+			Tenants:    []ledger.TenantSpec{{Name: "everywhere", KVShare: 0.5, SlotShare: 0.25}, {Name: "only-b", KVShare: 1, TokensPerMinute: 20000, RequestsPerMinute: 60}},
 			Priorities: prios,
 		},
 	}

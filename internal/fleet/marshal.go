@@ -53,6 +53,7 @@ func Marshal(f *Fleet) ([]byte, error) {
 	}
 	for _, t := range f.Tenants {
 		ty := tenantYAML{Name: string(t.Name), KVShare: t.KVShare, SlotShare: t.SlotShare}
+		ty.TokensPerMinute, ty.RequestsPerMinute = t.TokensPerMinute, t.RequestsPerMinute
 		for _, k := range t.APIKeys {
 			ty.APIKeys = append(ty.APIKeys, k.String())
 		}
@@ -76,6 +77,7 @@ func Marshal(f *Fleet) ([]byte, error) {
 		RecoveryWindow: &l.RecoveryWindow,
 		OrphanHold:     l.OrphanHold,
 	}
+	marshalTenancy(f, &raw)
 	return yaml.Marshal(&raw)
 }
 

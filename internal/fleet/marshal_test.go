@@ -36,7 +36,7 @@ func TestMarshalRoundTrip(t *testing.T) {
       - {id: e2, url: https://q.example:8443, kv_tokens: 50, slots: 1, stale_after: 5s}
 tenants:
   - {name: a, api_keys: ["k1", "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"], kv_share: 0.5, slot_share: 0.25, pools: [q]}
-  - {name: b, api_keys: ["k2"], kv_share: 1}
+  - {name: b, api_keys: ["k2"], kv_share: 1, tokens_per_minute: 20000, requests_per_minute: 30}
 priorities:
   - {name: batch, max_fill: 0.7}
   - {name: interactive, max_fill: 0.95, ttft_slo: 750ms}

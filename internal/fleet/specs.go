@@ -129,7 +129,9 @@ func (f *Fleet) poolSpec(name ledger.PoolID, discovered map[telemetry.EngineKey]
 	}
 	for _, t := range f.Tenants {
 		if t.InPool(p.Name) {
-			spec.Tenants = append(spec.Tenants, ledger.TenantSpec{Name: t.Name, KVShare: t.KVShare, SlotShare: t.SlotShare})
+			ts := ledger.TenantSpec{Name: t.Name, KVShare: t.KVShare, SlotShare: t.SlotShare}
+			ts.TokensPerMinute, ts.RequestsPerMinute = t.TokensPerMinute, t.RequestsPerMinute
+			spec.Tenants = append(spec.Tenants, ts)
 		}
 	}
 	spec.Priorities = append([]ledger.PrioritySpec(nil), f.Priorities...)

@@ -200,6 +200,8 @@ func (f *Fleet) check() []error {
 		}
 		c.fraction(tp+".kv_share", t.KVShare, false)
 		c.fraction(tp+".slot_share", t.SlotShare, true)
+		c.budget(tp+".tokens_per_minute", t.TokensPerMinute, "tokens")
+		c.budget(tp+".requests_per_minute", t.RequestsPerMinute, "requests")
 		seen := map[ledger.PoolID]bool{}
 		for j, p := range t.Pools {
 			pp := fmt.Sprintf("%s.pools[%d]", tp, j)
@@ -254,7 +256,15 @@ func (f *Fleet) check() []error {
 	if l.RecoveryWindow != 0 && (l.RecoveryWindow < l.SessionTTL || l.RecoveryWindow > maxDuration) {
 		c.add("lease.recovery_window", "must be 0s (disabled) or in lease.session_ttl (%s)..%s so every live holder can re-assert, got %s", l.SessionTTL, maxDuration, l.RecoveryWindow)
 	}
+	f.checkTenancy(c)
 	return c.errs
+}
+
+// budget checks a tenant's rate budget: 0 (none) or 1..ledger.MaxAmount.
+func (c *checker) budget(path string, v int64, what string) {
+	if v < 0 || v > ledger.MaxAmount {
+		c.add(path, "must be in 0..%d, got %d (%s per minute in each pool, shared by every router; 0 or omitted for none)", ledger.MaxAmount, v, what)
+	}
 }
 
 // maxModelLenMsg says what pools[].max_model_len allows; v is what the file

@@ -25,8 +25,11 @@ package lease
 // part of the key's live blocks is compared with LowWater of one block;
 // below it (and under MaxPerEngine blocks, one acquisition in flight per
 // key) a block is acquired in the background. A refused acquisition
-// backs off. While the session is confirmed but the ledger is slow or
-// unreachable, held blocks keep admitting; new blocks cannot be had.
+// backs off. While the ledger is slow or unreachable, held blocks keep
+// admitting for Block.CarveWithin after the last confirmed KeepAlive (not
+// for the whole session); new blocks cannot be had. A block of an epoch
+// the pool has left (re-asserted after a ledger loss) admits nothing more
+// and is released with its last sub-request (take, retireBlock).
 // Blocks idle (no sub-request) for Idle are released by the maintenance
 // loop.
 
@@ -80,7 +83,8 @@ type blockKey struct {
 type block struct {
 	key       blockKey
 	h         *Held
-	kv, slots int64 // the block's size, fixed at grant
+	kv, slots int64        // the block's size, fixed at grant
+	epoch     ledger.Epoch // its fence's epoch, kept when re-asserted
 
 	// mu guards the fields below.
 	mu                sync.Mutex
@@ -189,7 +193,9 @@ func (s *Sub) Release(usage ledger.Usage) error {
 // live block of one of req.Candidates (same tenant and priority) has room,
 // without calling the ledger; otherwise it calls Acquire. req.RequestID
 // and req.TTL do not apply to a local admission. Admit never admits
-// locally while the pool's session is unconfirmed.
+// locally while the pool's session is unconfirmed, nor a request charging
+// a rate window (req.Tokens > 0: its tenant has a rate budget, which only
+// the ledger's check enforces across routers).
 func (m *Manager) Admit(ctx context.Context, req ledger.AcquireRequest) (Ticket, error) {
 	if m.blocks != nil {
 		if s := m.admitLocal(req); s != nil {
@@ -207,7 +213,7 @@ func (m *Manager) Admit(ctx context.Context, req ledger.AcquireRequest) (Ticket,
 func (m *Manager) admitLocal(req ledger.AcquireRequest) *Sub {
 	bs := m.blocks
 	p := m.pools[req.Pool]
-	if p == nil || len(req.Candidates) == 0 || req.KVTokens < 1 || req.Slots < 1 ||
+	if p == nil || len(req.Candidates) == 0 || req.KVTokens < 1 || req.Slots < 1 || req.Tokens > 0 ||
 		req.KVTokens > bs.cfg.KVTokens || req.Slots > bs.cfg.Slots {
 		return nil
 	}
@@ -220,10 +226,14 @@ func (m *Manager) admitLocal(req ledger.AcquireRequest) *Sub {
 		}
 		bs.mu.Unlock()
 		for _, b := range blocks {
-			if s := m.take(p, b, req.KVTokens, req.Slots); s != nil {
+			s, stale := m.take(p, b, req.KVTokens, req.Slots)
+			if s != nil {
 				m.cnt.localAdmits.Add(1)
 				m.maybeRefill(key)
 				return s
+			}
+			if stale {
+				m.retireBlock(b)
 			}
 		}
 	}
@@ -231,26 +241,55 @@ func (m *Manager) admitLocal(req ledger.AcquireRequest) *Sub {
 	return nil
 }
 
-// take carves kv and slots out of b, or returns nil. p.mu is held so that
+// take carves kv and slots out of b, or returns nil; stale reports a
+// block of an epoch the pool has left, to be retired. p.mu is held so that
 // the confirmation check and the admission are one step against fencing.
-func (m *Manager) take(p *poolState, b *block, kv, slots int64) *Sub {
+// A block carves only while the pool's last confirmed KeepAlive, sent less
+// than Block.CarveWithin ago, saw the block's epoch (assumption A1 of
+// docs/design.md, "Recovery after ledger loss"): after a ledger loss no
+// sub-request starts on pre-loss capacity later than that.
+func (m *Manager) take(p *poolState, b *block, kv, slots int64) (s *Sub, stale bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := m.clock.Now()
 	if p.closed || !p.confirmedLocked(now, m.cfg) || p.gen != b.h.gen || b.h.Err() != nil {
-		return nil
+		return nil, false
+	}
+	if b.epoch != p.epoch || now.Sub(p.confirmedSend) >= m.cfg.Block.CarveWithin {
+		return nil, b.epoch < p.epoch
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.dead || b.usedKV+kv > b.kv || b.usedSlots+slots > b.slots {
-		return nil
+		return nil, false
 	}
 	b.usedKV += kv
 	b.usedSlots += slots
 	b.lastUsed = now
-	s := &Sub{m: m, b: b, kv: kv, slots: slots, doneC: make(chan struct{})}
+	s = &Sub{m: m, b: b, kv: kv, slots: slots, doneC: make(chan struct{})}
 	b.subs[s] = struct{}{}
-	return s
+	return s, false
+}
+
+// retireBlock stops b admitting: a block of an epoch its pool has left
+// (re-asserted after a ledger loss) keeps its running sub-requests and is
+// released with the last of them, or now if it has none.
+func (m *Manager) retireBlock(b *block) {
+	b.mu.Lock()
+	if b.dead {
+		b.mu.Unlock()
+		return
+	}
+	b.dead = true
+	last := len(b.subs) == 0 && !b.released
+	if last {
+		b.released = true
+	}
+	b.mu.Unlock()
+	m.dropBlock(b)
+	if last {
+		_ = m.releaseBlock(b) // counted; an unknown outcome is retried in the background
+	}
 }
 
 // maybeRefill starts a block acquisition for key when its live blocks'
@@ -310,7 +349,7 @@ func (m *Manager) refill(key blockKey) {
 		_ = h.Release(ledger.Usage{}) // Close released it already, or does now; counted
 		return
 	}
-	b := &block{key: key, h: h, kv: h.Lease().KVTokens, slots: h.Lease().Slots,
+	b := &block{key: key, h: h, kv: h.Lease().KVTokens, slots: h.Lease().Slots, epoch: h.Lease().Fence.Epoch,
 		subs: map[*Sub]struct{}{}, lastUsed: m.clock.Now()}
 	ks.blocks = append(ks.blocks[:len(ks.blocks):len(ks.blocks)], b)
 	m.cnt.blockAcquires.Add(1)

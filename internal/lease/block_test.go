@@ -255,6 +255,95 @@ func TestBlocksFenceClosesSubs(t *testing.T) {
 	})
 }
 
+// A block carves only while the session's last confirmation is younger
+// than CarveWithin, though the session stays confirmed longer: after a
+// ledger loss no sub-request starts on pre-loss capacity past the
+// ledger's dispatch grace (docs/design.md, "Recovery after ledger loss").
+func TestBlocksCarveOnlyWhileRecentlyConfirmed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.blockConfig(t)
+		cfg.Block.CarveWithin = 200 * time.Millisecond // fenced 700ms after the last confirmation
+		m := newManager(t, cfg)
+		first := subOf(t, m, request(10))
+		defer func() { _ = first.Release(ledger.Usage{}) }()
+
+		fx.fault.down.Store(true)
+		time.Sleep(cfg.Block.CarveWithin + 50*time.Millisecond)
+		if !m.Confirmed(pool) {
+			t.Skipf("the session fenced within %s of going down (a loaded machine): nothing left to tell apart", cfg.Block.CarveWithin+50*time.Millisecond)
+		}
+		tk, err := m.Admit(ctxT(t, 100*time.Millisecond), request(10))
+		if err == nil {
+			_ = tk.Release(ledger.Usage{})
+			t.Fatalf("Admit %s after the last confirmation, ledger unreachable = %T granted, want no local admission (an error from the unreachable ledger)", cfg.Block.CarveWithin, tk)
+		}
+		if !m.Confirmed(pool) {
+			t.Logf("the session fenced while Admit waited; the refusal above may be the fence's")
+		}
+		fx.fault.down.Store(false)
+		poll.Eventually(t, 5*time.Second, "local admission after a fresh confirmation", func() bool {
+			tk, err := m.Admit(ctxT(t, 5*time.Second), request(10))
+			if err != nil {
+				return false
+			}
+			_ = tk.Release(ledger.Usage{})
+			_, ok := tk.(*lease.Sub)
+			return ok
+		})
+	})
+}
+
+// A block of an epoch the ledger lost is re-asserted (its running
+// sub-requests are real load) but carves nothing more, and goes back to
+// the ledger when its last sub-request ends.
+func TestBlocksOfALostEpochStopCarving(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.blockConfig(t)
+		m := newManager(t, cfg)
+		first := subOf(t, m, request(10))
+		old := first.Block()
+
+		fx.wipe(t)
+		poll.Eventually(t, 5*time.Second, "the old block re-asserted in a new epoch", func() bool {
+			ls, err := fx.fault.List(ctxT(t, time.Second), ledger.Filter{Pool: pool})
+			if err != nil {
+				return false
+			}
+			for _, l := range ls {
+				if l.ID == old.ID && l.Reasserted {
+					return fx.fault.session().Epoch != old.Fence.Epoch
+				}
+			}
+			return false
+		})
+		for i := range 20 {
+			tk, err := m.Admit(ctxT(t, 5*time.Second), request(10))
+			if err != nil {
+				t.Fatalf("Admit %d in the new epoch: %v", i, err)
+			}
+			if s, ok := tk.(*lease.Sub); ok && s.Block().ID == old.ID {
+				t.Errorf("Admit %d carved from block %s of the lost epoch %d", i, old.ID, old.Fence.Epoch)
+			}
+			_ = tk.Release(ledger.Usage{})
+		}
+		if err := first.Release(ledger.Usage{}); err != nil {
+			t.Errorf("release the old block's last sub-request: %v", err)
+		}
+		poll.Eventually(t, 5*time.Second, "the old block released", func() bool {
+			ls, err := fx.fault.List(ctxT(t, time.Second), ledger.Filter{Pool: pool})
+			if err != nil {
+				return false
+			}
+			for _, l := range ls {
+				if l.ID == old.ID {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
 // Close releases blocks and closes their sub-requests.
 func TestBlocksReleasedOnClose(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, fx *fixture) {
@@ -307,6 +396,46 @@ func TestBlocksRespectTenantQuota(t *testing.T) {
 	}
 }
 
+// A request charging a rate window (Tokens > 0) is never admitted from a
+// block: only the ledger checks the tenant's budget across routers, so
+// a block's sub-requests would pass it uncharged. Its tenant gets no
+// block either, and the budget holds.
+func TestBlocksSkipRatedRequests(t *testing.T) {
+	fx := newFixture(t, backends()[0])
+	cfg := fx.blockConfig(t)
+	sp := bigSpec()
+	sp.Tenants = []ledger.TenantSpec{{Name: "acme", KVShare: 1, TokensPerMinute: 5000}}
+	if _, err := fx.fault.Configure(ctxT(t, 5*time.Second), sp); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	m := newManager(t, cfg)
+	var granted, refused int
+	for i := range 30 {
+		r := request(50)
+		r.Tokens = 400
+		tk, err := m.Admit(ctxT(t, 5*time.Second), r)
+		if rej := ledger.AsRejection(err); rej != nil && rej.Reason == ledger.ReasonTenantTokenRate {
+			refused++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Admit %d: %v", i, err)
+		}
+		granted++
+		if _, ok := tk.(*lease.Held); !ok {
+			t.Errorf("Admit %d of a rated request = %T, want *lease.Held (charged by the ledger)", i, tk)
+		}
+		_ = tk.Release(ledger.Usage{})
+		time.Sleep(10 * time.Millisecond) // time for a block refill, were one started
+	}
+	if granted != 12 || refused != 18 {
+		t.Errorf("30 requests of 400 tokens on a 5000 budget: %d granted, %d refused tenant_token_rate; want 12 and 18", granted, refused)
+	}
+	if st := m.Stats().Counters; st.LocalAdmits != 0 || st.BlockAcquires != 0 {
+		t.Errorf("local admissions = %d, block acquisitions = %d; want 0 and 0 for a rated tenant", st.LocalAdmits, st.BlockAcquires)
+	}
+}
+
 func TestBlockConfigValidate(t *testing.T) {
 	fx := newFixture(t, backends()[0])
 	for _, tc := range []struct {
@@ -320,6 +449,7 @@ func TestBlockConfigValidate(t *testing.T) {
 		{"slots only", lease.BlockConfig{Slots: 2}, false},
 		{"negative", lease.BlockConfig{KVTokens: -1, Slots: 2}, false},
 		{"low water above 1", lease.BlockConfig{KVTokens: 100, Slots: 2, LowWater: 1.5}, false},
+		{"carve within 1ms", lease.BlockConfig{KVTokens: 100, Slots: 2, CarveWithin: time.Millisecond}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := fx.fastConfig()

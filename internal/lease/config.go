@@ -38,6 +38,10 @@ const (
 	DefaultBlockMaxPerEngine = 2
 	DefaultBlockIdle         = 5 * time.Second
 	DefaultBlockBackoff      = time.Second
+	// DefaultBlockCarveWithin is BlockConfig.CarveWithin's default: half
+	// the ledger's default dispatch grace, leaving the other half for the
+	// sub-request to reach its engine.
+	DefaultBlockCarveWithin = ledger.DefaultConfirmGrace / 2
 )
 
 // BlockConfig configures block leases (see Manager.Admit). Off unless
@@ -62,6 +66,18 @@ type BlockConfig struct {
 	// next one for the same engine, tenant and priority (jittered).
 	// Default 1s.
 	Backoff time.Duration
+	// CarveWithin bounds how late after a ledger loss a block carves on
+	// capacity granted before it: a block admits a sub-request only while
+	// its pool's last successful KeepAlive was sent less than CarveWithin
+	// ago and saw the block's epoch, and a block of an epoch the pool has
+	// left admits nothing more (it is released when its last sub-request
+	// ends). It must stay below the ledger's dispatch grace
+	// (ledger.Options.ConfirmGrace) by the dispatch latency, so the
+	// observation that ends an engine's recovery shows every sub-request
+	// carved before the loss (docs/design.md, "Recovery after ledger
+	// loss", A1). With blocks on, the Manager keeps alive every
+	// min(KeepAliveInterval, CarveWithin/2). Default 500ms.
+	CarveWithin time.Duration
 }
 
 // Enabled reports whether blocks are configured.
@@ -72,6 +88,7 @@ func (b BlockConfig) withDefaults() BlockConfig {
 	b.MaxPerEngine = cmp.Or(b.MaxPerEngine, DefaultBlockMaxPerEngine)
 	b.Idle = cmp.Or(b.Idle, DefaultBlockIdle)
 	b.Backoff = cmp.Or(b.Backoff, DefaultBlockBackoff)
+	b.CarveWithin = cmp.Or(b.CarveWithin, DefaultBlockCarveWithin)
 	return b
 }
 
@@ -91,6 +108,8 @@ func (b BlockConfig) validate() error {
 		return fmt.Errorf("lease: config: Block.Idle %s must be positive", b.Idle)
 	case b.Backoff <= 0:
 		return fmt.Errorf("lease: config: Block.Backoff %s must be positive", b.Backoff)
+	case b.CarveWithin < 2*time.Millisecond:
+		return fmt.Errorf("lease: config: Block.CarveWithin %s must be at least 2ms", b.CarveWithin)
 	}
 	return nil
 }
@@ -125,7 +144,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// KeepAliveInterval is the pause between KeepAlives, jittered ±10%.
 	// Default SessionTTL/3; must leave room for at least one retry before
-	// the fence: 1.1*KeepAliveInterval < SessionTTL-SafetyMargin.
+	// the fence: 1.1*KeepAliveInterval < SessionTTL-SafetyMargin. With
+	// block leases the Manager keeps alive at least every
+	// Block.CarveWithin/2.
 	KeepAliveInterval time.Duration
 	// SafetyMargin is how long before the ledger could expire the session
 	// (by the local clock, counted from the send time of the last
@@ -168,6 +189,16 @@ type Config struct {
 	// Logger receives state changes (fenced, recovered, epoch change).
 	// Default discards.
 	Logger *slog.Logger
+}
+
+// keepAliveEvery is the pause between KeepAlives before jitter: the
+// configured interval, or with block leases at most half of
+// Block.CarveWithin, so blocks keep carving between confirmations.
+func (c Config) keepAliveEvery() time.Duration {
+	if c.Block.Enabled() {
+		return min(c.KeepAliveInterval, c.Block.CarveWithin/2)
+	}
+	return c.KeepAliveInterval
 }
 
 // withDefaults returns c with zero fields set.

@@ -49,9 +49,13 @@
 // acquired on its own. Blocks are renewed, re-asserted and fenced like
 // any lease (a fenced block closes Done of every sub-request), refilled
 // in the background below a low-water mark (bounded per engine), and
-// released when idle or on Close. While the ledger is unreachable but
-// the session is still confirmed, held blocks keep admitting: the only
-// capacity this router uses then. See block.go.
+// released when idle or on Close. While the ledger is unreachable, held
+// blocks keep admitting for Block.CarveWithin after the last confirmed
+// KeepAlive (the Manager keeps alive at least every CarveWithin/2 with
+// blocks on), the only capacity this router uses then; a block of an
+// epoch the ledger lost admits nothing more, so no sub-request starts on
+// lost capacity later than the ledger's dispatch grace after the loss
+// (docs/design.md, "Recovery after ledger loss"). See block.go.
 //
 // # Not here
 //

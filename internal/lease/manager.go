@@ -106,6 +106,24 @@ func (m *Manager) Confirmed(pool ledger.PoolID) bool {
 	return p.confirmedLocked(m.clock.Now(), m.cfg)
 }
 
+// Recovering returns how much longer pool's ledger refuses every new grant
+// for its recovery window (ledger.ReasonRecovering), as the last confirmed
+// KeepAlive reported it: the window's rest while none of the pool's
+// engines has recovered (ledger.Session.Recovered), else 0; 0 when there
+// is no window. For readiness probes.
+func (m *Manager) Recovering(pool ledger.PoolID) time.Duration {
+	p := m.pools[pool]
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.recovering.IsZero() {
+		return 0
+	}
+	return max(0, p.recovering.Sub(m.clock.Now()))
+}
+
 // Acquire reserves capacity. req.Holder is filled in (any value given is
 // replaced); an empty RequestID gets a random one and a zero TTL gets
 // LeaseTTL, jittered. A lost reply (transport error) is retried with the

@@ -51,6 +51,10 @@ type poolState struct {
 	closed        bool
 	reassert      bool // re-assertion of every lease pending
 	lastErr       error
+	// recovering is when (local clock) the ledger's recovery window ends,
+	// as the last confirmed KeepAlive reported it; zero if none, or once
+	// an engine of the pool has recovered (it takes grants again).
+	recovering time.Time
 }
 
 func newPoolState(id ledger.PoolID, holder ledger.HolderID) *poolState {
@@ -103,6 +107,22 @@ type kaResult struct {
 	err     error
 }
 
+// recoveryEnd is when, by the local clock at now (the reply's arrival), the
+// recovery window s reports ends; zero if none. The ledger set s.Expires to
+// its own now plus ttl, so the window has s.RecoveringUntil minus that now
+// left; counted from the reply's arrival it ends no earlier than the
+// ledger's.
+func recoveryEnd(s ledger.Session, ttl time.Duration, now time.Time) time.Time {
+	if s.RecoveringUntil.IsZero() {
+		return time.Time{}
+	}
+	left := s.RecoveringUntil.Sub(s.Expires.Add(-ttl))
+	if left <= 0 {
+		return time.Time{}
+	}
+	return now.Add(left)
+}
+
 // keepAliveLoop owns p's session: KeepAlive calls and the fence timer.
 func (m *Manager) keepAliveLoop(p *poolState) {
 	defer m.wg.Done()
@@ -132,7 +152,7 @@ func (m *Manager) keepAliveLoop(p *poolState) {
 			return
 		case <-next.Chan():
 			start()
-			next.Reset(m.jitter(m.cfg.KeepAliveInterval))
+			next.Reset(m.jitter(m.cfg.keepAliveEvery()))
 		case <-p.kickC:
 			start()
 		case r := <-results:
@@ -202,6 +222,10 @@ func (m *Manager) onKeepAlive(p *poolState, r kaResult) bool {
 		}
 		changed := p.epoch != ledger.NoEpoch && r.session.Epoch != p.epoch
 		p.epoch = r.session.Epoch
+		p.recovering = time.Time{}
+		if r.session.Recovered == 0 { // no engine takes grants yet: every grant is refused
+			p.recovering = recoveryEnd(r.session, m.cfg.SessionTTL, m.clock.Now())
+		}
 		if changed {
 			p.reassert = true
 		}

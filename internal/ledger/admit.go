@@ -27,6 +27,12 @@ type EngineState struct {
 	// Breaker is the engine's circuit breaker as stored (Admit reads it
 	// with Breaker.At).
 	Breaker Breaker
+	// LastObservation is the last applied observation (zero if none) and
+	// ArrivedAt the ledger time it arrived: what decides whether the
+	// engine has recovered after a new epoch (Recovered). ObservedAt may
+	// differ from ArrivedAt where a backend tracks only freshness in it.
+	LastObservation Observation
+	ArrivedAt       time.Time
 }
 
 // CapacityKV is the KV capacity admission counts on: the configured one,
@@ -102,6 +108,20 @@ type Admission struct {
 	// Breaker is the pool's (PoolSpec.Breaker): Admit reads each
 	// candidate's breaker with it at Now. Growth ignores it.
 	Breaker BreakerSpec
+	// Tokens is what a grant charges to the tenant's rate window
+	// (AcquireRequest.ChargedTokens); Rates is the window as stored and
+	// RateWindow the pool's (PoolSpec.RateWindow). Only a Tenant with a
+	// rate budget reads them (rate.go); growth ignores them.
+	Tokens     int64
+	Rates      []RateBucket
+	RateWindow time.Duration
+	// ObservedSince is RecoverySince of the pool's epoch: while Now is
+	// before RecoveringUntil, an engine takes grants and growth only if it
+	// Recovered since then (see recovery.go).
+	ObservedSince time.Time
+	// Reserve is the pool's reservation mode (PoolSpec.Mode()): in a
+	// worst_case pool only an idle engine recovers before the window ends.
+	Reserve ReserveMode
 }
 
 // Admit returns the index of the first candidate that fits, or the
@@ -114,11 +134,11 @@ func Admit(a Admission) (int, *Rejection) {
 	reject := func(r Reason, e EngineID, after time.Duration) (int, *Rejection) {
 		return -1, &Rejection{Reason: r, Engine: e, RetryAfter: after, Epoch: a.Epoch}
 	}
-	if a.Now.Before(a.RecoveringUntil) {
-		return reject(ReasonRecovering, "", CeilMillis(a.RecoveringUntil.Sub(a.Now)))
-	}
 	qKV, qSlots := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
 	if a.KVTokens > qKV || (qSlots > 0 && a.Slots > qSlots) {
+		return reject(ReasonTooLarge, "", 0)
+	}
+	if tpm := a.Tenant.TokensPerMinute; tpm > 0 && a.Tokens > tpm {
 		return reject(ReasonTooLarge, "", 0)
 	}
 	fitsSomewhere := false
@@ -137,6 +157,11 @@ func Admit(a Admission) (int, *Rejection) {
 	if qSlots > 0 && a.TenantSlots+a.Slots > qSlots {
 		return reject(ReasonTenantSlots, "", retry)
 	}
+	if a.Tenant.Rated() {
+		if r, after := rateReason(a, a.Tokens); r != "" {
+			return reject(r, "", after)
+		}
+	}
 	var first Reason
 	for i, e := range a.Candidates {
 		r := grantReason(a, e)
@@ -147,7 +172,7 @@ func Admit(a Admission) (int, *Rejection) {
 			first = r
 		}
 	}
-	return reject(first, a.Candidates[0].Spec.ID, retry)
+	return reject(first, a.Candidates[0].Spec.ID, a.recoveryHint(first, retry))
 }
 
 // grantReason returns why e cannot take a new grant, or "" if it can:
@@ -172,6 +197,9 @@ func grantReason(a Admission, e EngineState) Reason {
 func engineReason(a Admission, e EngineState) Reason {
 	if e.Draining {
 		return ReasonDraining
+	}
+	if a.recovering(e) {
+		return ReasonRecovering
 	}
 	if e.Spec.StalePolicy == StaleBlock && e.Stale(a.Now) {
 		return ReasonTelemetryStale
@@ -202,9 +230,6 @@ func AdmitGrowth(a Admission, e EngineState, newKV, delta int64) *Rejection {
 	rej := func(r Reason, eng EngineID, after time.Duration) *Rejection {
 		return &Rejection{Reason: r, Engine: eng, RetryAfter: after, Epoch: a.Epoch}
 	}
-	if a.Now.Before(a.RecoveringUntil) {
-		return rej(ReasonRecovering, "", CeilMillis(a.RecoveringUntil.Sub(a.Now)))
-	}
 	qKV, _ := TenantQuota(a.Tenant, a.CapacityKV, a.CapacitySlots)
 	if newKV > qKV || newKV > e.AdmissibleKV(a.MaxFill, a.GrowthHeadroom) {
 		return rej(ReasonTooLarge, "", 0)
@@ -214,7 +239,7 @@ func AdmitGrowth(a Admission, e EngineState, newKV, delta int64) *Rejection {
 	}
 	a.KVTokens, a.Slots = delta, 0
 	if r := engineReason(a, e); r != "" {
-		return rej(r, e.Spec.ID, retry)
+		return rej(r, e.Spec.ID, a.recoveryHint(r, retry))
 	}
 	return nil
 }

@@ -104,10 +104,55 @@ func TestAdmit(t *testing.T) {
 		{"too large for every engine", func(a *Admission) { a.KVTokens = 1001 }, -1, ReasonTooLarge, "", 0},
 		{"too large for max_fill", func(a *Admission) { a.MaxFill, a.KVTokens = 0.5, 501 }, -1, ReasonTooLarge, "", 0},
 		{"too large for tenant", func(a *Admission) { a.Tenant.KVShare = 0.01 }, -1, ReasonTooLarge, "", 0},
-		{"recovering first", func(a *Admission) {
+		{"too large before recovering", func(a *Admission) {
 			a.RecoveringUntil = now.Add(1500*time.Millisecond + 1)
 			a.KVTokens = 5000
-		}, -1, ReasonRecovering, "", 1501 * time.Millisecond},
+		}, -1, ReasonTooLarge, "", 0},
+		{"recovering: hint the rest of the window", func(a *Admission) {
+			a.RecoveringUntil = now.Add(1500*time.Millisecond + 1)
+		}, -1, ReasonRecovering, "a", 1501 * time.Millisecond},
+		{"recovering: hint the pool's", func(a *Admission) {
+			a.RecoveringUntil = now.Add(time.Hour)
+		}, -1, ReasonRecovering, "a", 2 * time.Second},
+		{"recovering: a recovered engine takes the grant", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince = now.Add(time.Hour), now.Add(-time.Second)
+			recovered(&a.Candidates[1], now.Add(-time.Second), now.Add(-time.Second))
+		}, 1, "", "", 0},
+		{"recovering: observation taken before since", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince = now.Add(time.Hour), now.Add(-time.Second)
+			a.Candidates = a.Candidates[:1]
+			recovered(&a.Candidates[0], now.Add(-time.Second-time.Nanosecond), now)
+		}, -1, ReasonRecovering, "a", 2 * time.Second},
+		{"recovering: observation arrived before since", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince = now.Add(time.Hour), now.Add(-time.Second)
+			a.Candidates = a.Candidates[:1]
+			recovered(&a.Candidates[0], now, now.Add(-time.Second-time.Millisecond))
+		}, -1, ReasonRecovering, "a", 2 * time.Second},
+		{"recovering: stale telemetry", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince = now.Add(time.Hour), now.Add(-time.Hour)
+			a.Candidates = a.Candidates[:1]
+			recovered(&a.Candidates[0], now.Add(-time.Minute), now.Add(-time.Minute))
+			a.Candidates[0].Spec.StaleAfter = time.Second
+			a.Candidates[0].ObservedAt = now.Add(-time.Minute)
+		}, -1, ReasonRecovering, "a", 2 * time.Second},
+		{"recovering: worst_case engine running", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince, a.Reserve = now.Add(time.Hour), now.Add(-time.Second), ReserveWorstCase
+			a.Candidates = a.Candidates[:1]
+			recovered(&a.Candidates[0], now, now)
+			a.Candidates[0].LastObservation.Waiting = 1
+		}, -1, ReasonRecovering, "a", 2 * time.Second},
+		{"recovering: worst_case engine idle", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince, a.Reserve = now.Add(time.Hour), now.Add(-time.Second), ReserveWorstCase
+			a.Candidates = a.Candidates[:1]
+			recovered(&a.Candidates[0], now, now)
+		}, 0, "", "", 0},
+		{"recovering: draining first", func(a *Admission) {
+			a.RecoveringUntil = now.Add(time.Hour)
+			a.Candidates[0].Draining = true
+		}, -1, ReasonDraining, "a", 2 * time.Second},
+		{"window over: unobserved engines take grants", func(a *Admission) {
+			a.RecoveringUntil, a.ObservedSince = now, now
+		}, 0, "", "", 0},
 		{"default retry", func(a *Admission) {
 			a.RetryAfter = 0
 			a.Candidates = a.Candidates[:1]
@@ -137,6 +182,43 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
+// recovered sets e's last observation as taken at taken and arrived at
+// arrived, showing nothing running.
+func recovered(e *EngineState, taken, arrived time.Time) {
+	e.LastObservation = Observation{Engine: e.Spec.ID, ObservedAt: taken}
+	e.ArrivedAt, e.ObservedAt = arrived, arrived
+}
+
+func TestCorrectionOf(t *testing.T) {
+	obs := Observation{KVTokensUsed: 300, Running: 2, Waiting: 1}
+	for _, tc := range []struct {
+		name              string
+		rkv, rslots       int64
+		inWindow          bool
+		wantKV, wantSlots int64
+	}{
+		{"beyond the reservations", 100, 1, false, 200, 1},
+		{"within the reservations", 500, 4, false, 0, 0},
+		{"in the window: all it shows", 100, 1, true, 300, 3},
+		{"in the window, above the reservations too", 500, 4, true, 300, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv, slots := CorrectionOf(obs, tc.rkv, tc.rslots, tc.inWindow)
+			if kv != tc.wantKV || slots != tc.wantSlots {
+				t.Errorf("CorrectionOf(kv 300 running 2 waiting 1, reserved %d/%d, window %v) = %d, %d; want %d, %d",
+					tc.rkv, tc.rslots, tc.inWindow, kv, slots, tc.wantKV, tc.wantSlots)
+			}
+		})
+	}
+}
+
+func TestRecoverySince(t *testing.T) {
+	began := time.UnixMilli(1_800_000_000_123)
+	if got, want := RecoverySince(began, 1500*time.Microsecond), began.Add(2*time.Millisecond); !got.Equal(want) {
+		t.Errorf("RecoverySince(+1.5ms) = %s, want the grace rounded up to %s", got, want)
+	}
+}
+
 func TestAdmitGrowth(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	a := Admission{Now: now, CapacityKV: 1000, CapacitySlots: 10, Tenant: TenantSpec{Name: "t", KVShare: 1}, MaxFill: 1}
@@ -155,6 +237,16 @@ func TestAdmitGrowth(t *testing.T) {
 	e.Breaker = Breaker{State: BreakerHalfOpen, Probes: 1}
 	if rej := AdmitGrowth(a, e, 500, 400); rej != nil {
 		t.Errorf("growth on a half-open engine with its probe budget taken: %v, want admitted", rej)
+	}
+	// In a recovery window growth waits for the engine to recover, with
+	// the shorter of the pool's hint and the rest of the window.
+	a.RecoveringUntil, a.ObservedSince, a.RetryAfter = now.Add(300*time.Millisecond), now.Add(-time.Second), time.Second
+	if rej := AdmitGrowth(a, e, 500, 400); rej == nil || rej.Reason != ReasonRecovering || rej.Engine != "a" || rej.RetryAfter != 300*time.Millisecond {
+		t.Errorf("growth on an unobserved engine in the window: %+v, want recovering on a, retry 300ms", rej)
+	}
+	recovered(&e, now, now)
+	if rej := AdmitGrowth(a, e, 500, 400); rej != nil {
+		t.Errorf("growth on a recovered engine in the window: %v, want admitted", rej)
 	}
 }
 

@@ -42,17 +42,20 @@
 //
 //	engine exists and is not draining                     else ReasonDraining
 //	its circuit breaker admits the grant                  else ReasonBreakerOpen
+//	recovered, while the recovery window is open          else ReasonRecovering
 //	telemetry not stale under policy "block"              else ReasonTelemetryStale
 //	R_kv + C_kv + kv  <= floor(cap_kv*f) - floor(cap_kv*h) else ReasonEngineKV
 //	R_slots + C_slots + s  <= floor(cap_slots * f)        else ReasonEngineSlots
 //
 // (when f < 1 and the request would also fit with f = 1, the reason is
-// ReasonPriorityHeadroom). Before any engine is tried, pool-wide limits are
-// checked: the recovery window after a new epoch (ReasonRecovering), the
-// tenant's KV quota floor(kv_share * pool kv capacity) (ReasonTenantKV) and,
-// when slot_share > 0, its slot quota (ReasonTenantSlots). A request that
-// could never fit — larger than every candidate's floor(cap * f), or than the
-// tenant's quota — is rejected with ReasonTooLarge and no retry hint. Otherwise
+// ReasonPriorityHeadroom; see "Recovery" for the recovery window). Before
+// any engine is tried, pool-wide limits are checked: the tenant's KV quota
+// floor(kv_share * pool kv capacity) (ReasonTenantKV) and,
+// when slot_share > 0, its slot quota (ReasonTenantSlots), then its rate
+// budgets (ReasonTenantTokenRate, ReasonTenantRequestRate; see "Rate
+// budgets"). A request that could never fit — larger than every candidate's
+// floor(cap * f), than the tenant's quota or than its token budget — is
+// rejected with ReasonTooLarge and no retry hint. Otherwise
 // the rejection names the reason of the first candidate and carries a
 // retry-after hint. Rejections are returned as *Rejection errors
 // (errors.Is(err, ErrRejected)).
@@ -148,6 +151,24 @@
 // changes nothing; by another holder with ErrNotHolder; of a missing or
 // expired lease with ErrLeaseNotFound, as Resize. GrowthOf is the rule.
 //
+// # Rate budgets
+//
+// A tenant's TokensPerMinute and RequestsPerMinute in a pool bound what
+// its grants charge in any PoolSpec.RateWindow (a minute) of the ledger
+// clock, whatever the number of holders: Acquire checks them in the same
+// atomic step as the quotas and the engines, and a grant charges its
+// AcquireRequest.ChargedTokens and one request to the tenant's window
+// (Lease.Tokens records the charge). The window slides: RateBuckets
+// buckets, the current one counting with a whole window before it, so
+// every window-long span is inside what is counted (rate.go states the rule
+// and its bound). A rate rejection's RetryAfter is when enough of the
+// window leaves for the request to fit. Release by the holder trues the
+// charge up to Usage.PromptTokens + CompletionTokens (both ways, in the
+// bucket of the grant, once: a retried Release is not counted again); a
+// Release with no prompt tokens (usage unknown) and a lease the ledger
+// ends keep the charge. Reassert and Grow charge nothing. The window is
+// kept per tenant in the pool, and survives Configure as reservations do.
+//
 // # Capacity truth
 //
 // An engine's capacity is the configured EngineSpec.KVTokens, or the
@@ -221,14 +242,39 @@
 //
 // Epochs: every response carries the pool's epoch. A pool whose state was
 // lost (flushed Redis, wiped etcd, restarted reserver) gets a new epoch when
-// it is next configured, and new grants and growth are refused with
-// ReasonRecovering for the recovery window, while KeepAlive, Reassert, Renew
-// and Release keep working.
+// it is next configured, and a recovery window (see "Recovery"). A store
+// that may have lost only its latest writes (a Redis replica promoted after
+// an asynchronous failover) starts the new epoch itself at its first write,
+// keeping what it has; see the redis package, "Ledger loss".
 //
 // Every grant carries a fencing token: the epoch and a sequence number that
 // strictly increases per pool within an epoch, at most MaxFenceSeq. Epochs
 // are ledger-clock microseconds at creation, so (epoch, sequence) increases
 // across epochs too.
+//
+// # Recovery
+//
+// A new epoch that begins at B opens the pool's recovery window
+// [B, RecoveringUntil = B + Options.RecoveryWindow) (none when the window
+// is 0); it is not extended by later calls. While it is open, an engine
+// takes new grants and Resize growth only once it has recovered
+// (EngineState.Recovered): its last applied observation was taken
+// (ObservedAt) and arrived (ledger clock) at or after
+// RecoverySince(B, ConfirmGrace), its telemetry is not stale, and in a
+// worst_case pool it showed nothing running or waiting. Any other engine
+// refuses with ReasonRecovering, its retry hint the smaller of the pool's
+// and the rest of the window. KeepAlive, Reassert, Renew, Release, Grow
+// and shrinking never refuse for recovery, and from RecoveringUntil on
+// every engine takes grants as before. While the window is open, KeepAlive
+// reports how many configured engines have recovered (Session.Recovered):
+// while none has, the pool refuses every new grant.
+//
+// An observation that arrives while the window is open sets the engine's
+// correction to all it shows (CorrectionOf: KV tokens used, running plus
+// waiting sequences), so admission counts every reservation plus every
+// observed request until the first observation after the window, which
+// sets the usual max(0, observed - reserved). docs/design.md, "Recovery
+// after ledger loss", gives the safety argument and its assumptions.
 //
 // # Observe
 //
@@ -236,7 +282,8 @@
 // last applied one are ignored (several reconcilers may report the same
 // scrape). An applied observation sets the engine's correction to
 // max(0, observed - reserved) for KV tokens and running sequences: load the
-// ledger does not know about is charged. An engine with StaleAfter > 0 whose
+// ledger does not know about is charged (during a recovery window, all it
+// shows; see "Recovery"). An engine with StaleAfter > 0 whose
 // last observation arrived (ledger clock) more than StaleAfter ago, or that
 // was never observed, is stale: policy hold keeps the last correction, block
 // refuses grants (ReasonTelemetryStale), ignore drops the correction.

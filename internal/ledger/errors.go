@@ -53,7 +53,12 @@ const (
 	ReasonTooLarge    Reason = "too_large"         // can never fit: don't retry
 	ReasonTenantKV    Reason = "tenant_kv_quota"   // tenant's pool-wide KV quota
 	ReasonTenantSlots Reason = "tenant_slot_quota" // tenant's pool-wide slot quota
-	ReasonDraining    Reason = "draining"
+	// ReasonTenantTokenRate: the tenant's tokens_per_minute in the pool
+	// (rate.go); RetryAfter is when its window frees enough.
+	ReasonTenantTokenRate Reason = "tenant_token_rate"
+	// ReasonTenantRequestRate: the tenant's requests_per_minute.
+	ReasonTenantRequestRate Reason = "tenant_request_rate"
+	ReasonDraining          Reason = "draining"
 	// ReasonBreakerOpen: the engine's circuit breaker is open, or
 	// half-open with its probe budget taken (see breaker.go).
 	ReasonBreakerOpen      Reason = "breaker_open"
@@ -66,13 +71,20 @@ const (
 // Reasons lists every Reason, for metrics and validation.
 var Reasons = []Reason{
 	ReasonRecovering, ReasonTooLarge, ReasonTenantKV, ReasonTenantSlots,
-	ReasonDraining, ReasonBreakerOpen, ReasonTelemetryStale, ReasonPriorityHeadroom,
+	ReasonTenantTokenRate, ReasonTenantRequestRate, ReasonDraining, ReasonBreakerOpen, ReasonTelemetryStale, ReasonPriorityHeadroom,
 	ReasonEngineKV, ReasonEngineSlots,
 }
 
 // Quota reports whether r is a tenant-quota reason (HTTP 429) rather than a
-// capacity reason (HTTP 503).
-func (r Reason) Quota() bool { return r == ReasonTenantKV || r == ReasonTenantSlots }
+// capacity reason (HTTP 503): a KV or slot quota, or a rate budget.
+func (r Reason) Quota() bool {
+	return r == ReasonTenantKV || r == ReasonTenantSlots || r.Rate()
+}
+
+// Rate reports whether r is a rate-budget reason: its RetryAfter is when
+// the tenant's window frees enough for the request, and no release
+// before then makes room (a true-up may, rarely).
+func (r Reason) Rate() bool { return r == ReasonTenantTokenRate || r == ReasonTenantRequestRate }
 
 // Valid reports whether r is one of Reasons.
 func (r Reason) Valid() bool {

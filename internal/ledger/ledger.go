@@ -70,7 +70,10 @@ func (SystemClock) Now() time.Time { return time.Now() }
 const (
 	// DefaultRetryAfter is the capacity-rejection hint when a pool sets none.
 	DefaultRetryAfter = time.Second
-	// DefaultRecoveryWindow is how long a new epoch refuses grants.
+	// DefaultRecoveryWindow is how long a new epoch's recovery window
+	// lasts when Options leave it 0: the default session TTL, which is what
+	// the window must cover (docs/design.md, "Recovery after ledger loss").
+	// Deployments set it to their own session TTL (fleet.Lease).
 	DefaultRecoveryWindow = 10 * time.Second
 	// DefaultSweepBatch bounds the expired items removed per call.
 	DefaultSweepBatch = 64
@@ -89,7 +92,9 @@ const (
 // Options are the settings every backend shares. The zero value is the
 // defaults.
 type Options struct {
-	// RecoveryWindow is how long a new epoch refuses new grants and growth;
+	// RecoveryWindow is how long after a new epoch an engine takes new
+	// grants and growth only once telemetry shows what it holds (see the
+	// package doc, "Recovery"); at its end every engine takes them again.
 	// 0 means DefaultRecoveryWindow, negative means no window.
 	RecoveryWindow time.Duration
 	// SweepBatch bounds expired leases and dead sessions handled per call;
@@ -106,12 +111,14 @@ type Options struct {
 	// until an observation of its engine confirms it (see the package doc,
 	// "Reassert"). 0 means DefaultConfirmWithin; negative is the default.
 	ConfirmWithin time.Duration
-	// ConfirmGrace is how long after its grant a lease may still be missing
-	// from its engine's report (dispatch and scrape latency): an
-	// observation arriving less than ConfirmGrace after a lease was granted
-	// does not expect to see it, and one arriving less than ConfirmGrace
-	// after a reassert does not confirm it. 0 means DefaultConfirmGrace;
-	// negative is the default.
+	// ConfirmGrace is the dispatch grace: how long after its grant a lease
+	// may still be missing from its engine's report (dispatch and scrape
+	// latency). An observation arriving less than ConfirmGrace after a
+	// lease was granted does not expect to see it, one arriving less than
+	// ConfirmGrace after a reassert does not confirm it, and after a new
+	// epoch only an observation taken ConfirmGrace after the epoch began
+	// ends an engine's recovery (RecoverySince). 0 means
+	// DefaultConfirmGrace; negative is the default.
 	ConfirmGrace time.Duration
 }
 

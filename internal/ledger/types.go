@@ -131,7 +131,18 @@ type TenantSpec struct {
 	// SlotShare is the tenant's share of the pool's slots, in [0, 1];
 	// 0 means no slot quota.
 	SlotShare float64
+	// TokensPerMinute is the tenant's token budget in this pool per rate
+	// window (PoolSpec.RateWindow, a minute): the tokens its grants may
+	// charge in any window, 0..MaxAmount; 0 means none. See rate.go.
+	TokensPerMinute int64
+	// RequestsPerMinute is the tenant's request budget in this pool per
+	// rate window, 0..MaxAmount; 0 means none.
+	RequestsPerMinute int64
 }
+
+// Rated reports whether t has a token or request budget: its grants are
+// then charged to its rate window.
+func (t TenantSpec) Rated() bool { return t.TokensPerMinute > 0 || t.RequestsPerMinute > 0 }
 
 // PrioritySpec is a priority class.
 type PrioritySpec struct {
@@ -159,6 +170,11 @@ type PoolSpec struct {
 	// Breaker is the pool's circuit-breaker thresholds, for every engine
 	// of the pool (see breaker.go); the zero value is the defaults.
 	Breaker BreakerSpec
+	// RateWindow is the window the tenants' TokensPerMinute and
+	// RequestsPerMinute are counted over; 0 means DefaultRateWindow (a
+	// minute). Else a multiple of RateBuckets milliseconds in
+	// MinRateWindow..MaxRateWindow: shorter windows are for tests.
+	RateWindow time.Duration
 }
 
 // Lease is one outstanding reservation.
@@ -189,6 +205,11 @@ type Lease struct {
 	// Probe marks a lease granted on a half-open engine: its outcome
 	// decides the engine's breaker (see breaker.go).
 	Probe bool
+	// Tokens is what the grant charged to its tenant's rate window
+	// (AcquireRequest.ChargedTokens); 0 when the tenant had no rate
+	// budget in the pool, and for a reasserted lease (not charged again).
+	// Release trues it up to the usage (RateTrueUp). Ignored by Reassert.
+	Tokens int64
 }
 
 // Ref returns the reference used to renew, resize or release l.
@@ -212,6 +233,20 @@ type AcquireRequest struct {
 	Holder     HolderID
 	RequestID  RequestID     // idempotency key, non-empty
 	TTL        time.Duration // lease deadline = now + TTL; >= 1ms
+	// Tokens is the most tokens the request can use (prompt plus every
+	// completion token it may generate), charged to the tenant's token
+	// budget at grant when the tenant has a rate budget; 0..MaxAmount,
+	// 0 means KVTokens. See rate.go.
+	Tokens int64
+}
+
+// ChargedTokens is what a grant of r charges to its tenant's rate window:
+// r.Tokens, or r.KVTokens when Tokens is 0.
+func (r AcquireRequest) ChargedTokens() int64 {
+	if r.Tokens > 0 {
+		return r.Tokens
+	}
+	return r.KVTokens
 }
 
 // Grant is a successful Acquire or Reassert.
@@ -232,6 +267,11 @@ type Session struct {
 	Epoch       Epoch
 	// RecoveringUntil is the end of the recovery window, zero if none.
 	RecoveringUntil time.Time
+	// Recovered counts, while the recovery window is open, the pool's
+	// configured engines that have recovered (EngineState.Recovered: they
+	// take grants again); 0 when none has and after the window. While it
+	// is 0 in an open window the pool refuses every new grant.
+	Recovered int
 }
 
 // Renewal is the result of Renew, Resize and Grow.
@@ -358,6 +398,10 @@ type TenantStats struct {
 	// it gets no new grants, and its Spec is the last one configured
 	// where the backend keeps it (memory, Redis, etcd), else only its name.
 	Removed bool
+	// Rates is the tenant's rate window as it counts at PoolStats.Now:
+	// the buckets still counted, oldest first (RateUse sums them); empty
+	// while nothing is charged.
+	Rates []RateBucket
 }
 
 // Counter names in PoolStats.Counters.
@@ -369,6 +413,7 @@ const (
 	CounterExpired        = "expired"
 	CounterRevoked        = "revoked"
 	CounterReasserts      = "reasserts"
+	CounterFailovers      = "failovers"                // epochs a store started on a promoted replica (Redis)
 	CounterReleasedKV     = "released_kv_tokens"       // KV tokens reserved by released leases
 	CounterActualPrompt   = "actual_prompt_tokens"     // from Release usage
 	CounterActualComplete = "actual_completion_tokens" // from Release usage

@@ -53,6 +53,14 @@ func checkAmount(field string, v int64) error {
 	return nil
 }
 
+// checkBudget checks a rate budget: 0 (none) or 1..MaxAmount.
+func checkBudget(field string, v int64) error {
+	if v < 0 || v > MaxAmount {
+		return fmt.Errorf("%w: %s = %d, want 0 (none) or 1..%d", ErrInvalidArgument, field, v, MaxAmount)
+	}
+	return nil
+}
+
 func checkTTL(field string, d time.Duration) error {
 	if d < time.Millisecond || d > 24*time.Hour {
 		return fmt.Errorf("%w: %s = %s, want 1ms..24h", ErrInvalidArgument, field, d)
@@ -124,6 +132,12 @@ func ValidatePoolSpec(s PoolSpec) error {
 		if err := checkFraction(f+".slot_share", t.SlotShare, true); err != nil {
 			return err
 		}
+		if err := checkBudget(f+".tokens_per_minute", t.TokensPerMinute); err != nil {
+			return err
+		}
+		if err := checkBudget(f+".requests_per_minute", t.RequestsPerMinute); err != nil {
+			return err
+		}
 	}
 	for i, p := range s.Priorities {
 		f := fmt.Sprintf("pool %s priorities[%d]", s.Name, i)
@@ -139,6 +153,9 @@ func ValidatePoolSpec(s PoolSpec) error {
 	}
 	if err := s.Breaker.Validate(); err != nil {
 		return fmt.Errorf("pool %s: %w", s.Name, err)
+	}
+	if err := checkRateWindow(s.Name, s.RateWindow); err != nil {
+		return err
 	}
 	switch s.Reserve {
 	case "", ReserveElastic:
@@ -179,6 +196,9 @@ func ValidateAcquire(r AcquireRequest) error {
 	if err := checkIDs("tenant", string(r.Tenant), "priority", string(r.Priority),
 		"holder", string(r.Holder), "request id", string(r.RequestID)); err != nil {
 		return err
+	}
+	if r.Tokens < 0 || r.Tokens > MaxAmount {
+		return fmt.Errorf("%w: tokens = %d, want 0 (kv_tokens) or 1..%d", ErrInvalidArgument, r.Tokens, MaxAmount)
 	}
 	return checkDemand(r.KVTokens, r.Slots, r.TTL)
 }

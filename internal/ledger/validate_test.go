@@ -40,6 +40,13 @@ func TestValidatePoolSpec(t *testing.T) {
 		{"breaker cooldown negative", "breaker cooldown", func(s *PoolSpec) { s.Breaker.Cooldown = -time.Second }},
 		{"breaker probes negative", "breaker probes", func(s *PoolSpec) { s.Breaker.Probes = -1 }},
 		{"breaker successes negative", "breaker successes", func(s *PoolSpec) { s.Breaker.Successes = -1 }},
+		{"tokens per minute negative", "tenants[0].tokens_per_minute", func(s *PoolSpec) { s.Tenants[0].TokensPerMinute = -1 }},
+		{"tokens per minute huge", "tenants[0].tokens_per_minute", func(s *PoolSpec) { s.Tenants[0].TokensPerMinute = MaxAmount + 1 }},
+		{"requests per minute negative", "tenants[0].requests_per_minute", func(s *PoolSpec) { s.Tenants[0].RequestsPerMinute = -5 }},
+		{"rate window not whole buckets", "rate_window", func(s *PoolSpec) { s.RateWindow = time.Second + time.Millisecond }},
+		{"rate window too short", "rate_window", func(s *PoolSpec) { s.RateWindow = 30 * time.Millisecond }},
+		{"rate window negative", "rate_window", func(s *PoolSpec) { s.RateWindow = -time.Minute }},
+		{"rate window too long", "rate_window", func(s *PoolSpec) { s.RateWindow = 25 * time.Hour }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good()
@@ -47,6 +54,33 @@ func TestValidatePoolSpec(t *testing.T) {
 			err := ValidatePoolSpec(s)
 			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("ValidatePoolSpec = %v, want ErrInvalidArgument naming %q", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestValidateAcquireTokens(t *testing.T) {
+	r := AcquireRequest{Pool: "p", Candidates: []EngineID{"e"}, Tenant: "t", Priority: "q", KVTokens: 10, Slots: 1,
+		Holder: "h", RequestID: "r", TTL: time.Second}
+	for _, tc := range []struct {
+		name   string
+		tokens int64
+		ok     bool
+	}{
+		{"zero means kv_tokens", 0, true},
+		{"one", 1, true},
+		{"max", MaxAmount, true},
+		{"negative", -1, false},
+		{"above max", MaxAmount + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.Tokens = tc.tokens
+			err := ValidateAcquire(r)
+			if tc.ok && err != nil {
+				t.Fatalf("ValidateAcquire(tokens %d) = %v, want nil", tc.tokens, err)
+			}
+			if !tc.ok && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "tokens = ")) {
+				t.Fatalf("ValidateAcquire(tokens %d) = %v, want ErrInvalidArgument naming tokens", tc.tokens, err)
 			}
 		})
 	}

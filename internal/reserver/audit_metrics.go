@@ -15,12 +15,16 @@ import (
 // leases, sessions, scrapes and options, bounded by audit.DefaultMaxLeases
 // per pool), so an alert can fire on what the audit page shows. Every kind
 // is exported for every pool, 0 when there is none, so a missing series
-// means the audit could not be read (leasehold_audit_up says so).
+// means the audit could not be read (leasehold_audit_up says so). Its
+// per-tenant section is exported too: the fleet-wide reservations of each
+// configured tenant by priority class, and its quota (label values are the
+// ledger's tenants and classes, configured from the fleet file).
 type auditCollector struct {
 	report func(ctx context.Context, f ledger.Filter) (audit.Report, error)
 	log    *slog.Logger
 
-	anomalies, up *prometheus.Desc
+	anomalies, up                      *prometheus.Desc
+	tenantKV, tenantSlots, tenantQuota *prometheus.Desc
 }
 
 func newAuditCollector(report func(context.Context, ledger.Filter) (audit.Report, error), log *slog.Logger) *auditCollector {
@@ -30,6 +34,12 @@ func newAuditCollector(report func(context.Context, ledger.Filter) (audit.Report
 			"Anomalies the audit finds now, by pool and kind (see GET /v1/audit for each one).", []string{"pool", "kind"}, nil),
 		up: prometheus.NewDesc(prometheus.BuildFQName(namespace, "audit", "up"),
 			"1 when the audit could be built for this scrape, else 0.", nil, nil),
+		tenantKV: prometheus.NewDesc(prometheus.BuildFQName(namespace, "audit", "tenant_reserved_kv_tokens"),
+			"KV tokens a tenant's leases reserve fleet-wide, by pool, tenant and priority class.", []string{"pool", "tenant", "priority"}, nil),
+		tenantSlots: prometheus.NewDesc(prometheus.BuildFQName(namespace, "audit", "tenant_reserved_slots"),
+			"Slots a tenant's leases reserve fleet-wide, by pool, tenant and priority class.", []string{"pool", "tenant", "priority"}, nil),
+		tenantQuota: prometheus.NewDesc(prometheus.BuildFQName(namespace, "audit", "tenant_quota_kv_tokens"),
+			"A tenant's KV quota in the pool now (kv_share of the pool's capacity).", []string{"pool", "tenant"}, nil),
 	}
 }
 
@@ -37,6 +47,9 @@ func newAuditCollector(report func(context.Context, ledger.Filter) (audit.Report
 func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.anomalies
 	ch <- c.up
+	ch <- c.tenantKV
+	ch <- c.tenantSlots
+	ch <- c.tenantQuota
 }
 
 // Collect implements prometheus.Collector.
@@ -63,6 +76,13 @@ func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	for pool, byKind := range counts {
 		for _, k := range audit.Kinds {
 			ch <- prometheus.MustNewConstMetric(c.anomalies, prometheus.GaugeValue, float64(byKind[k]), string(pool), string(k))
+		}
+	}
+	for _, t := range rep.Tenants {
+		ch <- prometheus.MustNewConstMetric(c.tenantQuota, prometheus.GaugeValue, float64(t.Quota.KVTokens), string(t.Pool), string(t.Tenant))
+		for _, b := range t.ByPriority {
+			ch <- prometheus.MustNewConstMetric(c.tenantKV, prometheus.GaugeValue, float64(b.Reserved.KVTokens), string(t.Pool), string(t.Tenant), string(b.Priority))
+			ch <- prometheus.MustNewConstMetric(c.tenantSlots, prometheus.GaugeValue, float64(b.Reserved.Slots), string(t.Pool), string(t.Tenant), string(b.Priority))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/audit"
+	"github.com/leasehold/leasehold/internal/portprobe"
 )
 
 // ParseServeFlags parses the serving flags and environment into a Config
@@ -61,7 +62,7 @@ func RunAudit(ctx context.Context, args []string, lookup func(string) (string, b
 	var c auditCLI
 	fs := flag.NewFlagSet("reserver audit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.server, "server", "127.0.0.1:7401", "the reserver's HTTP address (host:port, or an http(s):// URL)")
+	fs.StringVar(&c.server, "server", Defaults().HTTPListen, "the reserver's HTTP address, its --http-listen (host:port, or an http(s):// URL); not its gRPC address")
 	fs.BoolVar(&c.json, "json", false, "print the report as JSON")
 	fs.StringVar(&c.pool, "pool", "", "only this pool")
 	fs.StringVar(&c.engine, "engine", "", "only this engine")
@@ -159,6 +160,9 @@ func (c *auditCLI) fetch(ctx context.Context, lookup func(string) (string, bool)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		if portprobe.Probe(ctx, u.Host) == portprobe.GRPC {
+			return nil, fmt.Errorf("%s is a gRPC address (the reserver's --grpc-listen): reserver audit --server takes the reserver's HTTP address, its --http-listen (default %s)", u.Host, Defaults().HTTPListen)
+		}
 		return nil, err
 	}
 	defer resp.Body.Close()

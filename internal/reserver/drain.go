@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/remote"
+	"github.com/leasehold/leasehold/internal/portprobe"
 )
 
 // drainCLI is the `reserver drain` settings.
@@ -37,7 +39,7 @@ func RunDrain(ctx context.Context, args []string, lookup func(string) (string, b
 		fmt.Fprintf(stderr, "usage: reserver drain --server ADDR --pool P --engine E [--undrain]\n\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.server, "server", "127.0.0.1:7400", "the reserver's gRPC address (host:port)")
+	fs.StringVar(&c.server, "server", Defaults().GRPCListen, "the reserver's gRPC address, its --grpc-listen (host:port or grpc://host:port); not its HTTP address")
 	fs.StringVar(&c.pool, "pool", "", "the engine's pool (required)")
 	fs.StringVar(&c.engine, "engine", "", "the engine to drain (required)")
 	fs.BoolVar(&c.undrain, "undrain", false, "undrain the engine instead: it takes new grants again")
@@ -81,7 +83,8 @@ func (c *drainCLI) run(ctx context.Context, lookup func(string) (string, bool), 
 	if opts.Token, err = cliToken(lookup, c.tokenFile); err != nil {
 		return err
 	}
-	l, err := remote.Dial("grpc://"+c.server, opts)
+	addr := strings.TrimPrefix(c.server, "grpc://")
+	l, err := remote.Dial("grpc://"+addr, opts)
 	if err != nil {
 		return err
 	}
@@ -93,6 +96,8 @@ func (c *drainCLI) run(ctx context.Context, lookup func(string) (string, bool), 
 			err = fmt.Errorf("%w (set %s or --token-file)", err, EnvToken)
 		case errors.Is(err, ledger.ErrUnknownEngine):
 			err = fmt.Errorf("%w (an engine whose kv_tokens the fleet file omits is in the ledger only once its metrics were first read)", err)
+		case portprobe.Probe(ctx, addr) == portprobe.HTTP1:
+			err = fmt.Errorf("%s is an HTTP address (the reserver's --http-listen): reserver drain --server takes the reserver's gRPC address, its --grpc-listen (default %s)", addr, Defaults().GRPCListen)
 		}
 		return err
 	}

@@ -103,7 +103,7 @@ type ledgerCollector struct {
 
 	up, statsSeconds                                   *prometheus.Desc
 	grants, replays, releases, expired, revoked        *prometheus.Desc
-	reasserts, rejections                              *prometheus.Desc
+	reasserts, failovers, rejections                   *prometheus.Desc
 	epoch, liveHolders, poolLeases, recovering, stales *prometheus.Desc
 	leases, reservedKV, reservedSlots                  *prometheus.Desc
 	capacityKV, capacitySlots, draining                *prometheus.Desc
@@ -127,6 +127,7 @@ func newLedgerCollector(l ledger.Ledger, log *slog.Logger) *ledgerCollector {
 		expired:       d("ledger", "expired_total", "Leases swept after their deadline.", "pool"),
 		revoked:       d("ledger", "revoked_total", "Leases swept because their holder session died.", "pool"),
 		reasserts:     d("ledger", "reasserts_total", "Leases re-asserted by their holder after ledger loss.", "pool"),
+		failovers:     d("ledger", "failovers_total", "Epochs a Redis store started itself on a promoted replica that may lack the last writes.", "pool"),
 		rejections:    d("ledger", "rejections_total", "Acquisitions and growths refused, by reason.", "pool", "reason"),
 		epoch:         d("ledger", "epoch", "The pool's ledger epoch (ledger-clock microseconds at creation).", "pool"),
 		liveHolders:   d("ledger", "live_holders", "Live holder sessions (routers) in the pool.", "pool"),
@@ -168,7 +169,7 @@ func breakerValue(s ledger.BreakerState) float64 {
 // Describe implements prometheus.Collector.
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.up, c.statsSeconds, c.grants, c.replays, c.releases, c.expired, c.revoked,
-		c.reasserts, c.rejections, c.epoch, c.liveHolders, c.poolLeases, c.recovering, c.stales, c.leases,
+		c.reasserts, c.failovers, c.rejections, c.epoch, c.liveHolders, c.poolLeases, c.recovering, c.stales, c.leases,
 		c.reservedKV, c.reservedSlots, c.capacityKV, c.capacitySlots, c.draining, c.correctionKV,
 		c.driftKV, c.driftSlots, c.stale, c.obsAge, c.orphanKV, c.orphanSlots, c.breakerState, c.breakerTransitions} {
 		ch <- d
@@ -220,6 +221,7 @@ func (c *ledgerCollector) pool(ch chan<- prometheus.Metric, st ledger.PoolStats)
 	counter(c.expired, ledger.CounterExpired)
 	counter(c.revoked, ledger.CounterRevoked)
 	counter(c.reasserts, ledger.CounterReasserts)
+	counter(c.failovers, ledger.CounterFailovers)
 	for _, r := range ledger.Reasons {
 		ch <- prometheus.MustNewConstMetric(c.rejections, prometheus.CounterValue,
 			float64(st.Counters[ledger.CounterRejections+":"+string(r)]), pool, string(r))

@@ -28,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/fleetapply"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/metricinit"
 	"github.com/leasehold/leasehold/internal/telemetry"
 )
 
@@ -65,6 +66,9 @@ func (fs *fleetState) newReconciler(fl *fleet.Fleet) (*telemetry.Reconciler, err
 	targets := fl.Targets()
 	if len(targets) == 0 {
 		return nil, nil
+	}
+	for _, tg := range targets { // at zero from the start: the scrape-error alert and panel read 0, not "No data"
+		_ = metricinit.Zero(fs.r.metrics.scrapeErrors.MetricVec, []string{string(tg.Pool)}, []string{string(tg.Engine)})
 	}
 	return telemetry.NewReconciler(telemetry.ReconcilerConfig{
 		Targets:  targets,

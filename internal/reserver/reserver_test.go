@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -202,6 +203,11 @@ func TestEndToEnd(t *testing.T) {
 	if len(rep.Anomalies) != 0 {
 		t.Errorf("anomalies = %+v, want none", rep.Anomalies)
 	}
+	wantTenant := audit.TenantRow{Pool: "llama", Tenant: "acme", Quota: audit.Amount{KVTokens: 30000}, Reserved: audit.Amount{KVTokens: 4000, Slots: 2}, Leases: 2,
+		ByPriority: []audit.ClassAmount{{Priority: "standard", Reserved: audit.Amount{KVTokens: 4000, Slots: 2}, Leases: 2}}}
+	if len(rep.Tenants) != 1 || !reflect.DeepEqual(rep.Tenants[0], wantTenant) {
+		t.Errorf("tenants = %+v, want [%+v]", rep.Tenants, wantTenant)
+	}
 
 	t.Run("filters", func(t *testing.T) {
 		for _, c := range []struct {
@@ -255,7 +261,8 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("page", func(t *testing.T) {
 		code, body := get(t, r, "/", "Bearer "+sharedToken)
 		s := string(body)
-		for _, want := range []string{`http-equiv="refresh"`, "router-a", "gpu-1", `style="width: 10%"`, `style="width: 15%"`} {
+		for _, want := range []string{`http-equiv="refresh"`, "router-a", "gpu-1", `style="width: 10%"`, `style="width: 15%"`,
+			"<h2>Tenants</h2>", `<td class="n">4000 / 30000</td>`, "standard 4000 / 2 / 2"} {
 			if !strings.Contains(s, want) {
 				t.Errorf("page lacks %q", want)
 			}
@@ -272,7 +279,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("audit exit %d: %s", code, errb.String())
 		}
 		s := out.String()
-		if !strings.Contains(s, "LEASES (1)") || !strings.Contains(s, string(l1.ID)) || strings.Contains(s, "router-b") {
+		if !strings.Contains(s, "LEASES (1)") || !strings.Contains(s, string(l1.ID)) || strings.Contains(s, "router-b") || !strings.Contains(s, "TENANTS (1)") {
 			t.Errorf("table:\n%s", s)
 		}
 		out.Reset()
@@ -298,6 +305,9 @@ func TestEndToEnd(t *testing.T) {
 			`leasehold_ledger_rejections_total{pool="llama",reason="engine_kv"} 0`,
 			`leasehold_ledger_active_leases{engine="gpu-0",pool="llama"} 1`,
 			`leasehold_ledger_reserved_kv_tokens{engine="gpu-1",pool="llama"} 3000`,
+			`leasehold_audit_tenant_reserved_kv_tokens{pool="llama",priority="standard",tenant="acme"} 4000`,
+			`leasehold_audit_tenant_reserved_slots{pool="llama",priority="standard",tenant="acme"} 2`,
+			`leasehold_audit_tenant_quota_kv_tokens{pool="llama",tenant="acme"} 30000`,
 			`leasehold_ledger_reserved_slots{engine="gpu-1",pool="llama"} 1`,
 			`leasehold_ledger_capacity_kv_tokens{engine="gpu-0",pool="llama"} 10000`,
 			`leasehold_ledger_capacity_slots{engine="gpu-0",pool="llama"} 8`,

@@ -11,6 +11,7 @@ import (
 	"github.com/leasehold/leasehold/internal/fleetview"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/readiness"
 )
 
 // admitter grants capacity for one request: the shared ledger through
@@ -21,9 +22,10 @@ type admitter interface {
 	// admit grants on the first fitting candidate, or returns a
 	// *ledger.Rejection or another error.
 	admit(ctx context.Context, req ledger.AcquireRequest) (lease.Ticket, error)
-	// ready reports whether admit can grant (sessions confirmed, first
-	// scrape done).
-	ready() bool
+	// unready says why admit cannot grant now, one cause a line (none:
+	// ready): a pool not configured, a session not confirmed, a recovery
+	// window; the baseline's first scrape not done.
+	unready() []string
 	// fenced reports whether pool's session is unconfirmed.
 	fenced(pool ledger.PoolID) bool
 	// close releases what is held and stops background work.
@@ -113,24 +115,15 @@ func (a *ledgerAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (
 	if errors.Is(err, ledger.ErrUnknownEngine) || errors.Is(err, ledger.ErrUnknownPool) {
 		a.ap.Reapply() // the ledger's configuration changed under the router
 	}
+	a.ap.Fleet().NameWholePool(err, req.Tenant) // a whole pool's quota binds only when the pool is full
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// ready: every pool configured by the applier and its session confirmed.
-func (a *ledgerAdmitter) ready() bool {
-	if !a.ap.Configured() {
-		return false
-	}
-	for _, p := range a.ap.Fleet().Pools {
-		if !a.m.Confirmed(p.Name) {
-			return false
-		}
-	}
-	return true
-}
+// unready: internal/readiness says why, from the applier and the sessions.
+func (a *ledgerAdmitter) unready() []string { return readiness.Why(a.ap, a.m) }
 
 func (a *ledgerAdmitter) fenced(pool ledger.PoolID) bool { return !a.m.Confirmed(pool) }
 
@@ -163,7 +156,12 @@ func (a localAdmitter) admit(ctx context.Context, req ledger.AcquireRequest) (le
 	return a.b.Admit(ctx, req)
 }
 
-func (a localAdmitter) ready() bool               { return a.b.Ready() }
+func (a localAdmitter) unready() []string {
+	if a.b.Ready() {
+		return nil
+	}
+	return []string{"--admission=local: the first scrape of engine metrics is not done"}
+}
 func (a localAdmitter) fenced(ledger.PoolID) bool { return false }
 func (a localAdmitter) close(context.Context) error {
 	a.b.Close()

@@ -74,6 +74,10 @@ type Config struct {
 	// certificate (--ledger-server-name; default the host of the --ledger
 	// URL).
 	LedgerServerName string
+	// TokenFile holds the bearer token sent to a grpc:// ledger, one line
+	// (--token-file; optional, read at startup by cmd/router): else
+	// LEASEHOLD_TOKEN; both set must agree.
+	TokenFile string
 	// FleetFile is the fleet YAML (--config); required.
 	FleetFile string
 	// Listen is the HTTP listen address (default 127.0.0.1:8080; port 0
@@ -227,6 +231,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LedgerCertFile, "ledger-cert-file", c.LedgerCertFile, "grpc:// ledger: PEM client certificate for mTLS, with --ledger-key-file; without LEASEHOLD_TOKEN its first DNS SAN (else CN) is this router's identity and must equal --id")
 	fs.StringVar(&c.LedgerKeyFile, "ledger-key-file", c.LedgerKeyFile, "grpc:// ledger: PEM key of --ledger-cert-file")
 	fs.StringVar(&c.LedgerServerName, "ledger-server-name", c.LedgerServerName, "grpc:// ledger: name checked in the reserver's certificate (default: the --ledger host)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "grpc:// ledger: file holding the router token sent to the reserver (else env LEASEHOLD_TOKEN)")
 	fs.StringVar(&c.FleetFile, "config", c.FleetFile, "fleet file (YAML); required")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address")
 	fs.StringVar(&c.ID, "id", c.ID, "router name (holder ids are NAME/<key tag>.<random>); required")
@@ -275,6 +280,8 @@ func ParseFlags(args []string, lookup func(string) (string, bool), out interface
 	c := Defaults()
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = flagenv.Usage(fs, "router --ledger URL --config FLEET.yaml --id NAME [--listen ADDR] [flags]", EnvPrefix, "queue-depth",
+		"The router token sent to a grpc:// ledger comes from LEASEHOLD_TOKEN or --token-file.")
 	c.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -408,6 +415,7 @@ func (c *Config) validateLedgerTLS(bad func(format string, args ...any)) {
 			{"--ledger-cert-file", c.LedgerCertFile != ""},
 			{"--ledger-key-file", c.LedgerKeyFile != ""},
 			{"--ledger-server-name", c.LedgerServerName != ""},
+			{"--token-file", c.TokenFile != ""},
 		} {
 			if f.set {
 				bad("%s: applies to a grpc:// --ledger (a reserver) only, not --ledger = %q", f.flag, c.Ledger)

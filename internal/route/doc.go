@@ -9,9 +9,9 @@
 //     (fleet.TenantForKey); no or unknown key is 401.
 //  2. Validate (request.go): JSON object, model, messages or prompt,
 //     max_tokens (1..the pool's context length, see below), n (1..MaxN),
-//     stream options, priority (X-Priority header, else the body's
-//     "priority", else the fleet's default). Every refusal is a 4xx naming
-//     the field, before any lease.
+//     stream options, priority class (internal/tenancy: X-Priority, else the
+//     body's "priority", else the tenant's or fleet's default; one the tenant
+//     may not use is 403 or clamped). Every refusal is a 4xx, before any lease.
 //  3. Estimate (internal/estimate): KV tokens = (prompt + output reservation) × n,
 //     slots = n. The prompt is estimated from its bytes with a ratio
 //     calibrated from engines' reported usage, or, with
@@ -34,10 +34,10 @@
 //     can still meet it (internal/ttft), else 503 ttft_slo, no lease.
 //  5. Acquire once over the ranked candidates (lease.Manager, which carves
 //     the request out of a block lease when --block-lease-kv is set; or
-//     the local baseline, internal/baseline). Capacity rejections wait in a bounded per-pool queue
-//     (internal/waitq), woken by this router's releases and by a poll that finds
-//     the pool's totals lower (another router released); the final rejection is 503 (capacity) or 429 (tenant
-//     quota) with a jittered Retry-After and the ledger's reason as code;
+//     the local baseline, internal/baseline). Capacity rejections wait their turn in a
+//     bounded per-pool queue (internal/waitq: by class, then fair between tenants),
+//     turns handed out by this router's releases and a poll that finds the pool's totals
+//     lower; the final rejection is 503 (capacity) or 429 (tenant quota, queue bound) with a jittered Retry-After and the reason as code;
 //     ReasonTooLarge is 400. A ledger that cannot confirm a grant (fenced,
 //     unreachable) is 503 ledger_unavailable: fail-closed.
 //  6. Dispatch (proxy.go): proxy to the granted engine, streaming with

@@ -1,16 +1,16 @@
 package route
 
 import (
-	"encoding/json"
 	"errors"
-	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/oaihttp"
+	"github.com/leasehold/leasehold/internal/tenancy"
 	"github.com/leasehold/leasehold/internal/ttft"
+	"github.com/leasehold/leasehold/internal/waitq"
 )
 
 // Router errors, checked with errors.Is.
@@ -22,7 +22,7 @@ var (
 	// ErrUnknownModel: the request's model names no pool.
 	ErrUnknownModel = errors.New("route: unknown model")
 	// ErrUnknownPriority: X-Priority or "priority" names no class.
-	ErrUnknownPriority = errors.New("route: unknown priority")
+	ErrUnknownPriority = tenancy.ErrUnknownPriority
 	// ErrBodyTooLarge: the body exceeds MaxBodyBytes.
 	ErrBodyTooLarge = errors.New("route: request body too large")
 	// ErrShuttingDown: the router is draining.
@@ -69,9 +69,11 @@ type apiError struct {
 //	ledger ReasonTooLarge            400 invalid_request_error  too_large (can never fit)
 //	missing/unknown API key          401 authentication_error   invalid_api_key
 //	tenant not allowed in the pool   403 permission_error       model_not_allowed
+//	tenant not allowed the class     403 permission_error       priority_not_allowed (priority_policy refuse)
 //	unknown model                    404 not_found_error        model_not_found
 //	body too large                   413 invalid_request_error  body_too_large
-//	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After
+//	tenant quota (Reason.Quota)      429 rate_limit_error       <reason>, Retry-After (a rate's: when its window frees)
+//	tenant's queue bound (max_queued) 429 rate_limit_error      queue_full, Retry-After
 //	engine's breaker open            503 capacity_error         breaker_open, Retry-After
 //	no candidate meets the ttft_slo  503 capacity_error         ttft_slo, Retry-After
 //	capacity (other reasons)         503 capacity_error         <reason>, Retry-After
@@ -96,6 +98,8 @@ func toAPIError(err error) *apiError {
 		case rej.Reason.Quota():
 			return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: string(rej.Reason),
 				msg: "tenant quota exhausted: " + string(rej.Reason), retryAfter: rej.RetryAfter}
+		case errors.Is(err, waitq.ErrTenantFull):
+			return &apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: string(rej.Reason), msg: err.Error(), retryAfter: rej.RetryAfter}
 		default:
 			return &apiError{status: http.StatusServiceUnavailable, typ: "capacity_error", code: string(rej.Reason),
 				msg: "no engine capacity: " + string(rej.Reason), retryAfter: rej.RetryAfter}
@@ -110,6 +114,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_priority", param: "priority", msg: err.Error()}
 	case errors.Is(err, ErrUnauthorized):
 		return &apiError{status: http.StatusUnauthorized, typ: "authentication_error", code: "invalid_api_key", msg: "missing or unknown API key (Authorization: Bearer <key>)"}
+	case errors.Is(err, tenancy.ErrNotAllowed):
+		return &apiError{status: http.StatusForbidden, typ: "permission_error", code: tenancy.ReasonNotAllowed, param: "priority", msg: err.Error()}
 	case errors.Is(err, ErrForbidden):
 		return &apiError{status: http.StatusForbidden, typ: "permission_error", code: "model_not_allowed", param: "model", msg: err.Error()}
 	case errors.Is(err, ErrUnknownModel):
@@ -133,27 +139,13 @@ func toAPIError(err error) *apiError {
 		msg: "the capacity ledger is unavailable; not admitting (fail-closed)", retryAfter: time.Second}
 }
 
-// jitterRetryAfter spreads a hint over 0.5-1.5× and rounds up to whole
-// seconds, at least 1.
-func jitterRetryAfter(d time.Duration) int {
-	j := time.Duration(float64(d) * (0.5 + rand.Float64()))
-	return max(1, int((j+time.Second-1)/time.Second))
-}
+// writeError answers with ae's status and an OpenAI-style body
+// (internal/oaihttp).
+func writeError(w http.ResponseWriter, ae *apiError) { oaihttp.WriteError(w, ae.wire()) }
 
-// writeError answers with ae's status and an OpenAI-style body.
-func writeError(w http.ResponseWriter, ae *apiError) {
-	if ae.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(jitterRetryAfter(ae.retryAfter)))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ae.status)
-	_ = json.NewEncoder(w).Encode(errorBody(ae))
-}
+func errorBody(ae *apiError) map[string]any { return oaihttp.Body(ae.wire()) }
 
-func errorBody(ae *apiError) map[string]any {
-	var param any
-	if ae.param != "" {
-		param = ae.param
-	}
-	return map[string]any{"error": map[string]any{"message": ae.msg, "type": ae.typ, "code": ae.code, "param": param}}
+func (ae *apiError) wire() oaihttp.Error {
+	return oaihttp.Error{Status: ae.status, Type: ae.typ, Code: ae.code, Param: ae.param, Message: ae.msg, RetryAfter: ae.retryAfter,
+		RetryExact: ledger.Reason(ae.code).Rate()} // a rate budget's: when its window frees
 }

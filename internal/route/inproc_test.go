@@ -48,6 +48,8 @@ type harnessOpts struct {
 	pool string
 	// media is each engine's --media-tokens.
 	media int
+	// wrap, when set, stands in front of each engine's handler.
+	wrap func(http.Handler) http.Handler
 }
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
@@ -59,7 +61,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	fmt.Fprintf(&b, "pools:\n  - name: m\n    retry_after: %s\n%s    engines:\n", o.retryAfter, o.pool)
 	for i := range o.engines {
-		eng, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media}, nil)
+		eng, url := serveSim(t, enginesim.Config{Model: "m", KVTokens: int64(o.kv), Slots: o.slots, Speed: o.speed, OutputTokens: o.output, MaxModelLen: min(2048, o.kv), MediaTokens: o.media}, o.wrap)
 		h.engines = append(h.engines, eng)
 		fmt.Fprintf(&b, "      - {id: gpu-%d, url: %q, kv_tokens: %d, slots: %d, stale_after: 0s}\n", i, url, o.kv, o.slots)
 	}
@@ -501,7 +503,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 // TestShutdownTwice: a second Shutdown (e.g. a signal handler racing a
 // deferred cleanup) returns the first result instead of panicking.
 func TestShutdownTwice(t *testing.T) {
-	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 10, output: 16})
+	h := newHarness(t, harnessOpts{engines: 1, kv: 4096, slots: 8, speed: 10, output: 16, extra: tenants})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	first := h.r.Shutdown(ctx)

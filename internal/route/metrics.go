@@ -5,8 +5,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/leasehold/leasehold/internal/estimate"
+	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/metricinit"
 )
 
 // metrics are the router's, all leasehold_router_*, in one registry per
@@ -81,6 +83,19 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.requests, m.grants, m.rejections, m.queueDepth, m.queueWait, m.holdSecs, m.upstream, m.firstByte, m.estRatio, m.tokenize, m.viewPolls, m.admit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// zero creates pool's series whose labels are known at start at zero
+// (internal/metricinit): panels and alerts read 0, not "No data".
+func (m *metrics) zero(p fleet.Pool, prios []ledger.PrioritySpec, ratio float64) {
+	l := metricinit.ForPool(p, prios)
+	_ = metricinit.ZeroAll(map[*prometheus.MetricVec][][]string{ // the lists match each family's labels: tested
+		m.requests.MetricVec: {l.Pool, {"200"}, {""}}, m.rejections.MetricVec: {l.Pool, l.Refusals},
+		m.admissions.MetricVec: {l.Pool, l.Classes}, m.refused.MetricVec: {l.Pool, l.Classes, l.Refusals},
+		m.queueWait.MetricVec: {l.Pool, {"granted", "rejected", "cancelled"}}, m.holdSecs.MetricVec: {l.Pool},
+		m.firstByte.MetricVec: {l.Pool, l.Engines}, m.admit.MetricVec: {l.Pool, {"granted", "rejected", "error"}},
+	})
+	m.estRatio.WithLabelValues(string(p.Name)).Set(ratio)
 }
 
 // registerLearned adds a pool's learned completion length and the releases

@@ -20,26 +20,25 @@ package route
 import (
 	"bufio"
 	"bytes"
-	"container/list"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/failover"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/openai"
+	"github.com/leasehold/leasehold/internal/tenancy"
 	"github.com/leasehold/leasehold/internal/ttft"
+	"github.com/leasehold/leasehold/internal/waitq"
 )
 
 // maxUpstreamBody bounds a non-streaming answer read from an engine.
@@ -95,16 +94,23 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 		return out, fmt.Errorf("%w: %q is not served here (GET /v1/models lists the models)", ErrUnknownModel, req.model)
 	}
 	out.pool = req.model
-	if !r.tenant(tenant).InPool(req.model) {
+	ten := r.ten.Load() // this request's tenancy, whatever a reload swaps in
+	if !ten.Tenant(tenant).InPool(req.model) {
 		return out, fmt.Errorf("%w: %q", ErrForbidden, req.model)
 	}
 	if err := checkMedia(p.est.Media(), string(req.model), req.media); err != nil {
 		return out, err
 	}
-	prio, err := r.priority(hr, req)
+	cls, err := ten.Class(tenant, cmp.Or(ledger.PriorityName(hr.Header.Get("X-Priority")), req.priority))
+	var na *tenancy.NotAllowedError
+	if errors.As(err, &na) { // refused before any lease
+		r.tm.Request(req.model, tenant, na.Asked, 0, 0).Refused(tenancy.ReasonNotAllowed)
+	}
 	if err != nil {
 		return out, err
 	}
+	prio := cls.Name
+	req.enginePriority = ten.EnginePriority(req.model, cls)
 	// Exact prompt count (--prompt-tokens=tokenize) before any lease.
 	views := r.adm.views(req.model)
 	r.countPrompt(hr.Context(), p, req, views, hr.Header.Get("X-Request-Id"))
@@ -135,7 +141,9 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	r.met.estRatio.WithLabelValues(string(req.model)).Set(p.est.Ratio())
 
 	req.class, req.promptEst, req.arrived = prio, prompt, arrived
-	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID()}
+	req.acct = r.tm.Request(req.model, tenant, prio, kv, slots)
+	areq := ledger.AcquireRequest{Pool: req.model, Tenant: tenant, Priority: prio, KVTokens: kv, Slots: slots, RequestID: failover.NewRequestID(),
+		Tokens: ten.Tenant(tenant).RateCharge(estimate.RateTokens(req.prompt(), lens.Reserve, prompt))} // trued up at release
 	r.met.admissions.WithLabelValues(string(req.model), string(prio)).Inc()
 	// Failover: attempt n plans without the engines that failed (doc.go).
 	ctx, failed, cands := hr.Context(), []ledger.EngineID(nil), []ledger.EngineID(nil)
@@ -152,7 +160,7 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	for n := 1; ; n++ {
 		a := areq
 		a.RequestID = failover.RequestID(areq.RequestID, n)
-		t, err := r.acquire(ctx, p, a, plan)
+		t, err := r.acquire(ctx, p, a, ten.Key(tenant, cls), plan)
 		if err != nil {
 			reason := "ledger_unavailable"
 			if rej := ledger.AsRejection(err); rej != nil {
@@ -167,10 +175,12 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 			r.met.rejections.WithLabelValues(string(req.model), reason).Inc()
 			if reason != "client_gone" && reason != "upstream_timeout" && reason != "upstream_error" {
 				r.met.refused.WithLabelValues(string(req.model), string(prio), reason).Inc()
+				req.acct.Refused(reason)
 			}
 			return out, err
 		}
 		r.met.grants.WithLabelValues(string(req.model)).Inc()
+		req.acct.Granted()
 		if n == 1 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeoutCause(hr.Context(), r.cfg.UpstreamTimeout, ErrUpstreamTimeout)
@@ -191,92 +201,37 @@ func (r *Router) serve(w http.ResponseWriter, hr *http.Request, chat bool) (outc
 	}
 }
 
-// acquire admits areq on the candidates plan gives at each attempt,
-// waiting in p's queue on capacity rejections (see internal/waitq), but
-// not past the until plan gives (the class's TTFT objective). The last
-// rejection is returned when the wait ends; ttft.ReasonSLO is not waited.
-func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest, plan func() ([]ledger.EngineID, time.Time, error)) (lease.Ticket, error) {
-	var (
-		elem     *list.Element
-		since    time.Time
-		deadline clockwork.Timer
-	)
-	gauge := r.met.queueDepth.WithLabelValues(string(areq.Pool))
-	waited := func(outcome string) {
-		if elem != nil {
-			p.q.Leave(elem)
-			gauge.Dec()
-			r.met.queueWait.WithLabelValues(string(areq.Pool), outcome).Observe(r.clock.Since(since).Seconds())
-			deadline.Stop()
-			elem = nil
-		}
-	}
-	for {
-		var t lease.Ticket
+// acquire admits areq on the candidates plan gives at each attempt, in
+// turn with the other requests in p's queue under key (waitq.Admit).
+func (r *Router) acquire(ctx context.Context, p *poolRT, areq ledger.AcquireRequest, key waitq.Key, plan func() ([]ledger.EngineID, time.Time, error)) (lease.Ticket, error) {
+	var t lease.Ticket
+	err := p.q.Admit(ctx, key, r.stopC, func() (time.Time, error) {
 		cands, until, err := plan()
-		if err == nil {
-			began := r.clock.Now()
-			areq.Candidates = cands
-			t, err = r.adm.admit(ctx, areq)
-			result := "granted"
-			switch {
-			case ledger.AsRejection(err) != nil:
-				result = "rejected"
-			case err != nil:
-				result = "error"
-			}
-			r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
+		areq.Candidates = cands
+		return until, err
+	}, func() (err error) {
+		began := r.clock.Now()
+		t, err = r.adm.admit(ctx, areq)
+		result := "granted"
+		switch {
+		case ledger.AsRejection(err) != nil:
+			result = "rejected"
+		case err != nil:
+			result = "error"
 		}
-		if err == nil {
-			if elem != nil {
-				waited("granted")
-				p.q.Notify() // pass the wake-up on: there may be room for more
-			}
-			return t, nil
-		}
-		rej := ledger.AsRejection(err)
-		if rej == nil || rej.Reason == ledger.ReasonTooLarge || rej.Reason == ttft.ReasonSLO || (rej.Reason.Quota() && !r.cfg.QueueQuota) {
-			waited("rejected")
-			return nil, err
-		}
-		if elem == nil {
-			if r.cfg.QueueTimeout <= 0 {
-				return nil, err
-			}
-			if elem = p.q.Enter(); elem == nil {
-				return nil, err // queue full: answer the ledger's reason now
-			}
-			gauge.Inc()
-			since = r.clock.Now()
-			deadline = r.clock.NewTimer(r.cfg.QueueTimeout)
-		}
-		hint := rej.RetryAfter
-		if hint <= 0 {
-			hint = time.Second
-		}
-		wait := time.Duration(float64(hint) * (0.5 + rand.Float64()))
-		if !until.IsZero() {
-			wait = max(min(wait, until.Sub(r.clock.Now())), 0) // then plan refuses: ttft_slo
-		}
-		retry := r.clock.NewTimer(wait)
-		select {
-		case <-elem.Value.(chan struct{}):
-		case <-retry.Chan():
-		case <-deadline.Chan():
-			retry.Stop()
-			waited("rejected")
-			return nil, err
-		case <-ctx.Done():
-			retry.Stop()
-			waited("cancelled")
-			return nil, ctx.Err()
-		case <-r.stopC:
-			retry.Stop()
-			waited("cancelled")
-			return nil, ErrShuttingDown
-		}
-		retry.Stop()
+		r.met.admit.WithLabelValues(string(areq.Pool), result).Observe(r.clock.Since(began).Seconds())
+		return err
+	})
+	if errors.Is(err, waitq.ErrStopped) {
+		return nil, ErrShuttingDown
 	}
+	return t, err
+}
+
+// queueWaits: the refusals a request waits on in the queue; ttft.ReasonSLO
+// and ReasonTooLarge never, a tenant quota with --queue-quota.
+func (r *Router) queueWaits(rej *ledger.Rejection) bool {
+	return rej.Reason != ledger.ReasonTooLarge && rej.Reason != ttft.ReasonSLO && (!rej.Reason.Quota() || r.cfg.QueueQuota)
 }
 
 // streamReaders recycles the 32 KiB readers of streamed answers: one per
@@ -381,6 +336,7 @@ func (d *dispatch) finish() {
 func (d *dispatch) release() {
 	_ = d.t.Release(d.usage) // bounded, own context; retried in background
 	d.r.met.holdSecs.WithLabelValues(string(d.req.model)).Observe(d.r.clock.Since(d.granted).Seconds())
+	d.req.acct.Released(d.usage)
 	d.p.q.Notify()
 	if d.known {
 		d.p.est.ObserveUsage(d.req.prompt(), d.usage.PromptTokens, d.details)

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"time"
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/openai"
+	"github.com/leasehold/leasehold/internal/tenancy"
 )
 
 // The request as the router needs it: validated before any lease is taken,
@@ -63,6 +63,10 @@ type request struct {
 	class     ledger.PriorityName
 	promptEst int64
 	arrived   time.Time
+	// enginePriority is the "priority" sent to the engine (engine_priority), nil for none;
+	// acct is the request's per-tenant series.
+	enginePriority json.RawMessage
+	acct           *tenancy.Request
 
 	fields  map[string]json.RawMessage
 	body    []byte // as the client sent it
@@ -320,7 +324,8 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 }
 
 // upstreamBody returns the body to send to the engine: the client's fields
-// without "priority" (a router field; vLLM gives it another meaning), and
+// without "priority" (a router field; vLLM gives it another meaning: it is
+// sent only as the class's rank, under engine_priority), and
 // with stream_options.include_usage set when streaming so the router
 // learns the actual usage. It is the client's body as sent when that
 // changes nothing and names each field once (so the engine reads the
@@ -328,10 +333,10 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 func (r *request) upstreamBody() ([]byte, error) {
 	_, prio := r.fields["priority"]
 	addUsage := r.stream && !r.includeUsage
-	if !prio && !addUsage && r.members == len(r.fields) && utf8.Valid(r.body) {
+	if !prio && r.enginePriority == nil && !addUsage && r.members == len(r.fields) && utf8.Valid(r.body) {
 		return r.body, nil
 	}
-	replace := map[string]json.RawMessage{"priority": nil}
+	replace := map[string]json.RawMessage{"priority": r.enginePriority} // nil: none
 	if addUsage {
 		so := map[string]json.RawMessage{}
 		if raw, ok := r.fields["stream_options"]; ok && !isNull(raw) {
@@ -351,26 +356,6 @@ func (r *request) upstreamBody() ([]byte, error) {
 func (r *request) prompt() estimate.Prompt {
 	return estimate.Prompt{Tokens: r.promptTokens, Bytes: r.promptBytes, Messages: r.promptMessages,
 		Media: r.media, MaxTokens: r.maxTokens, N: r.n}
-}
-
-// priority is X-Priority, else the body's "priority", else the fleet's
-// default; it must name a configured class.
-func (r *Router) priority(hr *http.Request, req *request) (ledger.PriorityName, error) {
-	name := ledger.PriorityName(hr.Header.Get("X-Priority"))
-	if name == "" {
-		name = req.priority
-	}
-	if name == "" {
-		return r.fleet.DefaultPriority, nil
-	}
-	names := make([]string, 0, len(r.fleet.Priorities))
-	for _, p := range r.fleet.Priorities {
-		if p.Name == name {
-			return name, nil
-		}
-		names = append(names, string(p.Name))
-	}
-	return "", fmt.Errorf("%w: %q; want one of %v", ErrUnknownPriority, name, names)
 }
 
 // checkContext refuses, before any lease, a request whose prompt is known

@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasehold/leasehold/internal/baseline"
@@ -26,8 +26,10 @@ import (
 	"github.com/leasehold/leasehold/internal/httpguard"
 	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/oaihttp"
 	"github.com/leasehold/leasehold/internal/skewclock"
 	"github.com/leasehold/leasehold/internal/telemetry"
+	"github.com/leasehold/leasehold/internal/tenancy"
 	"github.com/leasehold/leasehold/internal/ttft"
 	"github.com/leasehold/leasehold/internal/waitq"
 )
@@ -78,6 +80,11 @@ type Router struct {
 	// requests with it.
 	lens *estimate.ContextLens
 	lim  limits
+	// ten is the tenancy of the fleet file, swapped whole by Reload
+	// (reloadMu serialises reloads); tm counts per tenant.
+	ten      atomic.Pointer[tenancy.Table]
+	reloadMu sync.Mutex
+	tm       *tenancy.Metrics
 
 	srv   *http.Server
 	ln    net.Listener
@@ -181,6 +188,8 @@ func New(cfg Config, opts Options) (*Router, error) {
 	r.health = enginehealth.New(enginehealth.Config{Clock: r.clock, MaxStatsAge: statsAge})
 	r.met.reg.MustRegister(r.ttft)
 	r.fo = failover.NewMetrics(r.met.reg)
+	r.ten.Store(tenancy.New(opts.Fleet))
+	r.tm = tenancy.NewMetrics(r.met.reg)
 	r.lens = estimate.NewContextLens(estimate.ContextConfig{Fleet: opts.Fleet, Fallback: cfg.MaxModelLen,
 		Client: r.client, Timeout: applyScrapeTimeout, Log: opts.Logger, Clock: r.clock})
 	r.lim = limits{maxModelLen: r.lens.Limit, maxN: cfg.MaxN}
@@ -188,7 +197,11 @@ func New(cfg Config, opts Options) (*Router, error) {
 		rt := &poolRT{pool: p, urls: map[ledger.EngineID]string{}, est: estimate.NewEstimator(cfg.PromptMargin, p.MediaTokens),
 			learned: estimate.NewLearned(cfg.ReserveQuantile, cfg.LearnWindow, estimate.DefaultMinSamples),
 			elastic: p.Reserve != ledger.ReserveWorstCase && cfg.Admission == AdmissionLedger && cfg.BlockLeaseKV == 0,
-			q:       &waitq.Queue{Depth: cfg.QueueDepth}, tok: estimate.NewPoolTokenizer(p)}
+			tok:     estimate.NewPoolTokenizer(p)}
+		depth, wait := r.met.queueDepth.WithLabelValues(string(p.Name)), r.met.queueWait.MustCurryWith(prometheus.Labels{"pool": string(p.Name)})
+		rt.q = waitq.New(waitq.Config{Depth: cfg.QueueDepth, Timeout: cfg.QueueTimeout, Clock: r.clock, Waits: r.queueWaits, OnEnter: depth.Inc,
+			OnLeave: func(outcome string, d time.Duration) { depth.Dec(); wait.WithLabelValues(outcome).Observe(d.Seconds()) }})
+		r.tm.WatchQueue(p.Name, rt.q, opts.Fleet)
 		rt.observed = true
 		for _, e := range p.Engines {
 			rt.urls[e.ID] = strings.TrimRight(e.URL, "/")
@@ -196,6 +209,7 @@ func New(cfg Config, opts Options) (*Router, error) {
 		}
 		r.pools[p.Name] = rt
 		r.met.registerMedia(p.Name, rt.est.Media())
+		r.met.zero(p, opts.Fleet.Priorities, rt.est.Ratio())
 		if rt.elastic {
 			r.met.registerLearned(p.Name, rt.learned)
 		}
@@ -298,6 +312,7 @@ func (r *Router) Start(ctx context.Context) error {
 		Authenticate: func(hr *http.Request) error { _, err := r.authenticate(hr); return err },
 		Refuse:       func(w http.ResponseWriter, _ *http.Request, err error) { writeError(w, toAPIError(err)) }})
 	r.ln, r.srv = g.Listener(ln), g.Server(r.Handler(), slog.NewLogLogger(r.log.Handler(), slog.LevelDebug))
+	r.srv.Handler = oaihttp.WithRequestID(r.srv.Handler) // outermost: refusals carry it too
 	go func() { r.errC <- r.srv.Serve(r.ln) }()
 	attrs := []any{"addr", ln.Addr().String(), "id", r.cfg.ID, "admission", r.cfg.Admission, "pools", len(pools)}
 	if r.cfg.ClockOffset != 0 {
@@ -332,9 +347,23 @@ func (r *Router) Addr() string { return r.ln.Addr().String() }
 // Err delivers the server's failure, if it stops on its own.
 func (r *Router) Err() <-chan error { return r.errC }
 
-// Ready reports whether the router admits: not draining, and every pool's
-// holder session confirmed (or the baseline's first scrape done).
-func (r *Router) Ready() bool { return !r.draining.Load() && r.adm != nil && r.adm.ready() }
+// Ready reports whether the router admits: not draining, and every pool
+// configured, its holder session confirmed and out of the ledger's
+// recovery window (or the baseline's first scrape done).
+func (r *Router) Ready() bool { return len(r.notReady()) == 0 }
+
+// notReady says why the router does not admit now, one cause a line.
+func (r *Router) notReady() []string {
+	if r.draining.Load() {
+		return []string{"draining: shutting down"}
+	} else if r.adm == nil {
+		return []string{"starting"}
+	}
+	return r.adm.unready()
+}
+
+// servedPaths is what the router serves, for the 404 of any other path.
+const servedPaths = "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /v1/models/{model}"
 
 // Handler returns the router's HTTP API.
 func (r *Router) Handler() http.Handler {
@@ -342,14 +371,12 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, hr *http.Request) { r.serveInference(w, hr, false) })
 	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /v1/models/{model...}", r.serveModels)
+	mux.HandleFunc("/", oaihttp.NotServed(mux, servedPaths))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !r.Ready() {
-			msg := "not ready: draining, a pool not configured in the ledger, or a holder session not confirmed (fenced or starting)\n"
-			if la, ok := r.adm.(*ledgerAdmitter); ok {
-				msg += la.ap.Describe()
-			}
-			http.Error(w, strings.TrimRight(msg, "\n"), http.StatusServiceUnavailable)
+		if why := r.notReady(); len(why) > 0 {
+			http.Error(w, "not ready:\n"+strings.Join(why, "\n"), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
@@ -358,38 +385,55 @@ func (r *Router) Handler() http.Handler {
 	return mux
 }
 
+// serveModels answers GET /v1/models and GET /v1/models/{model} with the
+// pools the tenant may use.
 func (r *Router) serveModels(w http.ResponseWriter, hr *http.Request) {
 	tenant, err := r.authenticate(hr)
 	if err != nil {
 		writeError(w, toAPIError(err))
 		return
 	}
-	t := r.tenant(tenant)
-	data := []map[string]any{}
+	t := r.ten.Load().Tenant(tenant)
+	var ids []string
 	for _, p := range r.fleet.Pools {
 		if t.InPool(p.Name) {
-			data = append(data, map[string]any{"id": string(p.Name), "object": "model", "created": r.started.Unix(), "owned_by": "leasehold"})
+			ids = append(ids, string(p.Name))
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	oaihttp.ServeModels(w, hr.PathValue("model"), ids, r.started)
 }
 
 // authenticate maps the bearer key to its tenant.
 func (r *Router) authenticate(hr *http.Request) (ledger.TenantID, error) {
-	if t, ok := r.fleet.TenantForKey(httpguard.Bearer(hr)); ok {
+	if t, ok := r.ten.Load().Authenticate(httpguard.Bearer(hr)); ok {
 		return t, nil
 	}
 	return "", ErrUnauthorized
 }
 
-func (r *Router) tenant(name ledger.TenantID) fleet.Tenant {
-	for _, t := range r.fleet.Tenants {
-		if t.Name == name {
-			return t
-		}
+// Reload reads the fleet file (--config) again and applies its tenants,
+// API keys and priority_policy (fleet.WithTenancy) to the requests that
+// start after it returns; the sections it names in kept differ and need a
+// restart. The fleet applier configures the new tenant quotas in the
+// ledger. On error nothing changed.
+func (r *Router) Reload() (kept []string, err error) {
+	r.reloadMu.Lock()
+	defer r.reloadMu.Unlock()
+	defer func() { r.tm.Reloaded(err) }()
+	f, err := fleet.Load(r.cfg.FleetFile)
+	if err != nil {
+		return nil, err
 	}
-	return fleet.Tenant{Pools: []ledger.PoolID{""}}
+	next, kept, err := r.ten.Load().Fleet().WithTenancy(f)
+	if err != nil {
+		return kept, fmt.Errorf("fleet file %s: %w", r.cfg.FleetFile, err)
+	}
+	r.ten.Store(tenancy.New(next))
+	if la, ok := r.adm.(*ledgerAdmitter); ok {
+		la.ap.Replace(next)
+		la.ap.Kick()
+	}
+	return kept, nil
 }
 
 // Shutdown stops in order: mark unready, stop accepting, and wait under

@@ -3,8 +3,8 @@ package route
 // Issue 15, items 4 and 5, against real router processes: a router on a
 // memory:// ledger of its own is refused unless a test says so; SIGTERM
 // ends a router whose ledger is down, and at steady state still shuts
-// down in order; SIGHUP does not kill it; and an engine that fails shows
-// clients its id, never its URL.
+// down in order (SIGHUP reloads: tenancy_test.go); and an engine that
+// fails shows clients its id, never its URL.
 
 import (
 	"context"
@@ -99,34 +99,6 @@ func TestRouterProcessMemoryLedger(t *testing.T) {
 	if status, _, body, err := post(ctx, client, r.url()+"/v1/completions", "sk-acme",
 		map[string]any{"model": "m", "prompt": "hi", "max_tokens": 8}); err != nil || status != http.StatusOK {
 		t.Errorf("request: %d %s (%v), want 200", status, body, err)
-	}
-}
-
-// TestRouterSurvivesSIGHUP: SIGHUP no longer kills a router (the default
-// action): it logs that it ignores it and goes on answering.
-func TestRouterSurvivesSIGHUP(t *testing.T) {
-	engine := startEngine(t, "gpu-0", engineOpts{kv: 4096, slots: 8, speed: 1, output: 16})
-	fleetPath := fleetYAML(t, []*proc{engine}, 4096, 8, startupTail)
-	addr := freeport.AddrT(t)
-	r := startProcEnv(t, "router", "router", addr, withoutLeaseholdEnv(), "--ledger", "memory://", "--test-memory-ledger",
-		"--config", fleetPath, "--listen", addr, "--id", "r1", "--max-model-len", "2048")
-	waitHTTP(t, r.url()+"/readyz", 15*time.Second)
-	for range 2 {
-		if err := r.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLog(t, r, "SIGHUP ignored", 5*time.Second)
-	select {
-	case <-r.done:
-		t.Fatalf("the router exited on SIGHUP: %s", tail(r.out.String(), 2000))
-	default:
-	}
-	waitHTTP(t, r.url()+"/readyz", 5*time.Second)
-	client := &http.Client{Timeout: 10 * time.Second}
-	if status, _, body, err := post(t.Context(), client, r.url()+"/v1/completions", "sk-acme",
-		map[string]any{"model": "m", "prompt": "still here?", "max_tokens": 8}); err != nil || status != http.StatusOK {
-		t.Errorf("request after SIGHUP: %d %s (%v), want 200", status, body, err)
 	}
 }
 

@@ -3,6 +3,9 @@ package route
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,23 +16,6 @@ import (
 	"github.com/leasehold/leasehold/internal/openai"
 )
 
-func TestRetryAfterJitter(t *testing.T) {
-	seen := map[int]bool{}
-	for range 200 {
-		s := jitterRetryAfter(4 * time.Second)
-		if s < 2 || s > 6 {
-			t.Fatalf("Retry-After %d for a 4s hint, want 2..6", s)
-		}
-		seen[s] = true
-	}
-	if len(seen) < 3 {
-		t.Errorf("Retry-After values %v: not jittered", seen)
-	}
-	if s := jitterRetryAfter(100 * time.Millisecond); s != 1 {
-		t.Errorf("Retry-After %d for 100ms, want at least 1", s)
-	}
-}
-
 func TestErrorTable(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
@@ -38,6 +24,8 @@ func TestErrorTable(t *testing.T) {
 	}{
 		{&ledger.Rejection{Reason: ledger.ReasonTenantKV, RetryAfter: time.Second}, 429, "tenant_kv_quota"},
 		{&ledger.Rejection{Reason: ledger.ReasonTenantSlots, RetryAfter: time.Second}, 429, "tenant_slot_quota"},
+		{&ledger.Rejection{Reason: ledger.ReasonTenantTokenRate, RetryAfter: time.Second}, 429, "tenant_token_rate"},
+		{&ledger.Rejection{Reason: ledger.ReasonTenantRequestRate, RetryAfter: time.Second}, 429, "tenant_request_rate"},
 		{&ledger.Rejection{Reason: ledger.ReasonEngineKV, RetryAfter: time.Second}, 503, "engine_kv"},
 		{&ledger.Rejection{Reason: ledger.ReasonRecovering, RetryAfter: time.Second}, 503, "recovering"},
 		{&ledger.Rejection{Reason: ledger.ReasonBreakerOpen, Engine: "gpu-0", RetryAfter: time.Second}, 503, "breaker_open"},
@@ -51,6 +39,30 @@ func TestErrorTable(t *testing.T) {
 			t.Errorf("%v: %d %s, want %d %s", tc.err, ae.status, ae.code, tc.status, tc.code)
 		} else if rej := ledger.AsRejection(tc.err); rej != nil && rej.RetryAfter > 0 && ae.retryAfter != rej.RetryAfter {
 			t.Errorf("%v: Retry-After hint %s, want the rejection's %s", tc.err, ae.retryAfter, rej.RetryAfter)
+		}
+	}
+}
+
+// A rate budget's 429 says when the tenant's window frees enough: its
+// Retry-After is the hint rounded up to whole seconds, never jittered
+// earlier; other hints are jittered over 0.5-1.5×.
+func TestRateRetryAfterExact(t *testing.T) {
+	for _, tc := range []struct {
+		reason ledger.Reason
+		hint   time.Duration
+		lo, hi int
+	}{
+		{ledger.ReasonTenantTokenRate, 41200 * time.Millisecond, 42, 42},
+		{ledger.ReasonTenantRequestRate, 300 * time.Millisecond, 1, 1},
+		{ledger.ReasonTenantKV, 40 * time.Second, 20, 60},
+	} {
+		for range 20 {
+			w := httptest.NewRecorder()
+			writeError(w, toAPIError(&ledger.Rejection{Reason: tc.reason, RetryAfter: tc.hint}))
+			got, err := strconv.Atoi(w.Header().Get("Retry-After"))
+			if w.Code != http.StatusTooManyRequests || err != nil || got < tc.lo || got > tc.hi {
+				t.Fatalf("%s with hint %s: %d, Retry-After %q; want 429 and %d..%d", tc.reason, tc.hint, w.Code, w.Header().Get("Retry-After"), tc.lo, tc.hi)
+			}
 		}
 	}
 }

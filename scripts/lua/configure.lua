@@ -6,15 +6,18 @@
 --       (elastic or worst_case), 6 growth headroom, 7 the breaker spec
 --       ("failures cooldown_ms probes successes", defaults applied), 8
 --       engine count E, then E x {id, url, kv_tokens, slots, stale_after ns, stale policy},
---       then tenant count T, then T x {name, kv_share, slot_share},
---       then priority count P, then P x {name, max_fill}.
+--       then tenant count T, then T x {name, kv_share, slot_share,
+--       tokens_per_minute, requests_per_minute}, then priority count P,
+--       then P x {name, max_fill}, then the rate window ms (0: a minute).
 -- Returns: {'ok', epoch, created (1 when this call started a new epoch)}.
 --
 -- A missing meta field means the pool's state is lost or was never there: a
--- new epoch (TIME in microseconds) starts with its recovery window. Engines'
--- drain flag, breaker and telemetry, tenants' reservations and all leases
--- survive re-application; engines and tenants left out of the spec are marked
--- unconfigured and kept until their last lease ends.
+-- new epoch (TIME in microseconds) starts with its recovery window. The
+-- window is kept (field window) for the epoch failover (lib.lua) starts on
+-- a promoted replica. Engines' drain flag, breaker and telemetry, tenants'
+-- reservations and rate windows, and all leases survive re-application;
+-- engines and tenants left out of the spec are marked unconfigured and kept
+-- until their last lease ends.
 
 -- retire handles the members of set (engine ids or tenant names, fields
 -- prefix .. name) that the spec left out of keep: one still holding leases
@@ -34,6 +37,7 @@ local function retire(set, prefix, keep, forget)
   end
 end
 
+failover()
 local now, t = clock()
 local created = 0
 local v = redis.call('HMGET', K_STATE, 'meta', 'order')
@@ -71,11 +75,11 @@ retire(K_ENGINES, 'e:', keep, forget_engine)
 n = tonumber(ARGV[i]); i = i + 1
 keep = {}
 for _ = 1, n do
-  local name, kv_share, slot_share = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  i = i + 3
+  local name, kv_share, slot_share, tpm, rpm = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  i = i + 5
   keep[name] = true
   redis.call('SADD', K_TENANTS, name)
-  redis.call('HSET', K_STATE, 't:' .. name, table.concat({'1', kv_share, slot_share}, ' '))
+  redis.call('HSET', K_STATE, 't:' .. name, table.concat({'1', kv_share, slot_share, tpm, rpm}, ' '))
 end
 retire(K_TENANTS, 't:', keep, forget_tenant)
 
@@ -85,7 +89,13 @@ for _ = 1, n do
   redis.call('HSET', K_STATE, 'p:' .. ARGV[i], ARGV[i + 1])
   i = i + 2
 end
+if tonumber(ARGV[i]) > 0 then
+  redis.call('HSET', K_STATE, 'rate_window', ARGV[i])
+else
+  redis.call('HDEL', K_STATE, 'rate_window')
+end
 
 redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
-  'order', ARGV[4], 'breaker', ARGV[7])
+  'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2])
+if created == 1 then failover() end -- records this server (see lib.lua)
 return {'ok', epoch, created}

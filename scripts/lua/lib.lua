@@ -13,10 +13,12 @@
 --   7 leases     HASH  lease id -> lease record (see get_lease)
 --   8 holder key prefix  (.. holder id -> SET of lease ids)
 -- ARGV[1], the "sweep batch" of each script's header, is always
--- "<sweep batch> <orphan hold ms> <confirm within ms> <confirm grace ms>",
--- parsed below into SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN and
--- CONFIRM_GRACE (ledger.Options.SweepBatch, or Sweep's max, OrphanHold,
--- ConfirmWithin and ConfirmGrace); a script's own arguments start at
+-- "<sweep batch> <orphan hold ms> <confirm within ms> <confirm grace ms>
+-- <on promotion> <cluster>", parsed below into SWEEP_BATCH, ORPHAN_HOLD,
+-- CONFIRM_WITHIN, CONFIRM_GRACE (ledger.Options.SweepBatch, or Sweep's
+-- max, OrphanHold, ConfirmWithin and ConfirmGrace), ON_PROMOTION ('epoch',
+-- or 'keep' when the client waits for replicas: see failover) and CLUSTER
+-- ('1' on Redis Cluster, else '0'); a script's own arguments start at
 -- ARGV[2].
 --
 -- State fields. Values of several parts are joined by single spaces (ids,
@@ -29,7 +31,8 @@
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
 --               lease deadline and session expiry (see sweep)
---   created     ms;  order  priority names joined by spaces
+--   created     ms the epoch began (its recovery: lib_admit.lua's recovery);
+--               order  priority names joined by spaces
 --   e:<id>      "configured kv slots stale_ns policy draining" (policy '-'
 --               when none)
 --   e:<id>:r    "rkv rslots nleases" (reservations)
@@ -52,10 +55,19 @@
 --               breaker spec, defaults applied (ledger.BreakerSpec;
 --               failures < 0: off); absent (a pool configured before
 --               breakers) reads the defaults
---   t:<name>    "configured kv_share slot_share"
+--   t:<name>    "configured kv_share slot_share tokens_per_minute
+--               requests_per_minute" (the budgets: 0 none; a field of the
+--               three before them, written before rate budgets, reads 0 0)
 --   t:<name>:r  "rkv rslots nleases"
+--   t:<name>:w  a rated tenant's rate window (lib_rate.lua)
+--   rate_window ms: the pool's rate window (ledger.PoolSpec.RateWindow;
+--               absent reads a minute)
 --   p:<name>    max_fill
 --   c:<name>    counter (ledger.Counter* names, "rejections:<reason>")
+--   repl        "<master_replid> <cluster node id, or ->" of the server that
+--               last wrote the pool (see failover)
+--   window      the recovery window in ms Configure was given (0: none); a
+--               pool configured before this field reads 10000
 --
 -- Numbers: ledger time is milliseconds from redis TIME. Every integer written
 -- to Redis or returned goes through int() so large values never reach
@@ -63,7 +75,8 @@
 
 local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE = string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+)$')
+local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLUSTER =
+  string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
 SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
 CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
@@ -102,27 +115,30 @@ local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
 -- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
--- probe is '1' for a probe lease, ledger.Lease.Probe), then owns_req ('1'
--- when the lease set its req entry) and since. Its record is fields
--- 1..13, owns_req, overgrown, since, probe: since is the ms of the
--- Reassert that left the lease unconfirmed, '0' for every other lease
--- (ledger.Lease.Unconfirmed). The flags came last, each in its turn, so a
--- record written before overgrown (14 fields), before since (15) or before
--- probe (16) reads them as '0'.
+-- probe is '1' for a probe lease, ledger.Lease.Probe; tokens is what the
+-- grant charged to its tenant's rate window, ledger.Lease.Tokens), then
+-- owns_req ('1' when the lease set its req entry) and since. Its record is
+-- fields 1..13, owns_req, overgrown, since, probe, then tokens only when
+-- not '0': since is the ms of the Reassert that left the lease
+-- unconfirmed, '0' for every other lease (ledger.Lease.Unconfirmed). The
+-- flags came last, each in its turn, so a record written before overgrown
+-- (14 fields), before since (15), before probe (16) or without tokens
+-- (17) reads them as '0'.
 local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3, 4, 5, 6, 7, 8
 local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_UNCONF = 9, 10, 11, 12, 13, 14, 15
-local L_PROBE, L_OWNS, L_SINCE = 16, 17, 18
-local L_N = 16
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*)$'
+local L_PROBE, L_TOKENS, L_OWNS, L_SINCE = 16, 17, 18, 19
+local L_N = 17
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)$'
 
 -- parse_lease reads a lease record; nil when s is.
 local function parse_lease(s)
   if not s then return nil end
   local l = {string.match(s, LEASE_PATTERN)}
-  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE] = l[15], l[14], l[16], l[17]
+  l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE], l[L_TOKENS] = l[15], l[14], l[16], l[17], l[18]
   if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
   if num(l[L_SINCE]) <= 0 then l[L_SINCE] = '0' end
   if l[L_PROBE] ~= '1' then l[L_PROBE] = '0' end
+  if num(l[L_TOKENS]) <= 0 then l[L_TOKENS] = '0' end
   l[L_UNCONF] = l[L_SINCE] == '0' and '0' or '1'
   return l
 end
@@ -131,7 +147,8 @@ local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)
 
 local function set_lease(l)
   redis.call('HSET', K_LEASES, l[L_ID],
-    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE])
+    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
+    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or ''))
 end
 
 -- put_lease stores a new lease (without charging it).
@@ -152,7 +169,7 @@ end
 
 local function forget_tenant(name)
   local f = 't:' .. name
-  redis.call('HDEL', K_STATE, f, f .. ':r')
+  redis.call('HDEL', K_STATE, f, f .. ':r', f .. ':w')
   redis.call('SREM', K_TENANTS, name)
 end
 
@@ -346,10 +363,67 @@ local function sweep(now, batch)
   return expired, revoked, holders, at
 end
 
+-- Failover -------------------------------------------------------------------
+
+local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 'window'
+
+-- failover runs first in every script that writes a known pool. A replica
+-- promoted to primary (Sentinel, a Redis Cluster failover, REPLICAOF NO
+-- ONE) holds the pool as the old primary had it some writes ago, as does a
+-- primary restarted from its RDB or AOF: grants it acknowledged, sequence
+-- numbers it issued and sessions it extended may be missing, and a later
+-- grant could take capacity a lost lease holds or reuse its id. Every such
+-- server has a replication id (INFO's master_replid) other than the one
+-- recorded in repl by the server that last wrote the pool, and there
+-- failover starts a new epoch in place, as Configure starts one for a lost
+-- pool: epoch = the later of TIME in microseconds and the old epoch + 1,
+-- the pool's recovery window from now, sequence 0, created = now (when
+-- the epoch began), counter failovers.
+-- Leases, sessions and specs the server holds stay. Holders see the new
+-- epoch at their next KeepAlive and re-assert every lease they hold (the
+-- ones still here are replayed), so the lost ones come back before the
+-- window ends. Two cases only record the new server:
+--   - Redis Cluster (CLUSTER '1'), another node than the recorded one, and
+--     the recorded id is not this node's previous one (master_replid2): the
+--     slot was migrated, and MIGRATE moves each key whole;
+--   - ON_PROMOTION 'keep' (the client acknowledges a change only once
+--     wait_replicas replicas have it) on a promoted replica of the recorded
+--     server (its master_replid2 is the recorded id): Sentinel and Redis
+--     Cluster promote the replica with the most replicated data, which has
+--     every acknowledged write.
+-- A pool with no repl (first write by this version) records it.
+local function failover()
+  local v = redis.call('HMGET', K_STATE, 'meta', 'repl', 'window')
+  if not v[1] then return end
+  local info = redis.call('INFO', 'replication')
+  local id = string.match(info, 'master_replid:(%x+)')
+  local rid, rnode = string.match(v[2] or '', '^(%S+) (%S+)$')
+  if rid == id then return end
+  local node = '-'
+  if CLUSTER == '1' then node = redis.call('CLUSTER', 'MYID') end
+  if rid then
+    local promoted = rid == string.match(info, 'master_replid2:(%x+)')
+    local migrated = CLUSTER == '1' and rnode ~= node and not promoted
+    if not migrated and not (promoted and ON_PROMOTION == 'keep') then
+      local now, t = clock()
+      local old = string.match(v[1], '^(%S+)')
+      local epoch = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(old) + 1)
+      local window = tonumber(v[3] or DEFAULT_WINDOW)
+      local ru = '0'
+      if window > 0 then ru = int(now + window) end
+      redis.call('HSET', K_STATE, 'meta', (string.gsub(v[1], '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
+        'created', int(now))
+      redis.call('HINCRBY', K_STATE, 'c:failovers', 1)
+    end
+  end
+  redis.call('HSET', K_STATE, 'repl', id .. ' ' .. node)
+end
+
 -- open_pool starts a lease operation: it loads the pool's meta, reads the
 -- ledger clock and runs the bounded sweep when something may have expired.
 -- It returns nil for an unknown pool, else the meta and now.
 local function open_pool()
+  failover()
   local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
   local m = meta(v[1], v[2])
   if not m then return nil end
@@ -391,12 +465,12 @@ end
 
 -- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
 -- when the tenant is unknown or removed (with removed, a removed tenant's
--- last spec).
+-- last spec). t.tpm and t.rpm are its rate budgets (0: none).
 local function tenant(name, s, r, removed)
   if not s then return nil end
-  local cfg, kvs, ss = string.match(s, '^(%S+) (%S+) (%S+)$')
+  local cfg, kvs, ss, tpm, rpm = string.match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
   if cfg ~= '1' and not removed then return nil end
-  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss)}
+  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss), tpm = num(tpm), rpm = num(rpm)}
   t.rkv, t.rslots, t.n = triple(r)
   return t
 end

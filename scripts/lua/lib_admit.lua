@@ -14,12 +14,13 @@ end
 
 -- usage adds an engine's e:<id>:r, e:<id>:c, e:<id>:o and e:<id>:obs
 -- fields to e: the orphan charge counts with the correction (ckv, cslots),
--- and the observation gives the capacity.
+-- and the observation gives the capacity (and, kept as e.oraw, recovery).
 local function usage(e, r, c, o, obs)
   e.rkv, e.rslots, e.n = triple(r)
   e.ckv, e.cslots, e.obs = triple(c)
   local okv, oslots = triple(o)
   e.ckv, e.cslots = e.ckv + okv, e.cslots + oslots
+  e.oraw = obs
   capacity(e, obs)
 end
 
@@ -39,10 +40,39 @@ local function used(e, now)
   return e.rkv + e.ckv, e.rslots + e.cslots
 end
 
+-- ledger.EngineState.Recovered: e's last applied observation (e.oraw,
+-- arrived at e.obs) was taken and arrived at or after since (ms: the
+-- epoch's created ms plus CONFIRM_GRACE, ledger.RecoverySince), its
+-- telemetry is not stale, and in a worst_case pool it showed nothing
+-- running or waiting. The taken time is compared in whole ms, which for
+-- a whole-ms since is the exact comparison.
+local function recovered(e, now, since, elastic)
+  if e.obs <= 0 or e.obs < since or stale(e, now) then return false end
+  local _, _, running, waiting, s, ns = string.match(e.oraw or '', '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not s or tonumber(s) * 1000 + math.floor(tonumber(ns) / 1000000) < since then return false end
+  return elastic or tonumber(running) + tonumber(waiting) == 0
+end
+
+-- recovery sets e.recovering (ledger.Admission.recovering): pool m's
+-- recovery window is open at now and e has not recovered since created
+-- (the pool's created field, ms) plus CONFIRM_GRACE. usage must have run.
+local function recovery(e, m, now, created)
+  e.recovering = now < m.ru and not recovered(e, now, num(created) + CONFIRM_GRACE, m.elastic)
+end
+
+-- hint is the retry-after of a rejection for reason r in pool m at now
+-- (ledger.Admission.recoveryHint): for 'recovering' the pool's hint or the
+-- rest of the window, whichever is shorter.
+local function hint(m, r, now)
+  if r == 'recovering' then return math.min(m.retry, m.ru - now) end
+  return m.retry
+end
+
 -- ledger.engineReason: nil when e can take kv tokens and slots in a pool
--- with growth headroom h.
+-- with growth headroom h (recovery must have run on e).
 local function engine_reason(e, now, maxfill, h, kv, slots)
   if e.draining then return 'draining' end
+  if e.recovering then return 'recovering' end
   if e.policy == 'block' and stale(e, now) then return 'telemetry_stale' end
   local ukv, us = used(e, now)
   if ukv + kv > admissible(e, maxfill, h) then

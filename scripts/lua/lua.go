@@ -6,7 +6,8 @@
 // lease bookkeeping) and lib_admit.lua the admission rule's helpers; Source
 // prepends them, so every script is one self-contained EVAL body. Defining a
 // Lua function costs every call of the script that carries it, so only the
-// scripts that admit or grow carry lib_admit.lua.
+// scripts that admit or grow carry lib_admit.lua, and only those that charge
+// or true up tenants' rate windows lib_rate.lua.
 package lua
 
 import (
@@ -23,15 +24,22 @@ var Operations = []string{
 	"release", "reassert", "observe", "sweep", "stats", "list", "totals",
 }
 
-// admits lists the operations that carry lib_admit.lua.
-var admits = map[string]bool{"acquire": true, "resize": true, "grow": true}
+// admits lists the operations that carry lib_admit.lua (keepalive for its
+// count of recovered engines).
+var admits = map[string]bool{"acquire": true, "resize": true, "grow": true, "keepalive": true}
+
+// rates lists the operations that carry lib_rate.lua.
+var rates = map[string]bool{"acquire": true, "release": true}
 
 // Source returns the script for op: lib.lua, lib_admit.lua if op admits or
-// grows, then op.lua.
+// grows, lib_rate.lua if it charges or trues up rate windows, then op.lua.
 func Source(op string) (string, error) {
 	parts := []string{"lib.lua"}
 	if admits[op] {
 		parts = append(parts, "lib_admit.lua")
+	}
+	if rates[op] {
+		parts = append(parts, "lib_rate.lua")
 	}
 	var src []byte
 	for _, name := range append(parts, op+".lua") {

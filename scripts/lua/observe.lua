@@ -8,7 +8,9 @@
 --
 -- Observations not after the last applied one are ignored. An applied one
 -- sets the correction to max(0, observed - reserved) for KV tokens and
--- running sequences, and the arrival time (ledger clock) for staleness. It
+-- running sequences (while the recovery window is open, all it shows: KV
+-- used, running plus waiting; ledger.CorrectionOf), and the arrival time
+-- (ledger clock) for staleness and recovery. It
 -- clears the engine's orphan charge (see drop_lease in lib.lua) when it
 -- arrives at or after the charge's until ms, and leaves it otherwise.
 --
@@ -35,6 +37,9 @@ end
 local rkv, rslots = triple(x[2])
 local ckv = math.max(0, tonumber(ARGV[3]) - rkv)
 local cslots = math.max(0, tonumber(ARGV[5]) - rslots)
+if now < m.ru then -- ledger.CorrectionOf in the recovery window: all it shows
+  ckv, cslots = tonumber(ARGV[3]), tonumber(ARGV[5]) + tonumber(ARGV[6])
+end
 redis.call('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
   ef .. ':obs', table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' '))
 if x[4] then

@@ -24,6 +24,7 @@
 
 local MAX_AHEAD = 1048576 -- ledger.MaxReassertAhead
 
+failover()
 local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'seq')
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
@@ -96,7 +97,7 @@ if checked then
 end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
   created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0', '0'}
-l[L_SINCE] = since
+l[L_SINCE], l[L_TOKENS] = since, '0' -- a reasserted lease is not charged again
 put_lease(l)
 if deadline < m.sweep_at then
   extra[#extra + 1] = 'sweep_at'

@@ -12,8 +12,9 @@
 -- An unknown lease reports 0. A lease that had already ended (deadline
 -- passed, or its holder's session died) is removed as expired or revoked
 -- and also reports 0. Only a release by the holder counts the usage and
--- reports the outcome to the engine's breaker (breaker_report), so a
--- retried release never counts twice.
+-- reports the outcome to the engine's breaker (breaker_report) and trues
+-- its tenant's rate window up to the usage (rate_true_up), so a retried
+-- release never counts twice.
 
 -- breaker_report is ledger.Breaker.Report: it applies outcome o of a
 -- released lease (created: its grant time in ms, L_CREATED; probe: a probe
@@ -75,5 +76,6 @@ local outcome, report = ARGV[7], nil
 if outcome ~= '' or l[L_PROBE] == '1' then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
+rate_true_up(l, now, tonumber(ARGV[4]), tonumber(ARGV[5]))
 drop_lease(l, counts, now, report)
 return {'ok', m.epoch, 1}

@@ -7,10 +7,10 @@
 --        | {'unknown_pool', ''} | {'lease_not_found' | 'not_holder', epoch}
 --        | {'unknown_engine' | 'unknown_tenant' | 'unknown_priority', epoch, name}.
 --
--- Shrinking always succeeds. Growth is ledger.AdmitGrowth: recovery window,
--- too large for the tenant quota or the engine's admissible KV
--- (floor(cap*max_fill) - floor(cap*growth_headroom)), tenant KV quota, then
--- the engine rule for the difference (slots unchanged).
+-- Shrinking always succeeds. Growth is ledger.AdmitGrowth: too large for
+-- the tenant quota or the engine's admissible KV (floor(cap*max_fill) -
+-- floor(cap*growth_headroom)), tenant KV quota, then the engine rule for
+-- the difference (slots unchanged; recovery while the window is open).
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -21,21 +21,21 @@ local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
 local v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO], ef .. ':o',
-  ef .. ':obs')
+  ef .. ':obs', 'created')
 if delta > 0 then
   local e = engine(l[L_ENGINE], v[3])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
   usage(e, v[1], v[4], v[7], v[8])
+  recovery(e, m, now, v[9])
   local t = tenant(l[L_TENANT], v[5], v[2])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
   local maxfill = tonumber(v[6])
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
-  if now < m.ru then return reject(m, 'recovering', '', m.ru - now) end
   local qkv = quota(t, m)
   if newkv > qkv or newkv > admissible(e, maxfill, m.headroom) then return reject(m, 'too_large', '', 0) end
   if t.rkv + delta > qkv then return reject(m, 'tenant_kv_quota', '', m.retry) end
   local r = engine_reason(e, now, maxfill, m.headroom, delta, 0)
-  if r then return reject(m, r, e.id, m.retry) end
+  if r then return reject(m, r, e.id, hint(m, r, now)) end
 end
 local ekv, es, en = triple(v[1])
 local tkv, ts, tn = triple(v[2])

@@ -7,11 +7,14 @@
 --   {{engine id, {field, value, ...}}...}, {{tenant name, {field, value, ...}}...},
 --   priority order, {name, max_fill, ...}, {counter, count, ...},
 --   reserve ('' when configured before reservation modes: elastic),
---   growth headroom, the pool's breaker field ('' before breakers)}.
+--   growth headroom, the pool's breaker field ('' before breakers),
+--   the pool's rate_window ('': a minute)}. A tenant's fields include its
+--   budgets (tpm, rpm: '' before rate budgets) and its raw t:<name>:w
+--   (rates): Go prunes it at now.
 -- Each engine's breaker is its raw e:<id>:b (field breaker, absent when
 -- never written): Go reads it at now with the pool's spec.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'order', 'breaker')
+local v = redis.call('HMGET', K_STATE, 'meta', 'order', 'breaker', 'rate_window')
 local m = meta(v[1])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -54,12 +57,13 @@ end
 local tenants = {}
 for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
   local f = 't:' .. name
-  local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+  local x = redis.call('HMGET', K_STATE, f, f .. ':r', f .. ':w')
   if x[1] then
-    local cfg, kvs, ss = string.match(x[1], '^(%S+) (%S+) (%S+)$')
+    local cfg, kvs, ss, tpm, rpm = string.match(x[1], '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
     local rkv, rslots, leases = triple(x[2])
     tenants[#tenants + 1] = {name, {'configured', cfg, 'kv_share', kvs, 'slot_share', ss,
-      'rkv', int(rkv), 'rslots', int(rslots), 'nleases', int(leases)}}
+      'rkv', int(rkv), 'rslots', int(rslots), 'nleases', int(leases),
+      'tpm', tpm, 'rpm', rpm, 'rates', x[3] or ''}}
   end
 end
 local prios = {}
@@ -78,4 +82,4 @@ end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
   redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
   redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
-  m.reserve, string.format('%.17g', m.headroom), v[3] or ''}
+  m.reserve, string.format('%.17g', m.headroom), v[3] or '', v[4] or ''}

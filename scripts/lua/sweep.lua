@@ -4,6 +4,7 @@
 -- ARGV: 1 batch (the most leases, and lease-less dead sessions, handled).
 -- Returns: {'ok', epoch, expired, revoked, holders removed} | {'unknown_pool', ''}.
 
+failover()
 local m = meta(redis.call('HGET', K_STATE, 'meta'))
 if not m then return {'unknown_pool', ''} end
 local now = clock()

@@ -133,12 +133,16 @@ func (x *EngineSpec) GetStalePolicy() string {
 }
 
 type TenantSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	KvShare       float64                `protobuf:"fixed64,2,opt,name=kv_share,json=kvShare,proto3" json:"kv_share,omitempty"`
-	SlotShare     float64                `protobuf:"fixed64,3,opt,name=slot_share,json=slotShare,proto3" json:"slot_share,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	KvShare   float64                `protobuf:"fixed64,2,opt,name=kv_share,json=kvShare,proto3" json:"kv_share,omitempty"`
+	SlotShare float64                `protobuf:"fixed64,3,opt,name=slot_share,json=slotShare,proto3" json:"slot_share,omitempty"`
+	// Rate budgets in the pool per its rate window (ledger.TenantSpec
+	// TokensPerMinute, RequestsPerMinute); 0 is none.
+	TokensPerMinute   int64 `protobuf:"varint,4,opt,name=tokens_per_minute,json=tokensPerMinute,proto3" json:"tokens_per_minute,omitempty"`
+	RequestsPerMinute int64 `protobuf:"varint,5,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TenantSpec) Reset() {
@@ -188,6 +192,20 @@ func (x *TenantSpec) GetKvShare() float64 {
 func (x *TenantSpec) GetSlotShare() float64 {
 	if x != nil {
 		return x.SlotShare
+	}
+	return 0
+}
+
+func (x *TenantSpec) GetTokensPerMinute() int64 {
+	if x != nil {
+		return x.TokensPerMinute
+	}
+	return 0
+}
+
+func (x *TenantSpec) GetRequestsPerMinute() int64 {
+	if x != nil {
+		return x.RequestsPerMinute
 	}
 	return 0
 }
@@ -257,7 +275,10 @@ type PoolSpec struct {
 	GrowthHeadroom float64 `protobuf:"fixed64,7,opt,name=growth_headroom,json=growthHeadroom,proto3" json:"growth_headroom,omitempty"`
 	// The circuit breaker's thresholds for every engine of the pool
 	// (ledger.BreakerSpec); unset is the defaults.
-	Breaker       *BreakerSpec `protobuf:"bytes,8,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	Breaker *BreakerSpec `protobuf:"bytes,8,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// The window tenants' rate budgets count over (ledger.PoolSpec
+	// RateWindow); unset is a minute.
+	RateWindow    *durationpb.Duration `protobuf:"bytes,9,opt,name=rate_window,json=rateWindow,proto3" json:"rate_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +365,13 @@ func (x *PoolSpec) GetGrowthHeadroom() float64 {
 func (x *PoolSpec) GetBreaker() *BreakerSpec {
 	if x != nil {
 		return x.Breaker
+	}
+	return nil
+}
+
+func (x *PoolSpec) GetRateWindow() *durationpb.Duration {
+	if x != nil {
+		return x.RateWindow
 	}
 	return nil
 }
@@ -583,7 +611,10 @@ type Lease struct {
 	Unconfirmed bool `protobuf:"varint,15,opt,name=unconfirmed,proto3" json:"unconfirmed,omitempty"`
 	// A probe lease on a half-open engine: its outcome decides the engine's
 	// breaker (ledger.Lease.Probe). Ignored by Reassert.
-	Probe         bool `protobuf:"varint,16,opt,name=probe,proto3" json:"probe,omitempty"`
+	Probe bool `protobuf:"varint,16,opt,name=probe,proto3" json:"probe,omitempty"`
+	// What the grant charged to its tenant's rate window (ledger.Lease
+	// Tokens); 0 when nothing was. Ignored by Reassert.
+	Tokens        int64 `protobuf:"varint,17,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -728,6 +759,13 @@ func (x *Lease) GetProbe() bool {
 		return x.Probe
 	}
 	return false
+}
+
+func (x *Lease) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
 }
 
 type LeaseRef struct {
@@ -982,8 +1020,11 @@ type Session struct {
 	LiveHolders     int64                  `protobuf:"varint,4,opt,name=live_holders,json=liveHolders,proto3" json:"live_holders,omitempty"`
 	Epoch           uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	RecoveringUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=recovering_until,json=recoveringUntil,proto3" json:"recovering_until,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// While the recovery window is open, the pool's engines that take grants
+	// again (ledger.Session.Recovered); 0 when none does and after it.
+	Recovered     int64 `protobuf:"varint,7,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -1056,6 +1097,13 @@ func (x *Session) GetRecoveringUntil() *timestamppb.Timestamp {
 		return x.RecoveringUntil
 	}
 	return nil
+}
+
+func (x *Session) GetRecovered() int64 {
+	if x != nil {
+		return x.Recovered
+	}
+	return 0
 }
 
 type Usage struct {
@@ -1392,7 +1440,9 @@ type TenantStats struct {
 	ReservedSlots int64                  `protobuf:"varint,5,opt,name=reserved_slots,json=reservedSlots,proto3" json:"reserved_slots,omitempty"`
 	Leases        int64                  `protobuf:"varint,6,opt,name=leases,proto3" json:"leases,omitempty"`
 	// The tenant is no longer configured but still has leases.
-	Removed       bool `protobuf:"varint,7,opt,name=removed,proto3" json:"removed,omitempty"`
+	Removed bool `protobuf:"varint,7,opt,name=removed,proto3" json:"removed,omitempty"`
+	// The tenant's rate window as it counts at the stats' now, oldest first.
+	Rates         []*RateBucket `protobuf:"bytes,8,rep,name=rates,proto3" json:"rates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1476,6 +1526,74 @@ func (x *TenantStats) GetRemoved() bool {
 	return false
 }
 
+func (x *TenantStats) GetRates() []*RateBucket {
+	if x != nil {
+		return x.Rates
+	}
+	return nil
+}
+
+// RateBucket is one bucket of a tenant's rate window (ledger.RateBucket).
+type RateBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Tokens        int64                  `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Requests      int64                  `protobuf:"varint,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateBucket) Reset() {
+	*x = RateBucket{}
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateBucket) ProtoMessage() {}
+
+func (x *RateBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateBucket.ProtoReflect.Descriptor instead.
+func (*RateBucket) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RateBucket) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *RateBucket) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RateBucket) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
 type PoolStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Pool            string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
@@ -1500,7 +1618,7 @@ type PoolStats struct {
 
 func (x *PoolStats) Reset() {
 	*x = PoolStats{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1630,7 @@ func (x *PoolStats) String() string {
 func (*PoolStats) ProtoMessage() {}
 
 func (x *PoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[17]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1643,7 @@ func (x *PoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStats.ProtoReflect.Descriptor instead.
 func (*PoolStats) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PoolStats) GetPool() string {
@@ -1635,7 +1753,7 @@ type ConfigureRequest struct {
 
 func (x *ConfigureRequest) Reset() {
 	*x = ConfigureRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1765,7 @@ func (x *ConfigureRequest) String() string {
 func (*ConfigureRequest) ProtoMessage() {}
 
 func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[18]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1778,7 @@ func (x *ConfigureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConfigureRequest) GetSpec() *PoolSpec {
@@ -1679,7 +1797,7 @@ type ConfigureResponse struct {
 
 func (x *ConfigureResponse) Reset() {
 	*x = ConfigureResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1809,7 @@ func (x *ConfigureResponse) String() string {
 func (*ConfigureResponse) ProtoMessage() {}
 
 func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[19]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1822,7 @@ func (x *ConfigureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConfigureResponse) GetEpoch() uint64 {
@@ -1725,7 +1843,7 @@ type SetDrainingRequest struct {
 
 func (x *SetDrainingRequest) Reset() {
 	*x = SetDrainingRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1855,7 @@ func (x *SetDrainingRequest) String() string {
 func (*SetDrainingRequest) ProtoMessage() {}
 
 func (x *SetDrainingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[20]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1868,7 @@ func (x *SetDrainingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainingRequest.ProtoReflect.Descriptor instead.
 func (*SetDrainingRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetDrainingRequest) GetPool() string {
@@ -1782,7 +1900,7 @@ type SetDrainingResponse struct {
 
 func (x *SetDrainingResponse) Reset() {
 	*x = SetDrainingResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1912,7 @@ func (x *SetDrainingResponse) String() string {
 func (*SetDrainingResponse) ProtoMessage() {}
 
 func (x *SetDrainingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[21]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1925,7 @@ func (x *SetDrainingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDrainingResponse.ProtoReflect.Descriptor instead.
 func (*SetDrainingResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{22}
 }
 
 type KeepAliveRequest struct {
@@ -1821,7 +1939,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1951,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[22]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1964,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeepAliveRequest) GetPool() string {
@@ -1879,7 +1997,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2009,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[23]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2022,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KeepAliveResponse) GetSession() *Session {
@@ -1915,23 +2033,26 @@ func (x *KeepAliveResponse) GetSession() *Session {
 }
 
 type AcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Candidates    []string               `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
-	Tenant        string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Priority      string                 `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
-	KvTokens      int64                  `protobuf:"varint,5,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
-	Slots         int64                  `protobuf:"varint,6,opt,name=slots,proto3" json:"slots,omitempty"`
-	Holder        string                 `protobuf:"bytes,7,opt,name=holder,proto3" json:"holder,omitempty"`
-	RequestId     string                 `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,9,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Pool       string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Candidates []string               `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Tenant     string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Priority   string                 `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	KvTokens   int64                  `protobuf:"varint,5,opt,name=kv_tokens,json=kvTokens,proto3" json:"kv_tokens,omitempty"`
+	Slots      int64                  `protobuf:"varint,6,opt,name=slots,proto3" json:"slots,omitempty"`
+	Holder     string                 `protobuf:"bytes,7,opt,name=holder,proto3" json:"holder,omitempty"`
+	RequestId  string                 `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Ttl        *durationpb.Duration   `protobuf:"bytes,9,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// What a grant charges to a rated tenant's window (ledger.AcquireRequest
+	// Tokens); 0 is kv_tokens.
+	Tokens        int64 `protobuf:"varint,10,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2064,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[24]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2077,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireRequest) GetPool() string {
@@ -2022,6 +2143,13 @@ func (x *AcquireRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Result:
@@ -2035,7 +2163,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2175,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[25]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2188,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AcquireResponse) GetResult() isAcquireResponse_Result {
@@ -2114,7 +2242,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2254,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[26]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2267,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewRequest) GetRef() *LeaseRef {
@@ -2165,7 +2293,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2305,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[27]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2318,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewResponse) GetRenewal() *Renewal {
@@ -2210,7 +2338,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2350,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[28]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2363,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResizeRequest) GetRef() *LeaseRef {
@@ -2265,7 +2393,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2405,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[29]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2418,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResizeResponse) GetResult() isResizeResponse_Result {
@@ -2344,7 +2472,7 @@ type GrowRequest struct {
 
 func (x *GrowRequest) Reset() {
 	*x = GrowRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2484,7 @@ func (x *GrowRequest) String() string {
 func (*GrowRequest) ProtoMessage() {}
 
 func (x *GrowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[30]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2497,7 @@ func (x *GrowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrowRequest.ProtoReflect.Descriptor instead.
 func (*GrowRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GrowRequest) GetRef() *LeaseRef {
@@ -2395,7 +2523,7 @@ type GrowResponse struct {
 
 func (x *GrowResponse) Reset() {
 	*x = GrowResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2535,7 @@ func (x *GrowResponse) String() string {
 func (*GrowResponse) ProtoMessage() {}
 
 func (x *GrowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[31]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2548,7 @@ func (x *GrowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrowResponse.ProtoReflect.Descriptor instead.
 func (*GrowResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrowResponse) GetRenewal() *Renewal {
@@ -2440,7 +2568,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2580,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[32]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2593,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleaseRequest) GetRef() *LeaseRef {
@@ -2492,7 +2620,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2632,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[33]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2645,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -2544,7 +2672,7 @@ type ReassertRequest struct {
 
 func (x *ReassertRequest) Reset() {
 	*x = ReassertRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2684,7 @@ func (x *ReassertRequest) String() string {
 func (*ReassertRequest) ProtoMessage() {}
 
 func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[34]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2697,7 @@ func (x *ReassertRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertRequest.ProtoReflect.Descriptor instead.
 func (*ReassertRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReassertRequest) GetLease() *Lease {
@@ -2599,7 +2727,7 @@ type ReassertResponse struct {
 
 func (x *ReassertResponse) Reset() {
 	*x = ReassertResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2739,7 @@ func (x *ReassertResponse) String() string {
 func (*ReassertResponse) ProtoMessage() {}
 
 func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[35]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2752,7 @@ func (x *ReassertResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassertResponse.ProtoReflect.Descriptor instead.
 func (*ReassertResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReassertResponse) GetResult() isReassertResponse_Result {
@@ -2677,7 +2805,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2817,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[36]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2830,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ObserveRequest) GetObservation() *Observation {
@@ -2722,7 +2850,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2862,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[37]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2875,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ObserveResponse) GetApplied() bool {
@@ -2775,7 +2903,7 @@ type SweepRequest struct {
 
 func (x *SweepRequest) Reset() {
 	*x = SweepRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2915,7 @@ func (x *SweepRequest) String() string {
 func (*SweepRequest) ProtoMessage() {}
 
 func (x *SweepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[38]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2928,7 @@ func (x *SweepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepRequest.ProtoReflect.Descriptor instead.
 func (*SweepRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SweepRequest) GetPool() string {
@@ -2828,7 +2956,7 @@ type SweepResponse struct {
 
 func (x *SweepResponse) Reset() {
 	*x = SweepResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2968,7 @@ func (x *SweepResponse) String() string {
 func (*SweepResponse) ProtoMessage() {}
 
 func (x *SweepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[39]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2981,7 @@ func (x *SweepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SweepResponse.ProtoReflect.Descriptor instead.
 func (*SweepResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SweepResponse) GetExpired() int64 {
@@ -2885,7 +3013,7 @@ type PoolsRequest struct {
 
 func (x *PoolsRequest) Reset() {
 	*x = PoolsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3025,7 @@ func (x *PoolsRequest) String() string {
 func (*PoolsRequest) ProtoMessage() {}
 
 func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[40]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3038,7 @@ func (x *PoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsRequest.ProtoReflect.Descriptor instead.
 func (*PoolsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
 }
 
 type PoolsResponse struct {
@@ -2922,7 +3050,7 @@ type PoolsResponse struct {
 
 func (x *PoolsResponse) Reset() {
 	*x = PoolsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3062,7 @@ func (x *PoolsResponse) String() string {
 func (*PoolsResponse) ProtoMessage() {}
 
 func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[41]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3075,7 @@ func (x *PoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolsResponse.ProtoReflect.Descriptor instead.
 func (*PoolsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolsResponse) GetPools() []string {
@@ -2971,7 +3099,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3111,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[42]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3124,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListRequest) GetPool() string {
@@ -3043,7 +3171,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3183,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[43]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3196,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{43}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -3087,7 +3215,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3227,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[44]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3240,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{44}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatsRequest) GetPool() string {
@@ -3131,7 +3259,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3271,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[45]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3284,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{45}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatsResponse) GetStats() *PoolStats {
@@ -3175,7 +3303,7 @@ type CheckTotalsRequest struct {
 
 func (x *CheckTotalsRequest) Reset() {
 	*x = CheckTotalsRequest{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3315,7 @@ func (x *CheckTotalsRequest) String() string {
 func (*CheckTotalsRequest) ProtoMessage() {}
 
 func (x *CheckTotalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[46]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3328,7 @@ func (x *CheckTotalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTotalsRequest.ProtoReflect.Descriptor instead.
 func (*CheckTotalsRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{46}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CheckTotalsRequest) GetPool() string {
@@ -3222,7 +3350,7 @@ type Totals struct {
 
 func (x *Totals) Reset() {
 	*x = Totals{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3362,7 @@ func (x *Totals) String() string {
 func (*Totals) ProtoMessage() {}
 
 func (x *Totals) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[47]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3375,7 @@ func (x *Totals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Totals.ProtoReflect.Descriptor instead.
 func (*Totals) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{47}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Totals) GetKvTokens() int64 {
@@ -3287,7 +3415,7 @@ type TotalsMismatch struct {
 
 func (x *TotalsMismatch) Reset() {
 	*x = TotalsMismatch{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3427,7 @@ func (x *TotalsMismatch) String() string {
 func (*TotalsMismatch) ProtoMessage() {}
 
 func (x *TotalsMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[48]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3440,7 @@ func (x *TotalsMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TotalsMismatch.ProtoReflect.Descriptor instead.
 func (*TotalsMismatch) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{48}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TotalsMismatch) GetPool() string {
@@ -3360,7 +3488,7 @@ type CheckTotalsResponse struct {
 
 func (x *CheckTotalsResponse) Reset() {
 	*x = CheckTotalsResponse{}
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3500,7 @@ func (x *CheckTotalsResponse) String() string {
 func (*CheckTotalsResponse) ProtoMessage() {}
 
 func (x *CheckTotalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_ledger_proto_msgTypes[49]
+	mi := &file_leasehold_v1_ledger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3513,7 @@ func (x *CheckTotalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTotalsResponse.ProtoReflect.Descriptor instead.
 func (*CheckTotalsResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{49}
+	return file_leasehold_v1_ledger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CheckTotalsResponse) GetMismatches() []*TotalsMismatch {
@@ -3408,16 +3536,18 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x05slots\x18\x04 \x01(\x03R\x05slots\x12:\n" +
 	"\vstale_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"staleAfter\x12!\n" +
-	"\fstale_policy\x18\x06 \x01(\tR\vstalePolicy\"Z\n" +
+	"\fstale_policy\x18\x06 \x01(\tR\vstalePolicy\"\xb6\x01\n" +
 	"\n" +
 	"TenantSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bkv_share\x18\x02 \x01(\x01R\akvShare\x12\x1d\n" +
 	"\n" +
-	"slot_share\x18\x03 \x01(\x01R\tslotShare\"=\n" +
+	"slot_share\x18\x03 \x01(\x01R\tslotShare\x12*\n" +
+	"\x11tokens_per_minute\x18\x04 \x01(\x03R\x0ftokensPerMinute\x12.\n" +
+	"\x13requests_per_minute\x18\x05 \x01(\x03R\x11requestsPerMinute\"=\n" +
 	"\fPrioritySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
-	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xf6\x02\n" +
+	"\bmax_fill\x18\x02 \x01(\x01R\amaxFill\"\xb2\x03\n" +
 	"\bPoolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\aengines\x18\x02 \x03(\v2\x18.leasehold.v1.EngineSpecR\aengines\x122\n" +
@@ -3429,7 +3559,9 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"retryAfter\x12\x18\n" +
 	"\areserve\x18\x06 \x01(\tR\areserve\x12'\n" +
 	"\x0fgrowth_headroom\x18\a \x01(\x01R\x0egrowthHeadroom\x123\n" +
-	"\abreaker\x18\b \x01(\v2\x19.leasehold.v1.BreakerSpecR\abreaker\"\x96\x01\n" +
+	"\abreaker\x18\b \x01(\v2\x19.leasehold.v1.BreakerSpecR\abreaker\x12:\n" +
+	"\vrate_window\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"rateWindow\"\x96\x01\n" +
 	"\vBreakerSpec\x12\x1a\n" +
 	"\bfailures\x18\x01 \x01(\x03R\bfailures\x125\n" +
 	"\bcooldown\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12\x16\n" +
@@ -3444,7 +3576,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x0flast_failure_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rlastFailureAt\"/\n" +
 	"\x05Fence\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xf0\x03\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x88\x04\n" +
 	"\x05Lease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3465,7 +3597,8 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"reasserted\x12\x1c\n" +
 	"\tovergrown\x18\x0e \x01(\bR\tovergrown\x12 \n" +
 	"\vunconfirmed\x18\x0f \x01(\bR\vunconfirmed\x12\x14\n" +
-	"\x05probe\x18\x10 \x01(\bR\x05probe\"F\n" +
+	"\x05probe\x18\x10 \x01(\bR\x05probe\x12\x16\n" +
+	"\x06tokens\x18\x11 \x01(\x03R\x06tokens\"F\n" +
 	"\bLeaseRef\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x16\n" +
@@ -3482,14 +3615,15 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"J\n" +
 	"\aRenewal\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xeb\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x89\x02\n" +
 	"\aSession\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x124\n" +
 	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12!\n" +
 	"\flive_holders\x18\x04 \x01(\x03R\vliveHolders\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12E\n" +
-	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\"\x8f\x01\n" +
+	"\x10recovering_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0frecoveringUntil\x12\x1c\n" +
+	"\trecovered\x18\a \x01(\x03R\trecovered\"\x8f\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\x12\x1a\n" +
@@ -3522,7 +3656,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\torphan_kv\x18\f \x01(\x03R\borphanKv\x12!\n" +
 	"\forphan_slots\x18\r \x01(\x03R\vorphanSlots\x12=\n" +
 	"\forphan_until\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\vorphanUntil\x12/\n" +
-	"\abreaker\x18\x0f \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"\xf1\x01\n" +
+	"\abreaker\x18\x0f \x01(\v2\x15.leasehold.v1.BreakerR\abreaker\"\xa1\x02\n" +
 	"\vTenantStats\x12,\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.leasehold.v1.TenantSpecR\x04spec\x12\x19\n" +
 	"\bquota_kv\x18\x02 \x01(\x03R\aquotaKv\x12\x1f\n" +
@@ -3532,7 +3666,13 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"reservedKv\x12%\n" +
 	"\x0ereserved_slots\x18\x05 \x01(\x03R\rreservedSlots\x12\x16\n" +
 	"\x06leases\x18\x06 \x01(\x03R\x06leases\x12\x18\n" +
-	"\aremoved\x18\a \x01(\bR\aremoved\"\x96\x05\n" +
+	"\aremoved\x18\a \x01(\bR\aremoved\x12.\n" +
+	"\x05rates\x18\b \x03(\v2\x18.leasehold.v1.RateBucketR\x05rates\"l\n" +
+	"\n" +
+	"RateBucket\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\x12\x1a\n" +
+	"\brequests\x18\x03 \x01(\x03R\brequests\"\x96\x05\n" +
 	"\tPoolStats\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12,\n" +
@@ -3569,7 +3709,7 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"D\n" +
 	"\x11KeepAliveResponse\x12/\n" +
-	"\asession\x18\x01 \x01(\v2\x15.leasehold.v1.SessionR\asession\"\x8f\x02\n" +
+	"\asession\x18\x01 \x01(\v2\x15.leasehold.v1.SessionR\asession\"\xa7\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1e\n" +
 	"\n" +
@@ -3582,7 +3722,9 @@ const file_leasehold_v1_ledger_proto_rawDesc = "" +
 	"\x06holder\x18\a \x01(\tR\x06holder\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tR\trequestId\x12+\n" +
-	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x81\x01\n" +
+	"\x03ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x16\n" +
+	"\x06tokens\x18\n" +
+	" \x01(\x03R\x06tokens\"\x81\x01\n" +
 	"\x0fAcquireResponse\x12+\n" +
 	"\x05grant\x18\x01 \x01(\v2\x13.leasehold.v1.GrantH\x00R\x05grant\x127\n" +
 	"\trejection\x18\x02 \x01(\v2\x17.leasehold.v1.RejectionH\x00R\trejectionB\b\n" +
@@ -3689,7 +3831,7 @@ func file_leasehold_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_ledger_proto_rawDescData
 }
 
-var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_leasehold_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*EngineSpec)(nil),            // 0: leasehold.v1.EngineSpec
 	(*TenantSpec)(nil),            // 1: leasehold.v1.TenantSpec
@@ -3708,135 +3850,139 @@ var file_leasehold_v1_ledger_proto_goTypes = []any{
 	(*Observation)(nil),           // 14: leasehold.v1.Observation
 	(*EngineStats)(nil),           // 15: leasehold.v1.EngineStats
 	(*TenantStats)(nil),           // 16: leasehold.v1.TenantStats
-	(*PoolStats)(nil),             // 17: leasehold.v1.PoolStats
-	(*ConfigureRequest)(nil),      // 18: leasehold.v1.ConfigureRequest
-	(*ConfigureResponse)(nil),     // 19: leasehold.v1.ConfigureResponse
-	(*SetDrainingRequest)(nil),    // 20: leasehold.v1.SetDrainingRequest
-	(*SetDrainingResponse)(nil),   // 21: leasehold.v1.SetDrainingResponse
-	(*KeepAliveRequest)(nil),      // 22: leasehold.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 23: leasehold.v1.KeepAliveResponse
-	(*AcquireRequest)(nil),        // 24: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 25: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 26: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),         // 27: leasehold.v1.RenewResponse
-	(*ResizeRequest)(nil),         // 28: leasehold.v1.ResizeRequest
-	(*ResizeResponse)(nil),        // 29: leasehold.v1.ResizeResponse
-	(*GrowRequest)(nil),           // 30: leasehold.v1.GrowRequest
-	(*GrowResponse)(nil),          // 31: leasehold.v1.GrowResponse
-	(*ReleaseRequest)(nil),        // 32: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 33: leasehold.v1.ReleaseResponse
-	(*ReassertRequest)(nil),       // 34: leasehold.v1.ReassertRequest
-	(*ReassertResponse)(nil),      // 35: leasehold.v1.ReassertResponse
-	(*ObserveRequest)(nil),        // 36: leasehold.v1.ObserveRequest
-	(*ObserveResponse)(nil),       // 37: leasehold.v1.ObserveResponse
-	(*SweepRequest)(nil),          // 38: leasehold.v1.SweepRequest
-	(*SweepResponse)(nil),         // 39: leasehold.v1.SweepResponse
-	(*PoolsRequest)(nil),          // 40: leasehold.v1.PoolsRequest
-	(*PoolsResponse)(nil),         // 41: leasehold.v1.PoolsResponse
-	(*ListRequest)(nil),           // 42: leasehold.v1.ListRequest
-	(*ListResponse)(nil),          // 43: leasehold.v1.ListResponse
-	(*StatsRequest)(nil),          // 44: leasehold.v1.StatsRequest
-	(*StatsResponse)(nil),         // 45: leasehold.v1.StatsResponse
-	(*CheckTotalsRequest)(nil),    // 46: leasehold.v1.CheckTotalsRequest
-	(*Totals)(nil),                // 47: leasehold.v1.Totals
-	(*TotalsMismatch)(nil),        // 48: leasehold.v1.TotalsMismatch
-	(*CheckTotalsResponse)(nil),   // 49: leasehold.v1.CheckTotalsResponse
-	nil,                           // 50: leasehold.v1.PoolStats.CountersEntry
-	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 52: google.protobuf.Timestamp
+	(*RateBucket)(nil),            // 17: leasehold.v1.RateBucket
+	(*PoolStats)(nil),             // 18: leasehold.v1.PoolStats
+	(*ConfigureRequest)(nil),      // 19: leasehold.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),     // 20: leasehold.v1.ConfigureResponse
+	(*SetDrainingRequest)(nil),    // 21: leasehold.v1.SetDrainingRequest
+	(*SetDrainingResponse)(nil),   // 22: leasehold.v1.SetDrainingResponse
+	(*KeepAliveRequest)(nil),      // 23: leasehold.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 24: leasehold.v1.KeepAliveResponse
+	(*AcquireRequest)(nil),        // 25: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 26: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 27: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),         // 28: leasehold.v1.RenewResponse
+	(*ResizeRequest)(nil),         // 29: leasehold.v1.ResizeRequest
+	(*ResizeResponse)(nil),        // 30: leasehold.v1.ResizeResponse
+	(*GrowRequest)(nil),           // 31: leasehold.v1.GrowRequest
+	(*GrowResponse)(nil),          // 32: leasehold.v1.GrowResponse
+	(*ReleaseRequest)(nil),        // 33: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 34: leasehold.v1.ReleaseResponse
+	(*ReassertRequest)(nil),       // 35: leasehold.v1.ReassertRequest
+	(*ReassertResponse)(nil),      // 36: leasehold.v1.ReassertResponse
+	(*ObserveRequest)(nil),        // 37: leasehold.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 38: leasehold.v1.ObserveResponse
+	(*SweepRequest)(nil),          // 39: leasehold.v1.SweepRequest
+	(*SweepResponse)(nil),         // 40: leasehold.v1.SweepResponse
+	(*PoolsRequest)(nil),          // 41: leasehold.v1.PoolsRequest
+	(*PoolsResponse)(nil),         // 42: leasehold.v1.PoolsResponse
+	(*ListRequest)(nil),           // 43: leasehold.v1.ListRequest
+	(*ListResponse)(nil),          // 44: leasehold.v1.ListResponse
+	(*StatsRequest)(nil),          // 45: leasehold.v1.StatsRequest
+	(*StatsResponse)(nil),         // 46: leasehold.v1.StatsResponse
+	(*CheckTotalsRequest)(nil),    // 47: leasehold.v1.CheckTotalsRequest
+	(*Totals)(nil),                // 48: leasehold.v1.Totals
+	(*TotalsMismatch)(nil),        // 49: leasehold.v1.TotalsMismatch
+	(*CheckTotalsResponse)(nil),   // 50: leasehold.v1.CheckTotalsResponse
+	nil,                           // 51: leasehold.v1.PoolStats.CountersEntry
+	(*durationpb.Duration)(nil),   // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
 }
 var file_leasehold_v1_ledger_proto_depIdxs = []int32{
-	51, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
+	52, // 0: leasehold.v1.EngineSpec.stale_after:type_name -> google.protobuf.Duration
 	0,  // 1: leasehold.v1.PoolSpec.engines:type_name -> leasehold.v1.EngineSpec
 	1,  // 2: leasehold.v1.PoolSpec.tenants:type_name -> leasehold.v1.TenantSpec
 	2,  // 3: leasehold.v1.PoolSpec.priorities:type_name -> leasehold.v1.PrioritySpec
-	51, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
+	52, // 4: leasehold.v1.PoolSpec.retry_after:type_name -> google.protobuf.Duration
 	4,  // 5: leasehold.v1.PoolSpec.breaker:type_name -> leasehold.v1.BreakerSpec
-	51, // 6: leasehold.v1.BreakerSpec.cooldown:type_name -> google.protobuf.Duration
-	52, // 7: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
-	52, // 8: leasehold.v1.Breaker.last_failure_at:type_name -> google.protobuf.Timestamp
-	52, // 9: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
-	52, // 10: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
-	6,  // 11: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
-	51, // 12: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
-	7,  // 13: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
-	7,  // 14: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
-	52, // 15: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
-	52, // 16: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
-	52, // 17: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
-	0,  // 18: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
-	14, // 19: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
-	52, // 20: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
-	52, // 21: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
-	5,  // 22: leasehold.v1.EngineStats.breaker:type_name -> leasehold.v1.Breaker
-	1,  // 23: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
-	52, // 24: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
-	52, // 25: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
-	15, // 26: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
-	16, // 27: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
-	2,  // 28: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
-	50, // 29: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
-	3,  // 30: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
-	51, // 31: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	12, // 32: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
-	51, // 33: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 34: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
-	9,  // 35: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
-	8,  // 36: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
-	51, // 37: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	11, // 38: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
-	8,  // 39: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 40: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
-	9,  // 41: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
-	8,  // 42: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
-	11, // 43: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
-	8,  // 44: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
-	13, // 45: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
-	7,  // 46: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
-	51, // 47: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
-	10, // 48: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
-	9,  // 49: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
-	14, // 50: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
-	7,  // 51: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
-	17, // 52: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
-	47, // 53: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
-	47, // 54: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
-	48, // 55: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
-	18, // 56: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
-	20, // 57: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
-	22, // 58: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	24, // 59: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
-	26, // 60: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
-	28, // 61: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
-	30, // 62: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
-	32, // 63: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
-	34, // 64: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
-	36, // 65: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
-	38, // 66: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
-	40, // 67: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
-	42, // 68: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
-	44, // 69: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
-	46, // 70: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
-	19, // 71: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
-	21, // 72: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
-	23, // 73: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	25, // 74: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
-	27, // 75: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
-	29, // 76: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
-	31, // 77: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
-	33, // 78: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
-	35, // 79: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
-	37, // 80: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
-	39, // 81: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
-	41, // 82: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
-	43, // 83: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
-	45, // 84: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
-	49, // 85: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
-	71, // [71:86] is the sub-list for method output_type
-	56, // [56:71] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	52, // 6: leasehold.v1.PoolSpec.rate_window:type_name -> google.protobuf.Duration
+	52, // 7: leasehold.v1.BreakerSpec.cooldown:type_name -> google.protobuf.Duration
+	53, // 8: leasehold.v1.Breaker.opened_at:type_name -> google.protobuf.Timestamp
+	53, // 9: leasehold.v1.Breaker.last_failure_at:type_name -> google.protobuf.Timestamp
+	53, // 10: leasehold.v1.Lease.created:type_name -> google.protobuf.Timestamp
+	53, // 11: leasehold.v1.Lease.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 12: leasehold.v1.Lease.fence:type_name -> leasehold.v1.Fence
+	52, // 13: leasehold.v1.Rejection.retry_after:type_name -> google.protobuf.Duration
+	7,  // 14: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	7,  // 15: leasehold.v1.Renewal.lease:type_name -> leasehold.v1.Lease
+	53, // 16: leasehold.v1.Session.expires:type_name -> google.protobuf.Timestamp
+	53, // 17: leasehold.v1.Session.recovering_until:type_name -> google.protobuf.Timestamp
+	53, // 18: leasehold.v1.Observation.observed_at:type_name -> google.protobuf.Timestamp
+	0,  // 19: leasehold.v1.EngineStats.spec:type_name -> leasehold.v1.EngineSpec
+	14, // 20: leasehold.v1.EngineStats.last_observation:type_name -> leasehold.v1.Observation
+	53, // 21: leasehold.v1.EngineStats.observed_at:type_name -> google.protobuf.Timestamp
+	53, // 22: leasehold.v1.EngineStats.orphan_until:type_name -> google.protobuf.Timestamp
+	5,  // 23: leasehold.v1.EngineStats.breaker:type_name -> leasehold.v1.Breaker
+	1,  // 24: leasehold.v1.TenantStats.spec:type_name -> leasehold.v1.TenantSpec
+	17, // 25: leasehold.v1.TenantStats.rates:type_name -> leasehold.v1.RateBucket
+	53, // 26: leasehold.v1.RateBucket.at:type_name -> google.protobuf.Timestamp
+	53, // 27: leasehold.v1.PoolStats.now:type_name -> google.protobuf.Timestamp
+	53, // 28: leasehold.v1.PoolStats.recovering_until:type_name -> google.protobuf.Timestamp
+	15, // 29: leasehold.v1.PoolStats.engines:type_name -> leasehold.v1.EngineStats
+	16, // 30: leasehold.v1.PoolStats.tenants:type_name -> leasehold.v1.TenantStats
+	2,  // 31: leasehold.v1.PoolStats.priorities:type_name -> leasehold.v1.PrioritySpec
+	51, // 32: leasehold.v1.PoolStats.counters:type_name -> leasehold.v1.PoolStats.CountersEntry
+	3,  // 33: leasehold.v1.ConfigureRequest.spec:type_name -> leasehold.v1.PoolSpec
+	52, // 34: leasehold.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	12, // 35: leasehold.v1.KeepAliveResponse.session:type_name -> leasehold.v1.Session
+	52, // 36: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 37: leasehold.v1.AcquireResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 38: leasehold.v1.AcquireResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 39: leasehold.v1.RenewRequest.ref:type_name -> leasehold.v1.LeaseRef
+	52, // 40: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 41: leasehold.v1.RenewResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 42: leasehold.v1.ResizeRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 43: leasehold.v1.ResizeResponse.renewal:type_name -> leasehold.v1.Renewal
+	9,  // 44: leasehold.v1.ResizeResponse.rejection:type_name -> leasehold.v1.Rejection
+	8,  // 45: leasehold.v1.GrowRequest.ref:type_name -> leasehold.v1.LeaseRef
+	11, // 46: leasehold.v1.GrowResponse.renewal:type_name -> leasehold.v1.Renewal
+	8,  // 47: leasehold.v1.ReleaseRequest.ref:type_name -> leasehold.v1.LeaseRef
+	13, // 48: leasehold.v1.ReleaseRequest.usage:type_name -> leasehold.v1.Usage
+	7,  // 49: leasehold.v1.ReassertRequest.lease:type_name -> leasehold.v1.Lease
+	52, // 50: leasehold.v1.ReassertRequest.ttl:type_name -> google.protobuf.Duration
+	10, // 51: leasehold.v1.ReassertResponse.grant:type_name -> leasehold.v1.Grant
+	9,  // 52: leasehold.v1.ReassertResponse.rejection:type_name -> leasehold.v1.Rejection
+	14, // 53: leasehold.v1.ObserveRequest.observation:type_name -> leasehold.v1.Observation
+	7,  // 54: leasehold.v1.ListResponse.leases:type_name -> leasehold.v1.Lease
+	18, // 55: leasehold.v1.StatsResponse.stats:type_name -> leasehold.v1.PoolStats
+	48, // 56: leasehold.v1.TotalsMismatch.recorded:type_name -> leasehold.v1.Totals
+	48, // 57: leasehold.v1.TotalsMismatch.rows:type_name -> leasehold.v1.Totals
+	49, // 58: leasehold.v1.CheckTotalsResponse.mismatches:type_name -> leasehold.v1.TotalsMismatch
+	19, // 59: leasehold.v1.Ledger.Configure:input_type -> leasehold.v1.ConfigureRequest
+	21, // 60: leasehold.v1.Ledger.SetDraining:input_type -> leasehold.v1.SetDrainingRequest
+	23, // 61: leasehold.v1.Ledger.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	25, // 62: leasehold.v1.Ledger.Acquire:input_type -> leasehold.v1.AcquireRequest
+	27, // 63: leasehold.v1.Ledger.Renew:input_type -> leasehold.v1.RenewRequest
+	29, // 64: leasehold.v1.Ledger.Resize:input_type -> leasehold.v1.ResizeRequest
+	31, // 65: leasehold.v1.Ledger.Grow:input_type -> leasehold.v1.GrowRequest
+	33, // 66: leasehold.v1.Ledger.Release:input_type -> leasehold.v1.ReleaseRequest
+	35, // 67: leasehold.v1.Ledger.Reassert:input_type -> leasehold.v1.ReassertRequest
+	37, // 68: leasehold.v1.Ledger.Observe:input_type -> leasehold.v1.ObserveRequest
+	39, // 69: leasehold.v1.Ledger.Sweep:input_type -> leasehold.v1.SweepRequest
+	41, // 70: leasehold.v1.Ledger.Pools:input_type -> leasehold.v1.PoolsRequest
+	43, // 71: leasehold.v1.Ledger.List:input_type -> leasehold.v1.ListRequest
+	45, // 72: leasehold.v1.Ledger.Stats:input_type -> leasehold.v1.StatsRequest
+	47, // 73: leasehold.v1.Ledger.CheckTotals:input_type -> leasehold.v1.CheckTotalsRequest
+	20, // 74: leasehold.v1.Ledger.Configure:output_type -> leasehold.v1.ConfigureResponse
+	22, // 75: leasehold.v1.Ledger.SetDraining:output_type -> leasehold.v1.SetDrainingResponse
+	24, // 76: leasehold.v1.Ledger.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	26, // 77: leasehold.v1.Ledger.Acquire:output_type -> leasehold.v1.AcquireResponse
+	28, // 78: leasehold.v1.Ledger.Renew:output_type -> leasehold.v1.RenewResponse
+	30, // 79: leasehold.v1.Ledger.Resize:output_type -> leasehold.v1.ResizeResponse
+	32, // 80: leasehold.v1.Ledger.Grow:output_type -> leasehold.v1.GrowResponse
+	34, // 81: leasehold.v1.Ledger.Release:output_type -> leasehold.v1.ReleaseResponse
+	36, // 82: leasehold.v1.Ledger.Reassert:output_type -> leasehold.v1.ReassertResponse
+	38, // 83: leasehold.v1.Ledger.Observe:output_type -> leasehold.v1.ObserveResponse
+	40, // 84: leasehold.v1.Ledger.Sweep:output_type -> leasehold.v1.SweepResponse
+	42, // 85: leasehold.v1.Ledger.Pools:output_type -> leasehold.v1.PoolsResponse
+	44, // 86: leasehold.v1.Ledger.List:output_type -> leasehold.v1.ListResponse
+	46, // 87: leasehold.v1.Ledger.Stats:output_type -> leasehold.v1.StatsResponse
+	50, // 88: leasehold.v1.Ledger.CheckTotals:output_type -> leasehold.v1.CheckTotalsResponse
+	74, // [74:89] is the sub-list for method output_type
+	59, // [59:74] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_ledger_proto_init() }
@@ -3844,15 +3990,15 @@ func file_leasehold_v1_ledger_proto_init() {
 	if File_leasehold_v1_ledger_proto != nil {
 		return
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[25].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[26].OneofWrappers = []any{
 		(*AcquireResponse_Grant)(nil),
 		(*AcquireResponse_Rejection)(nil),
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[29].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[30].OneofWrappers = []any{
 		(*ResizeResponse_Renewal)(nil),
 		(*ResizeResponse_Rejection)(nil),
 	}
-	file_leasehold_v1_ledger_proto_msgTypes[35].OneofWrappers = []any{
+	file_leasehold_v1_ledger_proto_msgTypes[36].OneofWrappers = []any{
 		(*ReassertResponse_Grant)(nil),
 		(*ReassertResponse_Rejection)(nil),
 	}
@@ -3862,7 +4008,7 @@ func file_leasehold_v1_ledger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_ledger_proto_rawDesc), len(file_leasehold_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

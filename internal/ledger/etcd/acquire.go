@@ -138,7 +138,8 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		MaxFill: prio.MaxFill, Candidates: states,
 		KVTokens: req.KVTokens, Slots: req.Slots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: epoch, GrowthHeadroom: m.Spec.GrowthHeadroom,
-		Breaker: m.Spec.Breaker,
+		Breaker: m.Spec.Breaker, Tokens: req.ChargedTokens(), Rates: trec.rates(), RateWindow: m.Spec.RateWindow,
+		ObservedSince: l.observedSince(m), Reserve: m.Spec.Mode(),
 	})
 	if rej != nil {
 		// Count the rejection under the same guards: it is part of the
@@ -170,6 +171,11 @@ func (l *store) tryAcquire(ctx context.Context, req ledger.AcquireRequest, probe
 		Engine: engine, Tenant: req.Tenant, Priority: req.Priority, KVTokens: req.KVTokens, Slots: req.Slots,
 		Holder: req.Holder, RequestID: req.RequestID, CreatedMs: now.UnixMilli(), DeadlineMs: deadline.UnixMilli(),
 		Epoch: m.Epoch, Seq: seq, Probe: probe,
+	}
+	if tspec.Rated() {
+		// The grant's charge, under the guards of the check.
+		lr.Tokens = req.ChargedTokens()
+		trec.setRates(ledger.ChargeRate(trec.rates(), now, m.Spec.RateWindow, lr.Tokens))
 	}
 	reserve(&er, &trec, lr, 1)
 	count(&er.Counters, ledger.CounterGrants, 1)

@@ -41,8 +41,11 @@
 // should have deleted the marker; never a past time while it exists. The local
 // clock (Options.Clock) only stamps the times reported (Created, Deadline,
 // Expires, Now, RecoveringUntil, ObservedAt), mints epochs, orders the expiry
-// indexes that bound the sweeps and times the orphan hold and the circuit
-// breaker's cooldown below.
+// indexes that bound the sweeps and times the orphan hold, the circuit
+// breaker's cooldown below and tenants' rate windows (ledger/rate.go): a
+// grant charges the bucket of its process's now and prunes by it, so
+// processes whose clocks disagree by d may together admit, in one minute,
+// what d more of the window admits beyond a budget (one clock: none).
 //
 // # Circuit breaker
 //

@@ -436,6 +436,12 @@ func (l *store) seeEpoch(pool ledger.PoolID, e ledger.Epoch) {
 	}
 }
 
+// observedSince is ledger.RecoverySince of the pool's epoch: it began at
+// the meta record's CreatedMs.
+func (l *store) observedSince(m *metaRec) time.Time {
+	return ledger.RecoverySince(time.UnixMilli(m.CreatedMs), l.opts.ConfirmGrace)
+}
+
 // recoveringUntil returns the end of the pool's recovery window as the
 // ledger reports it and admission uses it: the window is open exactly while
 // its marker exists, so this is zero once etcd has deleted the marker and
@@ -533,6 +539,8 @@ func admissionState(spec ledger.EngineSpec, r engineRec, fresh bool, now time.Ti
 	s.CorrectionKV, s.CorrectionSlots = r.charged()
 	if r.Obs != nil {
 		s.ReportedKV = r.Obs.KVTotal
+		s.LastObservation = r.lastObservation("", spec.ID)
+		s.ArrivedAt = time.UnixMilli(r.ObservedAtMs)
 	}
 	if fresh {
 		s.ObservedAt = now

@@ -278,6 +278,7 @@ func (l *store) leaseAdmission(ctx context.Context, c *leaseChange, spec ledger.
 		CapacityKV: capKV, CapacitySlots: capSlots,
 		Tenant: tspec, TenantKV: c.tr.ReservedKV, TenantSlots: c.tr.ReservedSlots,
 		RetryAfter: m.Spec.RetryAfter, Epoch: ledger.Epoch(m.Epoch), GrowthHeadroom: m.Spec.GrowthHeadroom,
+		ObservedSince: l.observedSince(m), Reserve: m.Spec.Mode(),
 	}
 	return a, admissionState(spec, c.er, v.has(fk), now), nil
 }
@@ -422,6 +423,9 @@ func (l *store) endLeaseProbed(ctx context.Context, pool ledger.PoolID, id ledge
 		}
 		count(&er.Counters, out.cause, 1)
 		if out.cause == ledger.CounterReleases {
+			if d := ledger.RateTrueUp(r.lease(pool), usage); d != 0 {
+				tr.setRates(ledger.TrueUpRate(tr.rates(), msTime(r.CreatedMs), l.now(), lv.m.Spec.RateWindow, d))
+			}
 			count(&er.Counters, ledger.CounterReleasedKV, r.KVTokens)
 			count(&er.Counters, ledger.CounterActualPrompt, usage.PromptTokens)
 			count(&er.Counters, ledger.CounterActualComplete, usage.CompletionTokens)

@@ -11,7 +11,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, etcdserver.IgnoreLeaks()...)
+	goleak.VerifyTestMain(m, append(etcdserver.IgnoreLeaks(), goleak.Cleanup(func(code int) {
+		etcdserver.RemoveBinaries() // the etcdmember binary of StartCluster
+		os.Exit(code)
+	}))...)
 }
 
 // shared is one etcd member for the tests that isolate themselves by key

@@ -240,11 +240,16 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 			out.Applied = false
 			return true, nil
 		}
+		// The recovery marker decides the correction (ledger.CorrectionOf)
+		// and joins the transaction's guards.
+		if err := l.readMore(ctx, v, []string{l.keys.recovering(pool)}); err != nil {
+			return false, err
+		}
 		base := l.opts.Clock.Now()
 		r.Obs = &obsRec{KVUsed: obs.KVTokensUsed, KVTotal: obs.KVTokensTotal, Running: obs.Running, Waiting: obs.Waiting, AtNs: obs.ObservedAt.UnixNano()}
 		r.ObservedAtMs = base.UnixMilli()
-		r.CorrectionKV = max(0, obs.KVTokensUsed-r.ReservedKV)
-		r.CorrectionSlots = max(0, obs.Running-r.ReservedSlots)
+		inWindow := !l.recoveringUntil(v, pool, time.UnixMilli(r.ObservedAtMs)).IsZero()
+		r.CorrectionKV, r.CorrectionSlots = ledger.CorrectionOf(obs, r.ReservedKV, r.ReservedSlots, inWindow)
 		if r.ObservedAtMs >= r.OrphanUntilMs {
 			// Arrived after the orphans' hold: what they still run is
 			// in the correction now.
@@ -459,13 +464,15 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 		delete(trecs, spec.Name)
 		qkv, qslots := ledger.TenantQuota(spec, st.CapacityKV, st.CapacitySlots)
 		st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec, QuotaKV: qkv, QuotaSlots: qslots,
-			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases})
+			ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases,
+			Rates: ledger.PruneRates(r.rates(), st.Now, m.Spec.RateWindow)})
 	}
 	for id, r := range trecs {
 		if ledger.RowFateOf(false, r.Leases) == ledger.RowRemoved {
 			spec, _ := m.tenantOf(id, r)
 			st.Tenants = append(st.Tenants, ledger.TenantStats{Spec: spec,
-				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true})
+				ReservedKV: r.ReservedKV, ReservedSlots: r.ReservedSlots, Leases: r.Leases, Removed: true,
+				Rates: ledger.PruneRates(r.rates(), st.Now, m.Spec.RateWindow)})
 		}
 	}
 	slices.SortFunc(st.Tenants, func(a, b ledger.TenantStats) int { return cmp.Compare(a.Spec.Name, b.Spec.Name) })
@@ -479,9 +486,16 @@ func engineStats(pool ledger.PoolID, spec ledger.EngineSpec, r engineRec, stale,
 		OrphanKV: r.OrphanKV, OrphanSlots: r.OrphanSlots, OrphanUntil: msTime(r.OrphanUntilMs),
 	}
 	es.CorrectionKV, es.CorrectionSlots = r.charged()
-	if r.Obs != nil {
-		es.LastObservation = ledger.Observation{Pool: pool, Engine: spec.ID, KVTokensUsed: r.Obs.KVUsed, KVTokensTotal: r.Obs.KVTotal,
-			Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}
-	}
+	es.LastObservation = r.lastObservation(pool, spec.ID)
 	return es
+}
+
+// lastObservation returns the record's last applied observation of
+// engine id in pool; zero if none.
+func (r engineRec) lastObservation(pool ledger.PoolID, id ledger.EngineID) ledger.Observation {
+	if r.Obs == nil {
+		return ledger.Observation{}
+	}
+	return ledger.Observation{Pool: pool, Engine: id, KVTokensUsed: r.Obs.KVUsed, KVTokensTotal: r.Obs.KVTotal,
+		Running: r.Obs.Running, Waiting: r.Obs.Waiting, ObservedAt: time.Unix(0, r.Obs.AtNs)}
 }

@@ -204,6 +204,33 @@ type tenantRec struct {
 	Leases        int64              `json:"leases"`
 	Counters      map[string]int64   `json:"counters,omitempty"`
 	Spec          *ledger.TenantSpec `json:"spec,omitempty"`
+	// Rates is the tenant's rate window (ledger.ChargeRate), oldest
+	// first; records written before rate budgets have none.
+	Rates []rateRec `json:"rates,omitempty"`
+}
+
+// rateRec is a ledger.RateBucket with its start in ledger-clock ms.
+type rateRec struct {
+	AtMs     int64 `json:"at_ms"`
+	Tokens   int64 `json:"tokens"`
+	Requests int64 `json:"requests"`
+}
+
+// rates returns the tenant's window.
+func (r *tenantRec) rates() []ledger.RateBucket {
+	out := make([]ledger.RateBucket, len(r.Rates))
+	for i, b := range r.Rates {
+		out[i] = ledger.RateBucket{At: time.UnixMilli(b.AtMs), Tokens: b.Tokens, Requests: b.Requests}
+	}
+	return out
+}
+
+// setRates stores the tenant's window.
+func (r *tenantRec) setRates(bs []ledger.RateBucket) {
+	r.Rates = make([]rateRec, len(bs))
+	for i, b := range bs {
+		r.Rates[i] = rateRec{AtMs: b.At.UnixMilli(), Tokens: b.Tokens, Requests: b.Requests}
+	}
 }
 
 func (r *tenantRec) keep(s ledger.TenantSpec) bool {
@@ -295,6 +322,9 @@ type leaseRec struct {
 	ReassertedMs int64 `json:"reasserted_ms,omitempty"`
 	// Probe marks a probe lease on a half-open engine (ledger.Lease.Probe).
 	Probe bool `json:"probe,omitempty"`
+	// Tokens is what the grant charged to the tenant's rate window
+	// (ledger.Lease.Tokens); 0 when nothing was.
+	Tokens int64 `json:"tokens,omitempty"`
 }
 
 func (r *leaseRec) id() ledger.LeaseID {
@@ -319,7 +349,7 @@ func (r *leaseRec) lease(pool ledger.PoolID) ledger.Lease {
 		ID: r.id(), Pool: pool, Engine: r.Engine, Tenant: r.Tenant, Priority: r.Priority,
 		KVTokens: r.KVTokens, Slots: r.Slots, Holder: r.Holder, RequestID: r.RequestID,
 		Created: msTime(r.CreatedMs), Deadline: msTime(r.DeadlineMs),
-		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown, Probe: r.Probe,
+		Fence: r.fence(), Reasserted: r.Reasserted, Overgrown: r.Overgrown, Probe: r.Probe, Tokens: r.Tokens,
 	}
 }
 

@@ -97,5 +97,51 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 	if err != nil {
 		return ledger.Session{}, err
 	}
+	if !out.RecoveringUntil.IsZero() {
+		// Informational (readiness), so read after the session's
+		// transaction rather than under its guards: observations do not
+		// make keepalives retry.
+		if out.Recovered, err = l.recoveredEngines(ctx, pool); err != nil {
+			return ledger.Session{}, err
+		}
+	}
 	return out, nil
+}
+
+// recoveredEngines counts the pool's configured engines that have
+// recovered in its current epoch (ledger.EngineState.Recovered), read at
+// one revision.
+func (l *store) recoveredEngines(ctx context.Context, pool ledger.PoolID) (int, error) {
+	engines, fresh := l.keys.kind(pool, kindEngine), l.keys.kind(pool, kindFresh)
+	v, err := l.read(ctx, []string{l.keys.meta(pool)}, span{from: engines}, span{from: fresh, keysOnly: true})
+	if err != nil {
+		return 0, err
+	}
+	m, err := l.meta(v, pool)
+	if err != nil {
+		return 0, err
+	}
+	isFresh := map[string]bool{}
+	for _, kv := range v.ranges[fresh] {
+		isFresh[string(kv.Key)] = true
+	}
+	recs := map[string][]byte{}
+	for _, kv := range v.ranges[engines] {
+		recs[string(kv.Key)] = kv.Value
+	}
+	now := l.now()
+	n := 0
+	for _, spec := range m.Spec.Engines {
+		var r engineRec
+		ek := l.keys.engine(pool, spec.ID)
+		if b := recs[ek]; b != nil {
+			if err := decode(ek, b, &r); err != nil {
+				return 0, err
+			}
+		}
+		if admissionState(spec, r, isFresh[l.keys.fresh(pool, spec.ID)], now).Recovered(now, l.observedSince(m), m.Spec.Mode()) {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -287,7 +287,7 @@ func (s *suite) testGrowNeverRefused(t *testing.T) {
 		}
 		f.wantReserved(e1, 1000, 1, 1)
 		if st.RecoveringUntil.Sub(st.Now) > recoveryWindow/4 {
-			f.reject(f.req(h1, 1, 1, e2), ledger.ReasonRecovering, "") // while grants are still refused
+			f.reject(f.req(h1, 1, 1, e2), ledger.ReasonRecovering, e2) // while grants are still refused
 		}
 	})
 	t.Run("draining", func(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package ledgertest is the conformance suite every ledger backend passes
-// unchanged: the limits, idempotence, expiry, epochs, what Reassert may
+// unchanged: the limits, idempotence, expiry, epochs, recovery after a new
+// epoch (per engine, on telemetry, with a partitioned holder), what Reassert may
 // claim and its confirmation by telemetry, bad arguments, elastic
 // reservations (modes, growth headroom, Grow, reported capacity, completion
-// counters), the circuit breaker per engine, a concurrent safety check and a linearizability check of
+// counters), the circuit breaker per engine, tenants' rate budgets, a concurrent safety check and a linearizability check of
 // recorded histories, both with growth.
 //
 // A backend's test calls Run with a Backend that makes isolated, empty
@@ -57,6 +58,10 @@ type Backend struct {
 	// Without it every expiry must be left to Sweep and the mutating calls,
 	// and the suite holds each Sweep to exact counts.
 	BackgroundSweep bool
+	// Groups, when set, runs only the groups of the suite it names (Limits,
+	// Idempotence, ...: the subtests of Run), for a store topology slow
+	// enough that the whole suite would take minutes; nil runs them all.
+	Groups []string
 }
 
 // Run runs the whole suite against b. Subtests run one after another: most
@@ -78,15 +83,20 @@ func Run(t *testing.T, b Backend) {
 		{"Leases", s.testLeases},
 		{"Sessions", s.testSessions},
 		{"Epochs", s.testEpochs},
+		{"Recovery", s.testRecovery},
 		{"Reassert", s.testReassert},
 		{"Audit", s.testAudit},
 		{"BadArguments", s.testBadArguments},
 		{"Elastic", s.testElastic},
 		{"Breaker", s.testBreaker},
+		{"Rates", s.testRates},
 		{"Concurrency", s.testConcurrency},
 		{"Linearizability", s.testLinearizability},
 	}
 	for _, g := range groups {
+		if b.Groups != nil && !slices.Contains(b.Groups, g.name) {
+			continue
+		}
 		t.Run(g.name, g.run)
 	}
 }

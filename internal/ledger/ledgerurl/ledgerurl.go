@@ -1,8 +1,12 @@
 // Package ledgerurl picks a ledger backend from a --ledger URL, once, for
 // the commands: memory://, redis://host:port/db (rediss:// for TLS;
 // ?wait_replicas=N[&wait_timeout=D] acknowledges changes only once N
-// replicas have them), etcd://host:port[,host:port][/prefix],
-// grpc://host:port (a reserver). It owns no state of its own.
+// replicas have them), redis+sentinel://host:port[,host:port]/MASTER_NAME
+// (the primary the Sentinels name, followed across failovers),
+// redis+cluster://host:port[,host:port] (a Redis Cluster; each pool is one
+// hash slot), each of those also rediss+ for TLS,
+// etcd://host:port[,host:port][/prefix], grpc://host:port (a reserver). It
+// owns no state of its own.
 package ledgerurl
 
 import (
@@ -18,7 +22,7 @@ import (
 )
 
 // Schemes lists the URL schemes Open accepts, for flag help and errors.
-var Schemes = []string{"memory://", "redis://", "rediss://", "etcd://", "grpc://"}
+var Schemes = append(append([]string{"memory://"}, redis.Schemes...), "etcd://", "grpc://")
 
 // Options are the settings passed to whichever backend the URL names.
 type Options struct {
@@ -93,7 +97,8 @@ func Open(rawURL string, opts Options) (ledger.Ledger, error) {
 			return nil, fmt.Errorf("%w: --ledger %q: memory:// takes no host or path", ledger.ErrInvalidArgument, rawURL)
 		}
 		return memory.New(opts.Options, opts.Clock), nil
-	case "redis", "rediss":
+	case redis.SchemeRedis, redis.SchemeRedisTLS, redis.SchemeSentinel, redis.SchemeSentinelTLS,
+		redis.SchemeCluster, redis.SchemeClusterTLS:
 		l, err := redis.Open(rawURL, redis.Options{Options: opts.Options})
 		if err != nil {
 			return nil, err

@@ -361,8 +361,8 @@ func TestRecoveryWindow(t *testing.T) {
 	clock.Advance(time.Second)
 	_, err = l.Acquire(ctx, req)
 	wantReason(t, "acquire while recovering", err, ledger.ReasonRecovering)
-	if r := ledger.AsRejection(err); r.RetryAfter != 2*time.Second || r.Epoch != epoch {
-		t.Fatalf("rejection %+v, want retry after 2s in epoch %d", r, epoch)
+	if r := ledger.AsRejection(err); r.RetryAfter != testSpec().RetryAfter || r.Engine != "e0" || r.Epoch != epoch {
+		t.Fatalf("rejection %+v, want recovering on e0, retry after the pool's %s (shorter than the 2s left) in epoch %d", r, testSpec().RetryAfter, epoch)
 	}
 	lost := ledger.Lease{
 		ID: ledger.MakeLeaseID(ledger.Fence{Epoch: epoch, Seq: 7}), Fence: ledger.Fence{Epoch: epoch, Seq: 7}, Pool: testPool, Engine: "e0",
@@ -375,11 +375,11 @@ func TestRecoveryWindow(t *testing.T) {
 	if again, err := l.Reassert(ctx, lost, time.Minute); err != nil || !again.Replayed || again.Lease != g.Lease {
 		t.Fatalf("second Reassert = %+v, %v; want the same lease, replayed", again, err)
 	}
-	_, err = l.Resize(ctx, g.Lease.Ref(), 1001)
-	wantReason(t, "grow while recovering", err, ledger.ReasonRecovering)
 	if _, err := l.Resize(ctx, g.Lease.Ref(), 995); err != nil {
 		t.Fatalf("shrink while recovering: %v", err)
 	}
+	_, err = l.Resize(ctx, g.Lease.Ref(), 996)
+	wantReason(t, "grow while recovering", err, ledger.ReasonRecovering)
 	if _, err := l.Configure(ctx, testSpec()); err != nil {
 		t.Fatal(err)
 	}

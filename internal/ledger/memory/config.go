@@ -38,6 +38,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 		}
 		if l.opts.RecoveryWindow > 0 {
 			o.pool.RecoveringUntil = plus(o.now, l.opts.RecoveryWindow)
+			o.pool.ObservedSince = ledger.RecoverySince(o.now, l.opts.ConfirmGrace)
 		}
 	}
 	p := o.pool
@@ -45,6 +46,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 	p.RetryAfter = spec.RetryAfter
 	p.Reserve, p.GrowthHeadroom = spec.Mode(), spec.GrowthHeadroom
 	p.Breaker = spec.Breaker
+	p.RateWindow = spec.RateWindow
 	p.CapacityKV, p.CapacitySlots = 0, 0
 
 	inSpec := map[ledger.EngineID]bool{}

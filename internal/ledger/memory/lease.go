@@ -46,7 +46,7 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 			rows[i], states[i] = e, e.state()
 		}
 		a := o.admission(t, prio)
-		a.Candidates, a.KVTokens, a.Slots = states, req.KVTokens, req.Slots
+		a.Candidates, a.KVTokens, a.Slots, a.Tokens = states, req.KVTokens, req.Slots, req.ChargedTokens()
 		i, rej := ledger.Admit(a)
 		if rej != nil {
 			o.reject(rej)
@@ -83,6 +83,12 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 			Fence:     fence,
 			Probe:     probe,
 		}}
+		if t.Spec.Rated() {
+			// The grant's charge, in the same step as the check.
+			tc := *t
+			tc.Rates = ledger.ChargeRate(t.Rates, o.now, o.pool.RateWindow, a.Tokens)
+			ls.Tokens, t = a.Tokens, &tc
+		}
 		o.addLease(ls, &e, t)
 		o.count(ledger.CounterGrants, 1)
 		g = ledger.Grant{Lease: ls.Lease, Epoch: o.pool.Epoch}
@@ -212,6 +218,13 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 			return nil
 		}
 		o.dropLease(ls, ledger.CounterReleases, usage.Outcome)
+		if d := ledger.RateTrueUp(ls.Lease, usage); d != 0 {
+			if t := o.tenant(ls.Tenant); t != nil {
+				c := *t
+				c.Rates = ledger.TrueUpRate(t.Rates, ls.Created, o.now, o.pool.RateWindow, d)
+				o.insert(tableTenants, &c)
+			}
+		}
 		o.count(ledger.CounterReleasedKV, ls.KVTokens)
 		o.count(ledger.CounterActualPrompt, usage.PromptTokens)
 		o.count(ledger.CounterActualComplete, usage.CompletionTokens)
@@ -361,6 +374,10 @@ func (o *op) admission(t *tenantRow, prio ledger.PrioritySpec) ledger.Admission 
 		Epoch:           o.pool.Epoch,
 		GrowthHeadroom:  o.pool.GrowthHeadroom,
 		Breaker:         o.pool.Breaker,
+		Rates:           t.Rates,
+		RateWindow:      o.pool.RateWindow,
+		ObservedSince:   o.pool.ObservedSince,
+		Reserve:         o.pool.Reserve,
 	}
 }
 

@@ -10,7 +10,8 @@ import (
 // Observe records engine telemetry. An observation whose ObservedAt is not
 // after the last applied one's is ignored (compared at full precision, by
 // wall clock). An applied one sets the engine's correction to what the
-// engine reports beyond what the ledger has reserved on it, stamps its
+// engine reports beyond what the ledger has reserved on it (during the
+// recovery window, all it reports: ledger.CorrectionOf), stamps its
 // arrival with the ledger clock and, while the engine may hold
 // Unconfirmed leases, confirms those it can (confirm).
 func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
@@ -28,8 +29,7 @@ func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Obs
 		c := *e
 		c.LastObservation = obs
 		c.ObservedAt = o.now
-		c.CorrectionKV = max(0, obs.KVTokensUsed-e.ReservedKV)
-		c.CorrectionSlots = max(0, obs.Running-e.ReservedSlots)
+		c.CorrectionKV, c.CorrectionSlots = ledger.CorrectionOf(obs, e.ReservedKV, e.ReservedSlots, o.now.Before(o.pool.RecoveringUntil))
 		if !o.now.Before(e.OrphanUntil) {
 			c.OrphanKV, c.OrphanSlots, c.OrphanUntil = 0, 0, time.Time{}
 		}

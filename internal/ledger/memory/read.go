@@ -116,6 +116,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 				ReservedSlots: t.ReservedSlots,
 				Leases:        t.Leases,
 				Removed:       t.Removed,
+				Rates:         slices.Clone(ledger.PruneRates(t.Rates, now, p.RateWindow)),
 			})
 		}
 		s.LiveHolders, err = liveHolders(txn, pool, now)

@@ -18,14 +18,19 @@ type poolRow struct {
 	Seq uint64
 	// RecoveringUntil ends the recovery window; zero if there was none.
 	RecoveringUntil time.Time
-	Priorities      []ledger.PrioritySpec
-	RetryAfter      time.Duration
+	// ObservedSince is ledger.RecoverySince of the epoch: during the
+	// window an engine observed since then may take grants.
+	ObservedSince time.Time
+	Priorities    []ledger.PrioritySpec
+	RetryAfter    time.Duration
 	// Reserve is the pool's mode, the default filled in (PoolSpec.Mode).
 	Reserve ledger.ReserveMode
 	// GrowthHeadroom is PoolSpec.GrowthHeadroom.
 	GrowthHeadroom float64
 	// Breaker is PoolSpec.Breaker, as configured (defaults not applied).
 	Breaker ledger.BreakerSpec
+	// RateWindow is PoolSpec.RateWindow (0: the default minute).
+	RateWindow time.Duration
 	// CapacityKV and CapacitySlots sum the configured (not removed) engines.
 	CapacityKV    int64
 	CapacitySlots int64
@@ -126,6 +131,8 @@ func (e *engineRow) state() ledger.EngineState {
 		ObservedAt:      e.ObservedAt,
 		ReportedKV:      e.LastObservation.KVTokensTotal,
 		Breaker:         e.Breaker,
+		LastObservation: e.LastObservation,
+		ArrivedAt:       e.ObservedAt,
 	}
 }
 
@@ -160,6 +167,9 @@ type tenantRow struct {
 	ReservedKV    int64
 	ReservedSlots int64
 	Leases        int64
+	// Rates is the tenant's rate window (ledger.ChargeRate), oldest
+	// first; never modified once stored (the ledger's functions copy).
+	Rates []ledger.RateBucket
 }
 
 // holderRow is a holder session. It outlives its expiry until every lease

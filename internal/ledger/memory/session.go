@@ -35,6 +35,13 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 			Epoch:           o.pool.Epoch,
 			RecoveringUntil: o.pool.recovering(o.now),
 		}
+		if !s.RecoveringUntil.IsZero() {
+			for _, row := range o.scan(0, tableEngines, indexID, pool) {
+				if e := row.(*engineRow); !e.Removed && e.state().Recovered(o.now, o.pool.ObservedSince, o.pool.Reserve) {
+					s.Recovered++
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -15,7 +15,8 @@ import (
 // ledger.AdmitGrowth, and release.lua to ledger.Breaker.Report: random
 // pools (growth headroom, engines whose reported capacity is below, at or
 // above the configured one, breakers that open after 1-3 failures and
-// stay open or are half-open with their probe budget) and requests and
+// stay open or are half-open with their probe budget, half of them in a
+// recovery window with engines that recover or not) and requests and
 // releases with random outcomes, the Go rule evaluated on a Stats snapshot
 // before each call, and the script's decision (and probe flag, and
 // breaker after a release) compared. Releases of leases held across
@@ -101,12 +102,21 @@ func observeRandomly(t *testing.T, l ledger.Ledger, rng *rand.Rand, spec ledger.
 	}
 }
 
-// observe applies a random observation of e, its reported capacity
-// unknown (0), below, at or above the configured one.
+// observe applies a random observation of e taken now (observeAt).
 func observe(t *testing.T, l ledger.Ledger, rng *rand.Rand, e ledger.EngineSpec) {
+	observeAt(t, l, rng, e, time.Now())
+}
+
+// observeAt applies a random observation of e taken at at, its reported
+// capacity unknown (0), below, at or above the configured one, a third of
+// them idle (nothing running or waiting).
+func observeAt(t *testing.T, l ledger.Ledger, rng *rand.Rand, e ledger.EngineSpec, at time.Time) {
 	total := []int64{0, 1 + rng.Int64N(e.KVTokens), e.KVTokens, e.KVTokens + 1 + rng.Int64N(e.KVTokens)}[rng.IntN(4)]
 	obs := ledger.Observation{Pool: "p", Engine: e.ID, KVTokensUsed: rng.Int64N(e.KVTokens), KVTokensTotal: total,
-		Running: rng.Int64N(e.Slots), ObservedAt: time.Now()}
+		Running: rng.Int64N(e.Slots), Waiting: rng.Int64N(3), ObservedAt: at}
+	if rng.IntN(3) == 0 {
+		obs.Running, obs.Waiting = 0, 0
+	}
 	if r, err := l.Observe(ctxT(t), obs); err != nil || !r.Applied {
 		t.Fatalf("Observe(%+v) = %+v, %v; want applied", obs, r, err)
 	}
@@ -118,6 +128,9 @@ type snapshot struct {
 	engines map[ledger.EngineID]ledger.EngineState
 	tenants map[ledger.TenantID]ledger.TenantStats
 	fills   map[ledger.PriorityName]float64
+	// since is the epoch's ledger.RecoverySince in a round with a
+	// recovery window (zero without one).
+	since time.Time
 }
 
 func readSnapshot(t *testing.T, l ledger.Ledger) snapshot {
@@ -131,7 +144,8 @@ func readSnapshot(t *testing.T, l ledger.Ledger) snapshot {
 	for _, e := range st.Engines {
 		s.engines[e.Spec.ID] = ledger.EngineState{Spec: e.Spec, Draining: e.Draining, ReservedKV: e.ReservedKV, ReservedSlots: e.ReservedSlots,
 			CorrectionKV: e.CorrectionKV, CorrectionSlots: e.CorrectionSlots, ObservedAt: e.ObservedAt,
-			ReportedKV: e.LastObservation.KVTokensTotal, Breaker: e.Breaker}
+			ReportedKV: e.LastObservation.KVTokensTotal, Breaker: e.Breaker,
+			LastObservation: e.LastObservation, ArrivedAt: e.ObservedAt}
 	}
 	for _, x := range st.Tenants {
 		s.tenants[x.Spec.Name] = x
@@ -148,14 +162,20 @@ func (s snapshot) admission(spec ledger.PoolSpec, epoch ledger.Epoch, tenant led
 	ts := s.tenants[tenant]
 	return ledger.Admission{Now: s.st.Now, CapacityKV: s.st.CapacityKV, CapacitySlots: s.st.CapacitySlots, Tenant: ts.Spec,
 		TenantKV: ts.ReservedKV, TenantSlots: ts.ReservedSlots, MaxFill: s.fills[prio], RetryAfter: spec.RetryAfter, Epoch: epoch,
-		GrowthHeadroom: spec.GrowthHeadroom, Breaker: spec.Breaker}
+		GrowthHeadroom: spec.GrowthHeadroom, Breaker: spec.Breaker,
+		RecoveringUntil: s.st.RecoveringUntil, ObservedSince: s.since, Reserve: spec.Mode()}
 }
 
 // startRound configures a randomPool on a new ledger on srv, checks Stats
 // reports its mode and headroom, opens holder "h"'s session and observes
 // the engines at random (observeRandomly).
 func startRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) (*lhredis.Ledger, ledger.PoolSpec, ledger.Epoch) {
-	l := newLedger(t, srv, noWindow)
+	return startRoundWith(t, srv, rng, noWindow)
+}
+
+// startRoundWith is startRound on a ledger with opts.
+func startRoundWith(t *testing.T, srv *redisserver.Server, rng *rand.Rand, opts ledger.Options) (*lhredis.Ledger, ledger.PoolSpec, ledger.Epoch) {
+	l := newLedger(t, srv, opts)
 	spec := randomPool(rng)
 	epoch := mustConfigure(t, l, spec)
 	if st := readSnapshot(t, l).st; st.Reserve != spec.Mode() || st.GrowthHeadroom != spec.GrowthHeadroom {
@@ -167,7 +187,26 @@ func startRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) (*lhredis
 }
 
 func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
-	l, spec, epoch := startRound(t, srv, rng)
+	// Half the rounds run in an hour-long recovery window with a dispatch
+	// grace of 1-20ms: the first observations (right after Configure)
+	// arrive before the epoch's since, later ones after it, taken either
+	// now or 1ms before since, so engines recover or not every way
+	// (ledger.EngineState.Recovered), worst_case pools only when idle.
+	opts, window := noWindow, time.Duration(0)
+	if rng.IntN(2) == 0 {
+		window = time.Hour
+		opts = ledger.Options{RecoveryWindow: window, ConfirmGrace: time.Duration(1+rng.IntN(20)) * time.Millisecond}
+	}
+	l, spec, epoch := startRoundWith(t, srv, rng, opts)
+	var since time.Time
+	taken := map[ledger.EngineID]time.Time{} // latest applied stamp per engine
+	if window > 0 {
+		st := readSnapshot(t, l).st
+		since = ledger.RecoverySince(st.RecoveringUntil.Add(-window), opts.ConfirmGrace)
+		for _, e := range st.Engines {
+			taken[e.Spec.ID] = e.LastObservation.ObservedAt
+		}
+	}
 	ctx := ctxT(t)
 	var held []ledger.Lease
 	outcomes := map[string]int{}
@@ -176,10 +215,16 @@ func admitRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) {
 		if rng.IntN(10) == 0 { // a new capacity report
 			e := spec.Engines[rng.IntN(len(spec.Engines))]
 			if e.StaleAfter == 0 || rng.IntN(2) == 0 {
-				observe(t, l, rng, e)
+				at := time.Now()
+				if early := since.Add(-time.Millisecond); window > 0 && rng.IntN(3) == 0 && early.After(taken[e.ID]) && early.Before(at) {
+					at = early
+				}
+				observeAt(t, l, rng, e, at)
+				taken[e.ID] = at
 			}
 		}
 		snap := readSnapshot(t, l)
+		snap.since = since
 		engines := snap.engines
 		admission := func(tenant ledger.TenantID, prio ledger.PriorityName) ledger.Admission {
 			return snap.admission(spec, epoch, tenant, prio)

@@ -21,7 +21,8 @@
 //	                         have expired (a lower bound of every deadline
 //	                         and session expiry, lowered by every write of
 //	                         one, recomputed by each sweep)
-//	  created, order         ms; priority names joined by spaces
+//	  created, order         ms the epoch began (recovery reads it);
+//	                         priority names joined by spaces
 //	  breaker                "failures cooldown_ms probes successes": the
 //	                         pool's breaker spec, defaults applied
 //	                         (ledger.BreakerSpec; failures < 0: off)
@@ -48,20 +49,32 @@
 //	                         apply Breaker.At; failed_ms LastFailureAt, 0
 //	                         when none); absent reads closed, without
 //	                         failed_ms reads 0
-//	  t:<name>, t:<name>:r   "configured kv_share slot_share"; reservations
+//	  t:<name>, t:<name>:r   "configured kv_share slot_share
+//	                         tokens_per_minute requests_per_minute" (rate
+//	                         budgets, 0: none); reservations
+//	  t:<name>:w             a rated tenant's rate window (ledger/rate.go):
+//	                         "at tokens requests ..." per bucket, oldest
+//	                         first, at its start in ms (lib_rate.lua)
+//	  rate_window            ms: PoolSpec.RateWindow; absent, a minute
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
 //	                         and the completion-length counters
-//	                         (ledger.CompletionCounters)
+//	                         (ledger.CompletionCounters); c:failovers
+//	                         counts epochs started by a promotion
+//	  repl                   "<master_replid> <node id or ->": the server
+//	                         that last wrote the pool (see "Ledger loss")
+//	  window                 the recovery window (ms) Configure was given
 //	P:{p}:engines       SET  engine ids with fields in state
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots
 //	                         holder req created deadline fence_epoch
 //	                         fence_seq reasserted owns_req overgrown since
-//	                         probe" (since: the ms of the Reassert that left
-//	                         the lease unconfirmed, 0 for every other lease;
-//	                         probe: 1 for a probe lease on a half-open
-//	                         engine)
+//	                         probe [tokens]" (since: the ms of the Reassert
+//	                         that left the lease unconfirmed, 0 for every
+//	                         other lease; probe: 1 for a probe lease on a
+//	                         half-open engine; tokens: what the grant
+//	                         charged to its tenant's rate window, written
+//	                         only when not 0)
 //	P:{p}:deadlines     ZSET lease id, score deadline (ms): every
 //	                         outstanding lease, and the expiry index
 //	P:{p}:holders       ZSET holder id, score session expiry (ms)
@@ -81,10 +94,11 @@
 // The last two fields of meta and overgrown in a lease record came with
 // reservation modes, since and e:<id>:u with bounded reasserts, breaker,
 // e:<id>:b and probe with circuit breakers, and e:<id>:b's failed_ms with
-// stale successes. The scripts read a meta, a pool or a lease record
-// written before them (elastic, no headroom, not overgrown, confirmed, the
-// default breaker spec, every breaker closed, not a probe, no failure
-// counted), but earlier scripts do not read what these write: keep
+// stale successes, the budgets of t:<name>, t:<name>:w, rate_window and
+// tokens with rate budgets. The scripts read a meta, a pool or a lease
+// record written before them (elastic, no headroom, not overgrown,
+// confirmed, the default breaker spec, every breaker closed, not a probe,
+// no failure counted, no budget, nothing charged), but earlier scripts do not read what these write: keep
 // every reserver and router on one version (docs/operations.md,
 // "Upgrading without losing a lease").
 //
@@ -94,6 +108,31 @@
 // failover that lost it) is unknown: every call fails with
 // ledger.ErrUnknownPool until Configure runs again, which starts a new epoch
 // (TIME in microseconds) and its recovery window.
+//
+// A failover loses less, and silently: the promoted replica (Sentinel,
+// redis+sentinel://; a Redis Cluster failover; REPLICAOF NO ONE) holds the
+// pool as the old primary had it before the writes it had not replicated
+// yet, and so does a primary restarted from its RDB or AOF. Grants it
+// acknowledged may be gone (their engines still run them), the fencing
+// sequence may have gone back (a later grant would reuse a lost lease's
+// id), sessions may expire earlier. Every such server has another
+// replication id than the one the pool records (field repl), so the first
+// script that writes the pool there starts a new epoch in place (failover
+// in lib.lua): later than the old one, with the pool's recovery window,
+// every lease, session and spec the server holds kept. Holders see it at
+// their next KeepAlive and re-assert what they hold, the lost leases
+// among them (under their old fences: no id is reused). Not a new epoch:
+// a Redis Cluster slot migrated to another master (MIGRATE moves whole
+// keys), and, for a client with WaitReplicas > 0, a promoted replica of
+// the recorded server (Sentinel and Redis Cluster promote the replica
+// with the most replicated data, which has every acknowledged change): a
+// Sentinel failover then refuses nothing. Every client of one store
+// should use one wait_replicas setting: a waiting client keeps the epoch
+// on a promotion that may have lost a non-waiting client's grant. Two
+// promotions with no write to the pool between them read as one, which
+// only matters for a pool no router keeps alive. Each check costs one
+// INFO replication (and CLUSTER MYID on a cluster) per writing script,
+// about 3 µs of server time.
 //
 // # Choices where the contract leaves room
 //

@@ -267,3 +267,75 @@ func TestLayoutBreakerFailedMs(t *testing.T) {
 		t.Errorf("e:gpu-0:b after a failure = %q, want %q", got, want)
 	}
 }
+
+// TestLayoutBeforeRateBudgets checks the scripts read what the layout
+// before rate budgets wrote (see the package doc): a t:<name> of three
+// fields has no budget (nothing charged, Stats reports none), a pool with
+// no rate_window counts a minute. A charged lease's record gains tokens as
+// an 18th field, which List, Renew and Release read; an uncharged one
+// keeps 17.
+func TestLayoutBeforeRateBudgets(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	spec := basicSpec()
+	spec.Tenants[0].TokensPerMinute = 1000
+	mustConfigure(t, l, spec)
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state, leases := p+":{llama}:state", p+":{llama}:leases"
+	if got := client.HGet(ctx, state, "t:acme").Val(); got != "1 1 0 1000 0" {
+		t.Fatalf("t:acme = %q, want \"1 1 0 1000 0\" (configured, shares, token and request budgets)", got)
+	}
+	if client.HExists(ctx, state, "rate_window").Val() {
+		t.Fatalf("rate_window written for the default window, want it absent")
+	}
+	a := req("h1", "a", 100, 1)
+	a.Tokens = 700
+	g, err := l.Acquire(ctx, a)
+	if err != nil || g.Lease.Tokens != 700 {
+		t.Fatalf("Acquire(700 tokens of acme's 1000) = %+v, %v; want a lease charging 700", g.Lease, err)
+	}
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 18 || f[17] != "700" {
+		t.Fatalf("charged lease record = %q, want 18 fields ending in tokens 700", f)
+	}
+	if ls, err := l.List(ctx, ledger.Filter{Pool: "llama"}); err != nil || len(ls) != 1 || ls[0] != g.Lease {
+		t.Fatalf("List = %+v, %v; want %+v", ls, err, g.Lease)
+	}
+	if rn, err := l.Renew(ctx, g.Lease.Ref(), time.Minute); err != nil || rn.Lease.Tokens != 700 {
+		t.Fatalf("Renew = %+v, %v; want Tokens 700 kept", rn.Lease, err)
+	}
+	b := req("h1", "b", 100, 1)
+	b.Tokens = 400
+	if _, err := l.Acquire(ctx, b); ledger.AsRejection(err) == nil || ledger.AsRejection(err).Reason != ledger.ReasonTenantTokenRate {
+		t.Fatalf("Acquire(400 more) error = %v, want %s", err, ledger.ReasonTenantTokenRate)
+	}
+	if _, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 100, CompletionTokens: 100}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// 200 used of 700 charged: 400 more fit.
+	if _, err := l.Acquire(ctx, b); err != nil {
+		t.Fatalf("Acquire(400) after the true-up to 200: %v", err)
+	}
+
+	// The tenant field as written before budgets: three fields.
+	client.HSet(ctx, state, "t:acme", "1 1 0")
+	st, err := l.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	for _, ts := range st.Tenants {
+		if ts.Spec.Name == "acme" && (ts.Spec.TokensPerMinute != 0 || ts.Spec.RequestsPerMinute != 0) {
+			t.Errorf("Stats of a three-field t:acme = budgets %d, %d; want none", ts.Spec.TokensPerMinute, ts.Spec.RequestsPerMinute)
+		}
+	}
+	c := req("h1", "c", 100, 1)
+	c.Tokens = 5000
+	g, err = l.Acquire(ctx, c)
+	if err != nil || g.Lease.Tokens != 0 {
+		t.Fatalf("Acquire(5000 tokens) with no budget = %+v, %v; want a lease charging nothing", g.Lease, err)
+	}
+	if f := strings.Fields(client.HGet(ctx, leases, string(g.Lease.ID)).Val()); len(f) != 17 {
+		t.Errorf("uncharged lease record = %q, want 17 fields", f)
+	}
+}

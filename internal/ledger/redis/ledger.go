@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,46 +90,17 @@ func newStore(client goredis.UniversalClient, opts Options) *store {
 
 func checked(s *store) *Ledger { return &Ledger{Ledger: ledger.Checked("redis", s), s: s} }
 
-// Open parses a --ledger URL, redis://[user:password@]host:port/db (or
-// rediss:// for TLS), and returns a Ledger on a new client that Close closes.
+// Open parses a --ledger URL (url.go: redis://, redis+sentinel://,
+// redis+cluster://, each also with TLS) and returns a Ledger on a new
+// client that Close closes. The URL's wait_replicas and wait_timeout
+// override opts'.
 func Open(rawURL string, opts Options) (*Ledger, error) {
-	u, err := url.Parse(rawURL)
+	client, params, err := newClient(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("open redis ledger: %w", err)
+		return nil, err
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("open redis ledger: scheme %q, want redis or rediss", u.Scheme)
-	}
-	// wait_replicas and wait_timeout are ours; go-redis refuses unknown
-	// parameters.
-	q := u.Query()
-	if v := q.Get("wait_replicas"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("open redis ledger %s: wait_replicas = %q: want a whole number >= 0", u.Redacted(), v)
-		}
-		opts.WaitReplicas = n
-	}
-	if v := q.Get("wait_timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("open redis ledger %s: wait_timeout = %q: want a duration > 0 (e.g. 100ms)", u.Redacted(), v)
-		}
-		opts.WaitTimeout = d
-	}
-	q.Del("wait_replicas")
-	q.Del("wait_timeout")
-	u.RawQuery = q.Encode()
-	copts, err := goredis.ParseURL(u.String())
-	if err != nil {
-		return nil, fmt.Errorf("open redis ledger %s: %w", u.Redacted(), err)
-	}
-	// Every call's deadline bounds its socket reads and writes too, so a
-	// Redis that accepts connections and never answers holds a call no
-	// longer than its context allows (go-redis otherwise waits out its
-	// own 5s read timeout, and retries).
-	copts.ContextTimeoutEnabled = true
-	s := newStore(goredis.NewClient(copts), opts)
+	params.apply(&opts)
+	s := newStore(client, opts)
 	s.ownsC = true
 	if s.err != nil {
 		_ = s.client.Close()
@@ -162,12 +132,23 @@ func (l *store) Close() error {
 }
 
 // argv1 is every script's ARGV[1]: "<sweep batch> <orphan hold ms>
-// <confirm within ms> <confirm grace ms>", parsed once by lib.lua into
-// SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN and CONFIRM_GRACE, so each
-// script's own arguments start at ARGV[2].
+// <confirm within ms> <confirm grace ms> <on promotion> <cluster>", parsed
+// once by lib.lua into SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN,
+// CONFIRM_GRACE, ON_PROMOTION and CLUSTER, so each script's own arguments
+// start at ARGV[2]. On promotion is "keep" when this client acknowledges
+// changes only once replicas have them (WaitReplicas), else "epoch": what
+// a promoted replica does with the pool (failover in lib.lua, and "Ledger
+// loss" in the package doc). Cluster is 1 on a cluster client.
 func (l *store) argv1(batch int) string {
+	onPromotion, cluster := "epoch", "0"
+	if l.opts.WaitReplicas > 0 {
+		onPromotion = "keep"
+	}
+	if _, ok := l.client.(*goredis.ClusterClient); ok {
+		cluster = "1"
+	}
 	return strconv.Itoa(batch) + " " + itoa(ms(l.opts.OrphanHold)) + " " +
-		itoa(ms(l.opts.ConfirmWithin)) + " " + itoa(ms(l.opts.ConfirmGrace))
+		itoa(ms(l.opts.ConfirmWithin)) + " " + itoa(ms(l.opts.ConfirmGrace)) + " " + onPromotion + " " + cluster
 }
 
 // run calls the script op on pool's keys with argv1(batch) first in ARGV,
@@ -204,44 +185,6 @@ func (l *store) mutate(ctx context.Context, s func(*scripts) *goredis.Script, po
 	return l.runWait(ctx, s(l.scripts), pool, args...)
 }
 
-// runWait runs a changing script and WAIT in one pipeline, so both use one
-// connection and WAIT counts the replicas that have this script's writes.
-// A script Redis no longer caches is loaded and the pipeline sent again.
-func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
-	if l.err != nil {
-		return reply{}, l.err
-	}
-	keys, _ := keySchema(l.opts.Prefix, pool)
-	argv := append([]any{l.argv1(l.opts.SweepBatch)}, args...)
-	for attempt := 0; ; attempt++ {
-		var eval *goredis.Cmd
-		var wait *goredis.Cmd
-		_, err := l.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			eval = script.EvalSha(ctx, p, keys.scriptKeys(), argv...)
-			// WAIT's timeout is whole ms, and 0 would block forever.
-			wait = p.Do(ctx, "wait", l.opts.WaitReplicas, max(1, l.opts.WaitTimeout.Milliseconds()))
-			return nil
-		})
-		if err != nil && attempt == 0 && goredis.HasErrorPrefix(eval.Err(), "NOSCRIPT") {
-			if lerr := script.Load(ctx, l.client).Err(); lerr != nil {
-				return reply{}, lerr
-			}
-			continue
-		}
-		if err := eval.Err(); err != nil {
-			return reply{}, err
-		}
-		n, err := wait.Int64()
-		if err != nil {
-			return reply{}, fmt.Errorf("WAIT: %w", err)
-		}
-		if n < int64(l.opts.WaitReplicas) {
-			return reply{}, fmt.Errorf("%w: %d of %d within %s", ErrNotReplicated, n, l.opts.WaitReplicas, l.opts.WaitTimeout)
-		}
-		return decodeReply(eval.Val())
-	}
-}
-
 // Configure applies spec and returns the pool's epoch: a new one, with its
 // recovery window, when the pool's state was missing.
 func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epoch, error) {
@@ -260,12 +203,13 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 	}
 	args = append(args, len(spec.Tenants))
 	for _, t := range spec.Tenants {
-		args = append(args, string(t.Name), ftoa(t.KVShare), ftoa(t.SlotShare))
+		args = append(args, string(t.Name), ftoa(t.KVShare), ftoa(t.SlotShare), itoa(t.TokensPerMinute), itoa(t.RequestsPerMinute))
 	}
 	args = append(args, len(spec.Priorities))
 	for _, p := range spec.Priorities {
 		args = append(args, string(p.Name), ftoa(p.MaxFill))
 	}
+	args = append(args, ms(spec.RateWindow))
 	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.configure }, spec.Name, args...)
 	if err != nil {
 		return 0, err
@@ -295,7 +239,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 	if err != nil {
 		return ledger.Session{}, err
 	}
-	if len(r.rest) < 3 {
+	if len(r.rest) < 4 {
 		return ledger.Session{}, errMalformed
 	}
 	return ledger.Session{
@@ -305,6 +249,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 		LiveHolders:     int(integer(r.rest[1])),
 		Epoch:           r.epoch,
 		RecoveringUntil: millisOrZero(integer(r.rest[2])),
+		Recovered:       int(integer(r.rest[3])),
 	}, nil
 }
 
@@ -320,13 +265,13 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 
 // acquireArgv is acquire.lua's ARGV after the sweep batch.
 func acquireArgv(req ledger.AcquireRequest) []any {
-	args := make([]any, 0, 8+len(req.Candidates))
+	args := make([]any, 0, 9+len(req.Candidates))
 	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
 		string(req.Holder), string(req.RequestID), ms(req.TTL), len(req.Candidates))
 	for _, c := range req.Candidates {
 		args = append(args, string(c))
 	}
-	return args
+	return append(args, itoa(req.ChargedTokens()))
 }
 
 // Renew extends a live lease's deadline to now+ttl.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/ledgertest"
 	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
@@ -32,6 +34,12 @@ func TestConformanceWaitReplicas(t *testing.T) {
 
 func conformance(t *testing.T, name string, srv *redisserver.Server, waitReplicas int) {
 	client := srv.Client()
+	conformanceOn(t, name, client, waitReplicas, func(ctx context.Context, p string) { deleteKeys(t, ctx, client, p) })
+}
+
+// conformanceOn runs the suite on client; lose deletes every key under a
+// ledger's prefix.
+func conformanceOn(t *testing.T, name string, client goredis.UniversalClient, waitReplicas int, lose func(ctx context.Context, prefix string)) {
 	var mu sync.Mutex // guards prefixes
 	prefixes := map[ledger.Ledger]string{}
 	ledgertest.Run(t, ledgertest.Backend{
@@ -50,7 +58,7 @@ func conformance(t *testing.T, name string, srv *redisserver.Server, waitReplica
 			mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			deleteKeys(t, ctx, client, p)
+			lose(ctx, p)
 			return l
 		},
 	})

@@ -249,6 +249,7 @@ func BenchmarkReport(b *testing.B) {
 	}
 	fmt.Fprintln(out, "\nTarget: ≤ 20 µs of Redis server time per acquire. The empty script's row is the same-run floor of one script call.")
 	e.waitReplicas(out, d)
+	clusterThroughput(ctx, b, out, d)
 	fmt.Print(out.String())
 }
 

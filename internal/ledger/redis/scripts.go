@@ -143,7 +143,7 @@ func integer(v any) int64 {
 
 // leaseFields is the number of lease fields a reply lists (L_N in
 // scripts/lua/lib.lua), in the order decodeLease reads them.
-const leaseFields = 16
+const leaseFields = 17
 
 // decodeLease reads a lease from a reply's lease fields.
 func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
@@ -172,6 +172,7 @@ func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
 		Overgrown:   str(f[13]) == "1",
 		Unconfirmed: str(f[14]) == "1",
 		Probe:       str(f[15]) == "1",
+		Tokens:      integer(f[16]),
 	}, nil
 }
 

@@ -31,6 +31,10 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 		GrowthHeadroom:  float(str(x[12])),
 	}
 	breaker := parseBreakerSpec(str(x[13]))
+	var window time.Duration
+	if len(x) > 14 {
+		window = time.Duration(integer(x[14])) * time.Millisecond
+	}
 	engines, _ := x[6].([]any)
 	for _, v := range engines {
 		pair, _ := v.([]any)
@@ -48,9 +52,15 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 		}
 		h := hashMap(pair[1])
 		spec := ledger.TenantSpec{
-			Name:      ledger.TenantID(str(pair[0])),
-			KVShare:   float(h["kv_share"]),
-			SlotShare: float(h["slot_share"]),
+			Name:              ledger.TenantID(str(pair[0])),
+			KVShare:           float(h["kv_share"]),
+			SlotShare:         float(h["slot_share"]),
+			TokensPerMinute:   integer(h["tpm"]),
+			RequestsPerMinute: integer(h["rpm"]),
+		}
+		rates, err := parseRates(h["rates"])
+		if err != nil {
+			return ledger.PoolStats{}, fmt.Errorf("tenant %s: %w", spec.Name, err)
 		}
 		qkv, qslots := ledger.TenantQuota(spec, st.CapacityKV, st.CapacitySlots)
 		st.Tenants = append(st.Tenants, ledger.TenantStats{
@@ -61,6 +71,7 @@ func decodeStats(pool ledger.PoolID, r reply) (ledger.PoolStats, error) {
 			ReservedSlots: integer(h["rslots"]),
 			Leases:        integer(h["nleases"]),
 			Removed:       h["configured"] != "1",
+			Rates:         ledger.PruneRates(rates, now, window),
 		})
 	}
 	sort.Slice(st.Tenants, func(i, j int) bool { return st.Tenants[i].Spec.Name < st.Tenants[j].Spec.Name })
@@ -114,6 +125,26 @@ func decodeEngine(id ledger.EngineID, h map[string]string, pool ledger.PoolID, n
 	}
 	es.Stale = ledger.EngineState{Spec: es.Spec, ObservedAt: es.ObservedAt}.Stale(now)
 	return es
+}
+
+// parseRates reads a tenant's t:<name>:w (scripts/lua/lib_rate.lua):
+// "at tokens requests" triples, oldest first.
+func parseRates(s string) ([]ledger.RateBucket, error) {
+	f := strings.Fields(s)
+	if len(f)%3 != 0 {
+		return nil, fmt.Errorf("malformed rate window %q", s)
+	}
+	var out []ledger.RateBucket
+	for i := 0; i < len(f); i += 3 {
+		at, err1 := strconv.ParseInt(f[i], 10, 64)
+		tok, err2 := strconv.ParseInt(f[i+1], 10, 64)
+		req, err3 := strconv.ParseInt(f[i+2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil, fmt.Errorf("malformed rate window %q", s)
+		}
+		out = append(out, ledger.RateBucket{At: time.UnixMilli(at), Tokens: tok, Requests: req})
+	}
+	return out, nil
 }
 
 func float(s string) float64 {

@@ -1,7 +1,9 @@
-// Package etcdserver runs an embedded single-member etcd for tests: free
-// loopback ports, fast elections, no fsync, no logging. Stop and Restart keep
-// the data directory (a restart); Wipe starts again with an empty one (a
-// lost store).
+// Package etcdserver runs etcd for tests: an embedded single member
+// (Start) with free loopback ports, fast elections, no fsync, no logging,
+// whose Stop and Restart keep the data directory (a restart) and whose
+// Wipe starts again with an empty one (a lost store); and a multi-member
+// cluster (StartCluster, cluster.go) whose members are processes of the
+// etcdmember command, so that a test can SIGKILL its leader.
 package etcdserver
 
 import (

@@ -30,8 +30,9 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
-	// extra are more redis-server arguments (a replica's --replicaof).
-	extra []string
+	// pre are arguments before the common ones (a Sentinel's config file
+	// and --sentinel); extra are more after them (a replica's --replicaof).
+	pre, extra []string
 
 	mu      sync.Mutex // guards cmd, waitC, clients
 	cmd     *exec.Cmd
@@ -107,6 +108,14 @@ func StartCluster(tb testing.TB) *Server {
 
 func start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
+	return startWith(tb, nil, extra)
+}
+
+// startWith is start with arguments before the common ones too, made by
+// pre for the server's directory and the port chosen (a Sentinel's config
+// file).
+func startWith(tb testing.TB, pre func(dir string, port int) ([]string, error), extra []string) *Server {
+	tb.Helper()
 	bin := Binary
 	if env := os.Getenv("REDIS_SERVER"); env != "" {
 		bin = env
@@ -124,6 +133,11 @@ func start(tb testing.TB, extra ...string) *Server {
 			tb.Fatalf("redisserver: find a free port: %v", err)
 		}
 		s.port = port
+		if pre != nil {
+			if s.pre, err = pre(s.dir, port); err != nil {
+				tb.Fatalf("redisserver: %v", err)
+			}
+		}
 		if lastErr = s.start(); lastErr == nil {
 			return s
 		}
@@ -135,7 +149,8 @@ func start(tb testing.TB, extra ...string) *Server {
 // start runs redis-server on s.port and waits for PING.
 func (s *Server) start() error {
 	logPath := filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log")
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, s.pre...)
+	cmd.Args = append(cmd.Args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",

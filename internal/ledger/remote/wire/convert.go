@@ -97,7 +97,7 @@ func PoolSpecToPB(s ledger.PoolSpec) *pb.PoolSpec {
 	out := &pb.PoolSpec{
 		Name: string(s.Name), RetryAfter: Duration(s.RetryAfter),
 		Reserve: string(s.Reserve), GrowthHeadroom: s.GrowthHeadroom,
-		Breaker: breakerSpecToPB(s.Breaker),
+		Breaker: breakerSpecToPB(s.Breaker), RateWindow: Duration(s.RateWindow),
 	}
 	for _, e := range s.Engines {
 		out.Engines = append(out.Engines, engineSpecToPB(e))
@@ -115,7 +115,8 @@ func PoolSpecFromPB(m *pb.PoolSpec) (ledger.PoolSpec, error) {
 	s := ledger.PoolSpec{
 		Name: ledger.PoolID(m.GetName()), RetryAfter: d.dur("retry_after", m.GetRetryAfter()),
 		Reserve: ledger.ReserveMode(m.GetReserve()), GrowthHeadroom: m.GetGrowthHeadroom(),
-		Breaker: breakerSpecFromPB(&d, m.GetBreaker()),
+		Breaker:    breakerSpecFromPB(&d, m.GetBreaker()),
+		RateWindow: d.dur("rate_window", m.GetRateWindow()),
 	}
 	for i, e := range m.GetEngines() {
 		s.Engines = append(s.Engines, engineSpecFromPB(&d, fmt.Sprintf("engines[%d]", i), e))
@@ -183,11 +184,13 @@ func engineSpecFromPB(d *decoder, field string, m *pb.EngineSpec) ledger.EngineS
 }
 
 func tenantSpecToPB(t ledger.TenantSpec) *pb.TenantSpec {
-	return &pb.TenantSpec{Name: string(t.Name), KvShare: t.KVShare, SlotShare: t.SlotShare}
+	return &pb.TenantSpec{Name: string(t.Name), KvShare: t.KVShare, SlotShare: t.SlotShare,
+		TokensPerMinute: t.TokensPerMinute, RequestsPerMinute: t.RequestsPerMinute}
 }
 
 func tenantSpecFromPB(m *pb.TenantSpec) ledger.TenantSpec {
-	return ledger.TenantSpec{Name: ledger.TenantID(m.GetName()), KVShare: m.GetKvShare(), SlotShare: m.GetSlotShare()}
+	return ledger.TenantSpec{Name: ledger.TenantID(m.GetName()), KVShare: m.GetKvShare(), SlotShare: m.GetSlotShare(),
+		TokensPerMinute: m.GetTokensPerMinute(), RequestsPerMinute: m.GetRequestsPerMinute()}
 }
 
 // prioritiesToPB encodes a pool's priority classes (nil for none).
@@ -213,7 +216,7 @@ func AcquireToPB(r ledger.AcquireRequest) *pb.AcquireRequest {
 	return &pb.AcquireRequest{
 		Pool: string(r.Pool), Candidates: castStrings[string](r.Candidates), Tenant: string(r.Tenant),
 		Priority: string(r.Priority), KvTokens: r.KVTokens, Slots: r.Slots, Holder: string(r.Holder),
-		RequestId: string(r.RequestID), Ttl: Duration(r.TTL),
+		RequestId: string(r.RequestID), Ttl: Duration(r.TTL), Tokens: r.Tokens,
 	}
 }
 
@@ -224,7 +227,7 @@ func AcquireFromPB(m *pb.AcquireRequest) (ledger.AcquireRequest, error) {
 		Pool: ledger.PoolID(m.GetPool()), Candidates: castStrings[ledger.EngineID](m.GetCandidates()),
 		Tenant: ledger.TenantID(m.GetTenant()), Priority: ledger.PriorityName(m.GetPriority()),
 		KVTokens: m.GetKvTokens(), Slots: m.GetSlots(), Holder: ledger.HolderID(m.GetHolder()),
-		RequestID: ledger.RequestID(m.GetRequestId()), TTL: d.dur("ttl", m.GetTtl()),
+		RequestID: ledger.RequestID(m.GetRequestId()), TTL: d.dur("ttl", m.GetTtl()), Tokens: m.GetTokens(),
 	}
 	return r, d.err
 }
@@ -246,7 +249,7 @@ func LeaseToPB(l ledger.Lease) *pb.Lease {
 		Priority: string(l.Priority), KvTokens: l.KVTokens, Slots: l.Slots, Holder: string(l.Holder),
 		RequestId: string(l.RequestID), Created: Timestamp(l.Created), Deadline: Timestamp(l.Deadline),
 		Fence: &pb.Fence{Epoch: uint64(l.Fence.Epoch), Seq: l.Fence.Seq}, Reasserted: l.Reasserted,
-		Overgrown: l.Overgrown, Unconfirmed: l.Unconfirmed, Probe: l.Probe,
+		Overgrown: l.Overgrown, Unconfirmed: l.Unconfirmed, Probe: l.Probe, Tokens: l.Tokens,
 	}
 }
 
@@ -264,6 +267,7 @@ func leaseFromPB(d *decoder, m *pb.Lease) ledger.Lease {
 		Created:   d.time("lease.created", m.GetCreated()), Deadline: d.time("lease.deadline", m.GetDeadline()),
 		Fence:      ledger.Fence{Epoch: ledger.Epoch(m.GetFence().GetEpoch()), Seq: m.GetFence().GetSeq()},
 		Reasserted: m.GetReasserted(), Overgrown: m.GetOvergrown(), Unconfirmed: m.GetUnconfirmed(), Probe: m.GetProbe(),
+		Tokens: m.GetTokens(),
 	}
 }
 
@@ -323,6 +327,7 @@ func SessionToPB(s ledger.Session) *pb.Session {
 	return &pb.Session{
 		Pool: string(s.Pool), Holder: string(s.Holder), Expires: Timestamp(s.Expires),
 		LiveHolders: int64(s.LiveHolders), Epoch: uint64(s.Epoch), RecoveringUntil: Timestamp(s.RecoveringUntil),
+		Recovered: int64(s.Recovered),
 	}
 }
 
@@ -333,6 +338,7 @@ func SessionFromPB(m *pb.Session) (ledger.Session, error) {
 		Pool: ledger.PoolID(m.GetPool()), Holder: ledger.HolderID(m.GetHolder()),
 		Expires: d.time("session.expires", m.GetExpires()), LiveHolders: int(m.GetLiveHolders()),
 		Epoch: ledger.Epoch(m.GetEpoch()), RecoveringUntil: d.time("session.recovering_until", m.GetRecoveringUntil()),
+		Recovered: int(m.GetRecovered()),
 	}
 	return s, d.err
 }
@@ -423,6 +429,7 @@ func PoolStatsToPB(s ledger.PoolStats) *pb.PoolStats {
 		out.Tenants = append(out.Tenants, &pb.TenantStats{
 			Spec: tenantSpecToPB(t.Spec), QuotaKv: t.QuotaKV, QuotaSlots: t.QuotaSlots,
 			ReservedKv: t.ReservedKV, ReservedSlots: t.ReservedSlots, Leases: t.Leases, Removed: t.Removed,
+			Rates: ratesToPB(t.Rates),
 		})
 	}
 	out.Priorities = prioritiesToPB(s.Priorities)
@@ -455,14 +462,34 @@ func PoolStatsFromPB(m *pb.PoolStats) (ledger.PoolStats, error) {
 			Breaker:     breakerFromPB(&d, f+".breaker", e.GetBreaker()),
 		})
 	}
-	for _, t := range m.GetTenants() {
+	for i, t := range m.GetTenants() {
 		s.Tenants = append(s.Tenants, ledger.TenantStats{
 			Spec: tenantSpecFromPB(t.GetSpec()), QuotaKV: t.GetQuotaKv(), QuotaSlots: t.GetQuotaSlots(),
 			ReservedKV: t.GetReservedKv(), ReservedSlots: t.GetReservedSlots(), Leases: t.GetLeases(), Removed: t.GetRemoved(),
+			Rates: ratesFromPB(&d, fmt.Sprintf("tenants[%d].rates", i), t.GetRates()),
 		})
 	}
 	s.Priorities = prioritiesFromPB(m.GetPriorities())
 	return s, d.err
+}
+
+// ratesToPB encodes a tenant's rate window.
+func ratesToPB(bs []ledger.RateBucket) []*pb.RateBucket {
+	var out []*pb.RateBucket
+	for _, b := range bs {
+		out = append(out, &pb.RateBucket{At: Timestamp(b.At), Tokens: b.Tokens, Requests: b.Requests})
+	}
+	return out
+}
+
+// ratesFromPB decodes a tenant's rate window.
+func ratesFromPB(d *decoder, field string, ms []*pb.RateBucket) []ledger.RateBucket {
+	var out []ledger.RateBucket
+	for i, m := range ms {
+		out = append(out, ledger.RateBucket{At: d.time(fmt.Sprintf("%s[%d].at", field, i), m.GetAt()),
+			Tokens: m.GetTokens(), Requests: m.GetRequests()})
+	}
+	return out
 }
 
 // TotalsMismatchesToPB encodes CheckTotals' result.

@@ -129,7 +129,9 @@ func TestConversionsRoundTrip(t *testing.T) {
 	unconfirmed.Unconfirmed = true
 	probe := lease
 	probe.Reasserted, probe.Probe = false, true
-	for _, l := range []ledger.Lease{lease, overgrown, unconfirmed, probe} {
+	charged := lease
+	charged.Reasserted, charged.Tokens = false, 4096
+	for _, l := range []ledger.Lease{lease, overgrown, unconfirmed, probe, charged} {
 		if got, err := LeaseFromPB(LeaseToPB(l)); err != nil || got != l {
 			t.Errorf("lease round trip = %+v, %v; want %+v", got, err, l)
 		}
@@ -155,14 +157,21 @@ func TestConversionsRoundTrip(t *testing.T) {
 	breaker.Breaker = ledger.BreakerSpec{Failures: 3, Cooldown: 1500 * time.Millisecond, Probes: 2, Successes: 4}
 	breakerOff := spec
 	breakerOff.Breaker.Failures = -1
-	for _, s := range []ledger.PoolSpec{spec, worstCase, breaker, breakerOff} {
+	rated := spec
+	rated.Tenants = []ledger.TenantSpec{{Name: "t", KVShare: 1, TokensPerMinute: 20_000, RequestsPerMinute: 60}}
+	rated.RateWindow = 6 * time.Second
+	for _, s := range []ledger.PoolSpec{spec, worstCase, breaker, breakerOff, rated} {
 		if got, err := PoolSpecFromPB(PoolSpecToPB(s)); err != nil || !reflect.DeepEqual(got, s) {
 			t.Errorf("spec round trip = %+v, %v; want %+v", got, err, s)
 		}
 	}
 	req := ledger.AcquireRequest{Pool: "p", Candidates: []ledger.EngineID{"a", "b"}, Tenant: "t", Priority: "std", KVTokens: 1, Slots: 1, Holder: "h", RequestID: "r", TTL: time.Second}
-	if got, err := AcquireFromPB(AcquireToPB(req)); err != nil || !reflect.DeepEqual(got, req) {
-		t.Errorf("acquire round trip = %+v, %v", got, err)
+	chargedReq := req
+	chargedReq.Tokens = 2048
+	for _, r := range []ledger.AcquireRequest{req, chargedReq} {
+		if got, err := AcquireFromPB(AcquireToPB(r)); err != nil || !reflect.DeepEqual(got, r) {
+			t.Errorf("acquire round trip = %+v, %v; want %+v", got, err, r)
+		}
 	}
 	sess := ledger.Session{Pool: "p", Holder: "h", Expires: t0, LiveHolders: 3, Epoch: 77}
 	if got, err := SessionFromPB(SessionToPB(sess)); err != nil || got != sess {
@@ -180,7 +189,8 @@ func TestConversionsRoundTrip(t *testing.T) {
 				Breaker: ledger.Breaker{Failures: 3, LastFailureAt: t0.Add(-time.Second)}},
 			{Spec: ledger.EngineSpec{ID: "g", URL: "http://g", KVTokens: 5, Slots: 1},
 				Breaker: ledger.Breaker{State: ledger.BreakerOpen, OpenedAt: t0, LastFailureAt: t0}}},
-		Tenants:    []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1, Removed: true}},
+		Tenants: []ledger.TenantStats{{Spec: spec.Tenants[0], QuotaKV: 1, QuotaSlots: 1, ReservedKV: 1, Leases: 1, Removed: true},
+			{Spec: rated.Tenants[0], Rates: []ledger.RateBucket{{At: t0.Add(-time.Second), Tokens: 700, Requests: 2}, {At: t0, Tokens: 0, Requests: 1}}}},
 		Priorities: spec.Priorities,
 		Counters: map[string]int64{ledger.CounterGrants: 4, ledger.CounterGrowths: 2, ledger.CounterOvergrowths: 1, ledger.CounterGrownKV: 30,
 			ledger.BreakerCounter(ledger.TransitionOpened): 2, ledger.BreakerCounter(ledger.TransitionHalfOpen): 1,
