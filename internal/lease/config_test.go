@@ -105,9 +105,3 @@ func TestHolderKeyDefault(t *testing.T) {
 		}
 	}
 }
-
-func TestSchema(t *testing.T) {
-	if err := schema().Validate(); err != nil {
-		t.Fatal(err)
-	}
-}

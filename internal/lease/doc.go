@@ -31,11 +31,12 @@
 //
 // # Local table
 //
-// Held leases are rows of an in-memory go-memdb table indexed by (pool, id)
-// tuples (memdbx.Tuple). Rows are immutable; Snapshot is a lock-free read
-// view for metrics and the audit. What this router holds per engine, read
-// on every request for ranking, is kept apart from each commit's changes
-// (HeldByEngine, totals.go) rather than scanned.
+// Held leases are rows of a map by (pool, id) under one mutex (table.go:
+// every request writes it twice, and only background work reads it whole,
+// so it is not a go-memdb table). Rows are immutable; Snapshot is a
+// consistent copy for metrics, the audit and the background scans. What
+// this router holds per engine, read on every request for ranking, is kept
+// up to date with each write (HeldByEngine) rather than scanned.
 //
 // # Block leases
 //

@@ -46,6 +46,8 @@ type Growing struct {
 	kv      int64 // the lease's KV tokens now
 	ceiling int64 // the most the request can hold: its worst case
 	stopped bool  // a Grow failed: reconciliation covers the rest
+	chunks  int64 // streamed chunks that may carry output (Chunk)
+	done    int64 // sequences the stream ended (Chunk)
 }
 
 // NewGrowing returns the growth of an elastic lease t of kv tokens for n
@@ -85,6 +87,26 @@ func (g *Growing) Saw(ctx context.Context, out int64) string {
 		return "overgrown"
 	}
 	return "ok"
+}
+
+// Chunk takes one chunk of a streamed answer: output reports that it may
+// carry a token of a sequence (a role announcement carries none), finished
+// counts the sequences it ends, reported is the engine's count of the
+// output so far (0 when it reported none). A finished sequence holds no
+// more: once every sequence has finished the lease needs no growth, else
+// it grows as Saw does on the larger of the output chunks counted and the
+// engine's count.
+func (g *Growing) Chunk(ctx context.Context, output bool, finished int, reported int64) string {
+	if g == nil {
+		return ""
+	}
+	if output {
+		g.chunks++
+	}
+	if g.done += int64(finished); g.done >= g.n {
+		return ""
+	}
+	return g.Saw(ctx, max(g.chunks, reported))
 }
 
 // FirstOutput is the output the lease first reserved, all sequences (at

@@ -153,39 +153,34 @@ func (h *Held) setKV(ctx context.Context, verb string, kvTokens int64,
 // remove deletes h's row and returns the lease's local deadline (zero if
 // it was not in the table).
 func (m *Manager) remove(h *Held) time.Time {
-	txn := m.writeTxn()
-	defer txn.Abort()
 	l := h.Lease()
-	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
-	if err != nil || raw == nil || raw.(*row).held != h {
-		return time.Time{}
-	}
-	r := raw.(*row)
-	if err := txn.Delete(tableLeases, r); err != nil {
-		return time.Time{}
-	}
-	m.commit(txn)
-	return r.RenewedAt.Add(r.TTL)
+	var deadline time.Time
+	m.tab.write(func(w tableWrite) {
+		if r := w.get(l.Pool, l.ID); r != nil && r.held == h {
+			w.del(r)
+			deadline = r.RenewedAt.Add(r.TTL)
+		}
+	})
+	return deadline
 }
 
 // update replaces h's row with a changed copy, and h's lease with the
 // row's; false if h is no longer in the table.
 func (m *Manager) update(h *Held, f func(*row)) bool {
-	txn := m.writeTxn()
-	defer txn.Abort()
 	l := h.Lease()
-	raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID))
-	if err != nil || raw == nil || raw.(*row).held != h {
-		return false
-	}
-	nr := raw.(*row).with(f)
-	if err := txn.Insert(tableLeases, nr); err != nil {
-		return false
-	}
-	// Set under the table's write lock so concurrent updates apply in order.
-	h.mu.Lock()
-	h.lease = nr.Lease
-	h.mu.Unlock()
-	m.commit(txn)
-	return true
+	ok := false
+	m.tab.write(func(w tableWrite) {
+		r := w.get(l.Pool, l.ID)
+		if r == nil || r.held != h {
+			return
+		}
+		nr := r.with(f)
+		w.put(nr)
+		// Set under the table's lock so concurrent updates apply in order.
+		h.mu.Lock()
+		h.lease = nr.Lease
+		h.mu.Unlock()
+		ok = true
+	})
+	return ok
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -25,7 +24,7 @@ type Manager struct {
 	l     ledger.Ledger
 	clock clockwork.Clock
 	log   *slog.Logger
-	db    *memdb.MemDB
+	tab   *table // the local lease table
 	cnt   *counters
 
 	pools     map[ledger.PoolID]*poolState // fixed at New
@@ -44,8 +43,6 @@ type Manager struct {
 
 	blocks *blockSet // nil unless Config.Block is enabled
 
-	tot totals // the table's holdings per pool and engine
-
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -59,13 +56,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	db, err := memdb.NewMemDB(schema())
-	if err != nil {
-		return nil, fmt.Errorf("lease: local table: %w", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		cfg: cfg, l: cfg.Ledger, clock: cfg.Clock, log: cfg.Logger, db: db, cnt: newCounters(),
+		cfg: cfg, l: cfg.Ledger, clock: cfg.Clock, log: cfg.Logger, tab: newTable(), cnt: newCounters(),
 		pools: make(map[ledger.PoolID]*poolState, len(cfg.Pools)),
 		ctx:   ctx, cancel: cancel,
 		stopC: make(chan struct{}), kickC: make(chan struct{}, 1),
@@ -236,19 +229,16 @@ func (m *Manager) insert(p *poolState, gen uint64, l ledger.Lease, send time.Tim
 	case p.gen != gen || !p.confirmedLocked(m.clock.Now(), m.cfg):
 		return nil, ErrFenced
 	}
-	txn := m.writeTxn()
-	defer txn.Abort()
-	if raw, err := txn.First(tableLeases, indexID, string(l.Pool), string(l.ID)); err == nil && raw != nil {
-		if h := raw.(*row).held; h.Err() == nil {
-			return h, nil
+	var h *Held
+	m.tab.write(func(w tableWrite) {
+		// A row of this id whose lease ended is replaced.
+		if prev := w.get(l.Pool, l.ID); prev != nil && prev.held.Err() == nil {
+			h = prev.held
+			return
 		}
-	}
-	h := &Held{m: m, pool: p, gen: gen, doneC: make(chan struct{}), lease: l}
-	r := &row{Pool: l.Pool, ID: l.ID, Engine: l.Engine, Lease: l, RenewedAt: send, TTL: ttl, Gen: gen, held: h}
-	if err := txn.Insert(tableLeases, r); err != nil {
-		return nil, fmt.Errorf("local table: %w", err)
-	}
-	m.commit(txn)
+		h = &Held{m: m, pool: p, gen: gen, doneC: make(chan struct{}), lease: l}
+		w.put(&row{Pool: l.Pool, ID: l.ID, Engine: l.Engine, Lease: l, RenewedAt: send, TTL: ttl, Gen: gen, held: h})
+	})
 	return h, nil
 }
 
@@ -313,12 +303,8 @@ func (m *Manager) Close(ctx context.Context) error {
 			wg     sync.WaitGroup
 		)
 		sem := make(chan struct{}, m.cfg.RenewConcurrency)
-		for _, e := range m.Held() {
-			raw, _ := m.db.Txn(false).First(tableLeases, indexID, string(e.Lease.Pool), string(e.Lease.ID))
-			if raw == nil {
-				continue
-			}
-			h := raw.(*row).held
+		for _, r := range m.tab.snapshot() {
+			h := r.held
 			h.finish(ErrClosed, nil)
 			sem <- struct{}{}
 			wg.Add(1)

@@ -3,24 +3,12 @@ package lease
 import (
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
-
 	"github.com/leasehold/leasehold/internal/ledger"
-	"github.com/leasehold/leasehold/internal/memdbx"
 )
 
-// The local lease table: one row per lease this router holds.
-const (
-	tableLeases = "leases"
-	// indexID is (pool, lease id); (pool) alone scans a pool. There is no
-	// engine index: per-engine totals are kept apart (totals.go), and an
-	// index costs every write.
-	indexID = "id"
-)
-
-// row is one held lease. Rows are immutable once inserted: a change
-// (renewal, re-assertion, fencing) inserts a new row, so snapshot readers
-// never see a half-written one.
+// row is one held lease in the local table (table.go). Rows are immutable
+// once written: a change (renewal, re-assertion, fencing) writes a new row,
+// so snapshot readers never see a half-written one.
 type row struct {
 	Pool   ledger.PoolID
 	ID     ledger.LeaseID
@@ -47,21 +35,4 @@ func (r *row) with(f func(*row)) *row {
 	c := *r
 	f(&c)
 	return &c
-}
-
-func schema() *memdb.DBSchema {
-	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
-		tableLeases: {
-			Name: tableLeases,
-			Indexes: map[string]*memdb.IndexSchema{
-				// Tuples (memdbx.Tuple), not go-memdb's field indexes: those
-				// look fields up by reflection on every write, and this
-				// table takes a write per request.
-				indexID: {Name: indexID, Unique: true, Indexer: memdbx.Tuple(func(o any) []any {
-					r := o.(*row)
-					return []any{string(r.Pool), string(r.ID)}
-				})},
-			},
-		},
-	}}
 }

@@ -294,17 +294,15 @@ func (m *Manager) newIncarnation(p *poolState, gen uint64, cause error) {
 	m.log.Warn("lease: holder session expired, starting a new incarnation",
 		slog.String("pool", string(p.id)), slog.String("old_holder", string(oldHolder)), slog.String("holder", string(p.holder)))
 
-	txn := m.writeTxn()
-	defer txn.Abort()
 	var old []*row
-	for _, e := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
-		if e.Gen >= p.gen {
-			continue
+	m.tab.write(func(w tableWrite) {
+		for _, e := range w.pool(p.id) {
+			if e.Gen < p.gen {
+				old = append(old, e)
+				w.del(e)
+			}
 		}
-		old = append(old, e)
-		_ = txn.Delete(tableLeases, e)
-	}
-	m.commit(txn)
+	})
 	for _, e := range old {
 		e.held.lose(ErrLeaseLost, &m.cnt.lost)
 	}
@@ -334,17 +332,15 @@ func (m *Manager) checkFence(p *poolState) time.Duration {
 // fenceLeasesLocked closes Done of every unfenced lease of p and marks
 // its row. p.mu is held, so no insert for p runs concurrently.
 func (m *Manager) fenceLeasesLocked(p *poolState) int {
-	txn := m.writeTxn()
-	defer txn.Abort()
 	var fenced []*row
-	for _, r := range (Snapshot{txn: m.db.Txn(false)}).rows(p.id) {
-		if r.Fenced {
-			continue
+	m.tab.write(func(w tableWrite) {
+		for _, r := range w.pool(p.id) {
+			if !r.Fenced {
+				fenced = append(fenced, r)
+				w.put(r.with(func(r *row) { r.Fenced = true }))
+			}
 		}
-		fenced = append(fenced, r)
-		_ = txn.Insert(tableLeases, r.with(func(r *row) { r.Fenced = true }))
-	}
-	m.commit(txn)
+	})
 	n := 0
 	for _, r := range fenced {
 		if r.held.finish(ErrFenced, &m.cnt.fencedLeases) {

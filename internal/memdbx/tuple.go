@@ -70,3 +70,41 @@ func Encode(parts ...any) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Key is a tuple being encoded, part by part, as Encode encodes the same
+// parts: Str for a string (named string types included), Uint for an
+// unsigned integer, Int for a signed one.
+type Key []byte
+
+// Str appends a string part.
+func (k Key) Str(s string) Key { return append(append(k, s...), 0) }
+
+// Uint appends an unsigned integer part.
+func (k Key) Uint(v uint64) Key { return binary.BigEndian.AppendUint64(k, v) }
+
+// Int appends a signed integer part.
+func (k Key) Int(v int64) Key { return binary.BigEndian.AppendUint64(k, uint64(v)^(1<<63)) }
+
+// TupleKey is Tuple with the row's key built by of, which appends the
+// row's parts to k and returns it (k.Str(a).Uint(b)): the same encoding
+// without an []any and a boxed value per part on every write. Lookups
+// still take the parts as arguments (FromArgs, Encode).
+func TupleKey(of func(k Key, row any) Key) memdb.Indexer { return keyIndex{of: of} }
+
+type keyIndex struct {
+	of func(k Key, row any) Key
+}
+
+var _ memdb.PrefixIndexer = keyIndex{}
+var _ memdb.SingleIndexer = keyIndex{}
+
+// FromObject implements memdb.SingleIndexer.
+func (x keyIndex) FromObject(row any) (bool, []byte, error) {
+	return true, x.of(make(Key, 0, 64), row), nil
+}
+
+// FromArgs implements memdb.Indexer.
+func (x keyIndex) FromArgs(args ...any) ([]byte, error) { return Encode(args...) }
+
+// PrefixFromArgs implements memdb.PrefixIndexer.
+func (x keyIndex) PrefixFromArgs(args ...any) ([]byte, error) { return Encode(args...) }

@@ -76,3 +76,35 @@ func TestTuplePrefixLookups(t *testing.T) {
 		t.Errorf(`Get(prefix "p") = %v, want [y x]: pool "pa" excluded, in seq order`, got)
 	}
 }
+
+// TestKeyEncodesAsEncode: a Key built part by part is Encode of the same
+// parts, so rows indexed by TupleKey are found by lookups that give the
+// parts (FromArgs).
+func TestKeyEncodesAsEncode(t *testing.T) {
+	tests := []struct {
+		name  string
+		key   Key
+		parts []any
+	}{
+		{"strings", Key(nil).Str("pool").Str(""), []any{name("pool"), ""}},
+		{"unsigned", Key(nil).Str("p").Uint(1 << 40).Uint(0), []any{"p", epoch(1 << 40), uint64(0)}},
+		{"signed", Key(nil).Int(-5).Int(1 << 50).Str("h"), []any{int64(-5), 1 << 50, name("h")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := Encode(tc.parts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(tc.key) != string(want) {
+				t.Errorf("Key = %x, want Encode(%v) = %x", tc.key, tc.parts, want)
+			}
+		})
+	}
+	x := TupleKey(func(k Key, o any) Key { return k.Str(o.(string)).Uint(7) })
+	ok, got, err := x.(memdb.SingleIndexer).FromObject("r")
+	want, _ := x.FromArgs("r", uint64(7))
+	if !ok || err != nil || string(got) != string(want) {
+		t.Errorf("FromObject = %x, %v, %v; want FromArgs' %x", got, ok, err, want)
+	}
+}

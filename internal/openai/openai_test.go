@@ -9,25 +9,41 @@ import (
 
 func TestInspect(t *testing.T) {
 	tests := []struct {
-		name             string
-		ev               string
-		keep, hasChoices bool
-		wantUsage        int64 // completion tokens; -1: no usage
+		name                     string
+		ev                       string
+		keep, hasChoices, output bool
+		finished                 int
+		wantUsage                int64 // completion tokens; -1: no usage
 	}{
-		{"comment", ": ping\n\n", true, false, -1},
-		{"done", "data: [DONE]\n\n", true, false, -1},
-		{"chunk", `data: {"choices":[{"index":0,"text":"a"}]}` + "\n\n", true, true, -1},
-		{"usage only", `data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}` + "\n\n", false, false, 7},
-		{"chunk with usage", `data: {"choices":[{"index":0,"text":"a"}],"usage":{"prompt_tokens":3,"completion_tokens":8}}` + "\n\n", true, true, 8},
-		{"usage null", `data: {"choices":[{"index":0,"text":"a"}],"usage":null}` + "\n\n", true, true, -1},
-		{"not JSON", `data: {"usage": oops` + "\n\n", true, false, -1},
+		{"comment", ": ping\n\n", true, false, false, 0, -1},
+		{"done", "data: [DONE]\n\n", true, false, false, 0, -1},
+		{"chunk", `data: {"choices":[{"index":0,"text":"a"}]}` + "\n\n", true, true, true, 0, -1},
+		{"usage only", `data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}` + "\n\n", false, false, false, 0, 7},
+		{"chunk with usage", `data: {"choices":[{"index":0,"text":"a"}],"usage":{"prompt_tokens":3,"completion_tokens":8}}` + "\n\n", true, true, true, 0, 8},
+		{"usage null", `data: {"choices":[{"index":0,"text":"a"}],"usage":null}` + "\n\n", true, true, true, 0, -1},
+		{"not JSON", `data: {"usage": oops` + "\n\n", true, false, false, 0, -1},
+		{"role announcement", `data: {"choices":[{"index":0,"delta":{"content":"","role":"assistant"},"logprobs":null,"finish_reason":null}]}` + "\n\n", true, true, false, 0, -1},
+		{"role without content", `data: {"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}` + "\n\n", true, true, false, 0, -1},
+		{"role with content", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}` + "\n\n", true, true, true, 0, -1},
+		{"role with a tool call", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"","tool_calls":[{"index":0}]}}]}` + "\n\n", true, true, true, 0, -1},
+		{"role and another choice's content", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}},{"index":1,"delta":{"content":"x"}}]}` + "\n\n", true, true, true, 0, -1},
+		{"escaped keys in content", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"\"content\":\"\" \"finish_reason\":\"stop\""},"finish_reason":null}]}` + "\n\n", true, true, true, 0, -1},
+		{"last token", `data: {"choices":[{"index":0,"delta":{"content":" is"},"logprobs":null,"finish_reason":"stop"}]}` + "\n\n", true, true, true, 1, -1},
+		{"two choices end", `data: {"choices":[{"index":0,"text":"","finish_reason":"length"},{"index":1,"text":"","finish_reason":"stop"}]}` + "\n\n", true, true, true, 2, -1},
+		{"end with usage", `data: {"choices":[{"index":0,"text":"a","finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":8}}` + "\n\n", true, true, true, 1, 8},
+		{"spaced finish_reason counts none", `data: {"choices":[{"index":0,"text":"a","finish_reason": "stop"}]}` + "\n\n", true, true, true, 0, -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			keep, u, hasChoices := Inspect([]byte(tc.ev))
-			if keep != tc.keep || hasChoices != tc.hasChoices {
-				t.Errorf("Inspect = keep %v, choices %v; want %v, %v", keep, hasChoices, tc.keep, tc.hasChoices)
+			ev := Inspect([]byte(tc.ev))
+			if ev.End != (tc.name == "done") {
+				t.Errorf("Inspect: end %v, want it for [DONE] only", ev.End)
 			}
+			if ev.Keep != tc.keep || ev.Choices != tc.hasChoices || ev.Output() != tc.output || ev.Finished() != tc.finished {
+				t.Errorf("Inspect = keep %v, choices %v, output %v, finished %d; want %v, %v, %v, %d",
+					ev.Keep, ev.Choices, ev.Output(), ev.Finished(), tc.keep, tc.hasChoices, tc.output, tc.finished)
+			}
+			u := ev.Usage
 			switch {
 			case tc.wantUsage < 0 && u != nil:
 				t.Errorf("usage %+v, want none", u)

@@ -32,31 +32,89 @@ func BodyUsage(data []byte) *Usage {
 	return a.Usage
 }
 
-// Inspect looks at one server-sent event of a streamed answer: keep is
-// false for the usage-only chunk (which the caller keeps if the client
-// asked for it), u is its usage, hasChoices reports a chunk carrying
-// output.
-func Inspect(ev []byte) (keep bool, u *Usage, hasChoices bool) {
+// Event is what Inspect finds in one server-sent event of a streamed
+// answer.
+type Event struct {
+	// Keep is false for the usage-only chunk (which the caller keeps if the
+	// client asked for it).
+	Keep bool
+	// Usage is the chunk's usage object, nil if none.
+	Usage *Usage
+	// Choices reports a chunk with choices.
+	Choices bool
+	// End reports the stream's end marker, data: [DONE].
+	End  bool
+	data []byte // the chunk's JSON, when it has choices
+}
+
+var (
+	keyUsage        = []byte(`"usage"`)
+	keyIndex        = []byte(`"index"`)
+	keyFinished     = []byte(`"finish_reason":"`)
+	keyRole         = []byte(`"role":"`)
+	keyContent      = []byte(`"content":`)
+	keyEmptyContent = []byte(`"content":""`)
+	keysOutput      = [][]byte{[]byte(`"tool_calls"`), []byte(`"function_call"`), []byte(`"reasoning`), []byte(`"text"`), []byte(`"refusal"`)}
+)
+
+// Inspect looks at one server-sent event of a streamed answer. It decodes
+// JSON only for a chunk that carries a usage object; the rest is found by
+// substring, which escaped string contents cannot fake (a quote inside a
+// JSON string is written \"). The event's bytes must not change while the
+// Event is used.
+func Inspect(ev []byte) Event {
 	data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data:"))
 	if !ok {
-		return true, nil, false
+		return Event{Keep: true}
 	}
 	data = bytes.TrimSpace(data)
 	if bytes.Equal(data, []byte("[DONE]")) {
-		return true, nil, false
+		return Event{Keep: true, End: true}
 	}
-	if !bytes.Contains(data, []byte(`"usage"`)) {
-		return true, nil, bytes.Contains(data, []byte(`"index"`))
+	if !bytes.Contains(data, keyUsage) {
+		if !bytes.Contains(data, keyIndex) {
+			return Event{Keep: true}
+		}
+		return Event{Keep: true, Choices: true, data: data}
 	}
 	var c struct {
 		Choices []json.RawMessage `json:"choices"`
 		Usage   *Usage            `json:"usage"`
 	}
 	if json.Unmarshal(data, &c) != nil {
-		return true, nil, false
+		return Event{Keep: true}
 	}
 	if c.Usage != nil && len(c.Choices) == 0 {
-		return false, c.Usage, false
+		return Event{Usage: c.Usage}
 	}
-	return true, c.Usage, len(c.Choices) > 0
+	e := Event{Keep: true, Usage: c.Usage, Choices: len(c.Choices) > 0}
+	if e.Choices {
+		e.data = data
+	}
+	return e
+}
+
+// Output reports a chunk with choices that may carry generated tokens:
+// every chunk with choices except a role announcement (a delta of a role
+// and empty content, which vLLM sends first for each choice). When in
+// doubt it is true, the side growth errs on.
+func (e Event) Output() bool { return e.Choices && !announcement(e.data) }
+
+// Finished counts the choices the chunk ends: non-null finish_reasons in
+// the compact form engines write ("finish_reason":"stop"). Another
+// spelling counts none, so a reader waits for sequences that ended.
+func (e Event) Finished() int { return bytes.Count(e.data, keyFinished) }
+
+// announcement reports a chunk whose every content is empty, that names a
+// role and carries nothing else a choice can generate.
+func announcement(data []byte) bool {
+	if !bytes.Contains(data, keyRole) || bytes.Count(data, keyContent) != bytes.Count(data, keyEmptyContent) {
+		return false
+	}
+	for _, k := range keysOutput {
+		if bytes.Contains(data, k) {
+			return false
+		}
+	}
+	return true
 }

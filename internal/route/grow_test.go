@@ -173,3 +173,40 @@ func TestOnlyFinishedAnswersTeachTheLength(t *testing.T) {
 		t.Errorf("after one finished answer the completion histogram holds %v, want one sample", hist.Counts)
 	}
 }
+
+// A streamed answer is grown only while it may still generate: a chat
+// answer whose last token brings it within the slack (8 tokens) of its
+// reservation ends without a Grow call (a finished sequence holds no
+// more), and the role announcement that opens it is no output. One token
+// more and the lease grows before the last token.
+func TestFinishedAnswerIsNotGrown(t *testing.T) {
+	// Natural length 1: a request's output is its min_tokens.
+	h := newHarness(t, harnessOpts{engines: 1, kv: 16384, slots: 64, speed: 20, output: 1, extra: tenants,
+		cfg: func(c *Config) { c.ViewInterval = 20 * time.Millisecond }})
+	expected := h.warm(t, 70)
+	const slack = 8 // lease.growSlack
+	tests := []struct {
+		name      string
+		output    int64
+		wantGrows float64
+	}{
+		{"ends at the slack", expected - slack, 0},
+		{"goes on past it", expected - slack + 1, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := metricSum(h.url, `leasehold_router_lease_grows_total{pool="m",result="ok"}`)
+			s := h.mustStream(t, tc.name, "sk-acme", map[string]any{"model": "m", "max_tokens": 1000, "min_tokens": tc.output,
+				"messages": []map[string]any{{"role": "user", "content": "count"}}})
+			defer s.close()
+			// openStream read the role announcement.
+			if got := s.readChunks(t, func(int64) {}); got != tc.output {
+				t.Fatalf("%d chunks with choices after the role announcement, want %d", got, tc.output)
+			}
+			h.waitNoLeases(5 * time.Second)
+			if got := metricSum(h.url, `leasehold_router_lease_grows_total{pool="m",result="ok"}`) - before; got != tc.wantGrows {
+				t.Errorf("%v Grow calls for an answer of %d tokens reserving %d, want %v", got, tc.output, expected, tc.wantGrows)
+			}
+		})
+	}
+}

@@ -453,7 +453,8 @@ func (d *dispatch) whole(resp *http.Response) (int, string) {
 
 // stream passes events through as they come, flushing whenever the engine
 // has nothing more buffered; it drops the usage chunk the router asked for
-// when the client did not.
+// when the client did not. The stream's end (a usage-only chunk, [DONE])
+// is not flushed: it goes out with the answer's end, after the release.
 func (d *dispatch) stream(resp *http.Response) (int, string) {
 	w := d.w
 	w.Header().Set("X-Leasehold-Engine", string(d.engine))
@@ -465,6 +466,7 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 	br.Reset(resp.Body)
 	defer func() { br.Reset(nil); streamReaders.Put(br) }()
 	var event bytes.Buffer
+	pending := false // written events to flush: all but the stream's end
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -478,36 +480,44 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			continue // inside an event
 		}
 		if event.Len() > 0 {
-			keep, u, hasChoices := openai.Inspect(event.Bytes())
-			if u != nil {
+			ev := openai.Inspect(event.Bytes())
+			keep := ev.Keep
+			if u := ev.Usage; u != nil {
 				d.usage, d.details, d.known = u.Ledger(), u.Details, true
 				keep = keep || d.req.includeUsage
 			}
-			if hasChoices {
+			if ev.Choices {
 				if d.chunks++; d.chunks == 1 {
 					d.att.TTFTBreach = d.r.ttft.Breached(d.req.class, d.tt.FirstToken())
 				}
 			}
 			if d.grow != nil {
-				out := d.chunks
+				var reported int64
 				if d.known {
-					out = max(out, d.usage.CompletionTokens)
+					reported = d.usage.CompletionTokens
 				}
-				if res := d.grow.Saw(d.ctx, out); res != "" {
+				if res := d.grow.Chunk(d.ctx, ev.Output(), ev.Finished(), reported); res != "" {
 					d.r.met.grows.WithLabelValues(string(d.req.model), res).Inc()
 				}
 			}
 			if keep {
+				end := ev.End || (ev.Usage != nil && !ev.Choices)
+				if end && pending && rc.Flush() != nil { // what came before goes now
+					return 499, "client_gone"
+				}
 				if _, werr := w.Write(event.Bytes()); werr != nil {
 					return 499, "client_gone"
 				}
+				pending = !end
 			}
 			event.Reset()
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && d.ctx.Err() == nil {
 				d.finished, d.complete = true, true
-				_ = rc.Flush()
+				if pending {
+					_ = rc.Flush()
+				}
 				return http.StatusOK, ""
 			}
 			ferr := d.failure(err)
@@ -521,10 +531,11 @@ func (d *dispatch) stream(resp *http.Response) (int, string) {
 			_ = rc.Flush()
 			return ae.status, ae.code
 		}
-		if br.Buffered() == 0 {
+		if br.Buffered() == 0 && pending {
 			if rc.Flush() != nil {
 				return 499, "client_gone"
 			}
+			pending = false
 		}
 	}
 }

@@ -23,7 +23,11 @@ package route
 // With LEASEHOLD_BENCH_PROFILE=DIR each router's CPU profile over each
 // loaded phase is written to DIR (router-<ledger>-<clients>.pprof) from its
 // --debug-listen profiler. LEASEHOLD_BENCH_ENGINES=stress or =gpu measures
-// one engine only.
+// one engine only; LEASEHOLD_BENCH_LOADS=64,256 some client counts only.
+// The "router CPU vs bare proxy" column is each router's CPU per request
+// over the bare proxy's at the same load in the same run (the targets of
+// issue 20: ≤ 1.5× with a ledger call per request, ≤ 1.1× with block
+// leases, in the proxy-stress setting).
 
 import (
 	"bytes"
@@ -374,8 +378,31 @@ func startBenchRouter(b *testing.B, name, ledgerURL, fleetPath string, extra ...
 	return benchRouter{proc: r, debug: debug}
 }
 
-// onlyEnv, when set, lists the engines (tags: stress, gpu) measured.
-const onlyEnv = "LEASEHOLD_BENCH_ENGINES"
+// onlyEnv, when set, lists the engines (tags: stress, gpu) measured;
+// loadsEnv, when set, the numbers of clients (of 1, 64, 256).
+const (
+	onlyEnv  = "LEASEHOLD_BENCH_ENGINES"
+	loadsEnv = "LEASEHOLD_BENCH_LOADS"
+)
+
+// benchLoads is loads narrowed to those $LEASEHOLD_BENCH_LOADS lists.
+func benchLoads(loads []int) []int {
+	only := os.Getenv(loadsEnv)
+	if only == "" {
+		return loads
+	}
+	want := strings.Split(only, ",")
+	return slices.DeleteFunc(slices.Clone(loads), func(n int) bool { return !slices.Contains(want, fmt.Sprint(n)) })
+}
+
+// cpuRatio formats the router CPU per request of r over the bare proxy's
+// (floor), or "n/a" when either is unknown.
+func cpuRatio(r, floor benchRow) string {
+	if r.cpu[2] <= 0 || floor.cpu[2] <= 0 {
+		return "n/a"
+	}
+	return benchkit.Ratio(float64(r.cpu[2]), float64(floor.cpu[2]))
+}
 
 // profileEnv names the directory router CPU profiles are written to;
 // with traceEnv set too, execution traces (name.trace) are written beside
@@ -510,12 +537,12 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 		think = fmt.Sprintf("; each client pauses a uniform random 0-%s before each request, on every path", be.think)
 	}
 	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per phase%s.\n\n", be.title, benchMaxTokens, d, think)
-	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | added p50 outside the engine µs | vs direct | CPU µs/req client / engine / router | rejected / errors |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | added p50 outside the engine µs | vs direct | CPU µs/req client / engine / router | router CPU vs bare proxy | rejected / errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var summary, errNotes []string
 	enginePID := eng.cmd.Process.Pid
 	tag := be.tag
-	for _, callers := range be.loads {
+	for _, callers := range benchLoads(be.loads) {
 		target := func(name, url string) *benchTarget {
 			bt := newBenchTarget(name, url, callers)
 			bt.think = be.think
@@ -542,15 +569,15 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 		direct := midpoint(first, last)
 		for i, r := range []benchRow{first, last, floor, mem, red, blk} {
 			added50, added99 := benchkit.Micros(r.p50-direct.p50), benchkit.Micros(r.p99-direct.p99)
-			addedTTFB, routerCPU := benchkit.Micros(r.ttfb50-direct.ttfb50), "—"
+			addedTTFB, routerCPU, vsBare := benchkit.Micros(r.ttfb50-direct.ttfb50), "—", "—"
 			if i > 1 {
-				routerCPU = cpuMicros(r.cpu[2])
+				routerCPU, vsBare = cpuMicros(r.cpu[2]), cpuRatio(r, floor)
 			}
-			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d / %d |\n",
+			fmt.Fprintf(out, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s | %d / %d |\n",
 				r.res.Name, callers, r.res.Throughput(), benchkit.Micros(r.p50), benchkit.Micros(r.p99),
 				benchkit.Micros(r.ttfb50), benchkit.Micros(r.ttfb99), added50, added99, addedTTFB, benchkit.Micros(r.out50-direct.out50),
 				benchkit.Ratio(r.res.Throughput(), direct.res.Throughput()),
-				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, r.rejections, int64(r.res.Errors)-r.rejections)
+				cpuMicros(r.cpu[0]), cpuMicros(r.cpu[1]), routerCPU, vsBare, r.rejections, int64(r.res.Errors)-r.rejections)
 		}
 		for _, r := range []benchRow{first, last, floor, mem, red, blk} {
 			if r.firstErr != "" {
@@ -563,6 +590,14 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 		summary = append(summary, fmt.Sprintf("%s, direct A/A, %d clients: the last direct run differs from the first by %+.2f ms p50 (%+.2f ms outside the engine), %+.2f ms TTFB p50, %s throughput.",
 			tag, callers, ms(last.p50-first.p50), ms(last.out50-first.out50), ms(last.ttfb50-first.ttfb50), benchkit.Ratio(last.res.Throughput(), first.res.Throughput())))
+		for i, r := range []benchRow{mem, red, blk} {
+			target := "1.5×"
+			if i == 2 {
+				target = "1.1×"
+			}
+			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: router CPU %s µs/req, %s the bare proxy's %s µs/req (target ≤ %s).",
+				tag, r.res.Name, callers, cpuMicros(r.cpu[2]), cpuRatio(r, floor), cpuMicros(floor.cpu[2]), target))
+		}
 		for _, r := range []benchRow{floor, mem, red, blk} {
 			summary = append(summary, fmt.Sprintf("%s, %s, %d clients: added p50 %.2f ms (target ≤ 1 ms; outside the engine %.2f ms; TTFB %.2f ms), throughput %s of direct (target ≥ 0.80×); vs the bare proxy: +%.2f ms p50, %s throughput.",
 				tag, r.res.Name, callers, ms(r.p50-direct.p50), ms(r.out50-direct.out50), ms(r.ttfb50-direct.ttfb50),

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/ledger"
@@ -67,7 +68,9 @@ type request struct {
 	enginePriority json.RawMessage
 	acct           *tenancy.Request
 
-	fields map[string]json.RawMessage
+	fields  map[string]json.RawMessage
+	body    []byte // as the client sent it
+	members int    // the body's members, a repeated name counted each time
 }
 
 // badRequest is a validation error naming the offending field.
@@ -85,18 +88,20 @@ func badf(param, format string, a ...any) error {
 // parseRequest validates body as a chat (chat = true) or completions
 // request. prefixBytes bounds the kept prompt prefix.
 func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	var fields map[string]json.RawMessage
-	if err := dec.Decode(&fields); err != nil {
-		return nil, badf("", "invalid JSON body: %v", err)
+	fields, members, ok := openai.Fields(body)
+	if !ok { // not one JSON object: encoding/json says why
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&fields); err != nil {
+			return nil, badf("", "invalid JSON body: %v", err)
+		}
+		if fields == nil {
+			return nil, badf("", "the body must be a JSON object")
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, badf("", "invalid JSON body: trailing data after the object")
+		}
 	}
-	if fields == nil {
-		return nil, badf("", "the body must be a JSON object")
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badf("", "invalid JSON body: trailing data after the object")
-	}
-	r := &request{chat: chat, fields: fields, n: 1}
+	r := &request{chat: chat, fields: fields, n: 1, body: body, members: members}
 
 	var model string
 	if err := field(fields, "model", &model); err != nil {
@@ -108,8 +113,8 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 	r.model = ledger.PoolID(model)
 
 	if raw, ok := fields["priority"]; ok && !isNull(raw) {
-		var p string
-		if json.Unmarshal(raw, &p) != nil || p == "" {
+		p, ok := openai.Text(raw)
+		if !ok || p == "" {
 			return nil, badf("priority", "priority must be the name of a priority class")
 		}
 		r.priority = ledger.PriorityName(p)
@@ -194,7 +199,7 @@ func field(fields map[string]json.RawMessage, name string, v any) error {
 	if !ok || isNull(raw) {
 		return nil
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	if err := openai.Decode(raw, v); err != nil {
 		return badf(name, "%s has the wrong type: %v", name, err)
 	}
 	return nil
@@ -202,8 +207,8 @@ func field(fields map[string]json.RawMessage, name string, v any) error {
 
 // intField decodes an integer, rejecting fractions and out-of-range values.
 func intField(name string, raw json.RawMessage) (int64, error) {
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
+	f, ok := openai.Number(raw)
+	if !ok {
 		return 0, badf(name, "%s must be an integer", name)
 	}
 	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
@@ -219,16 +224,11 @@ func appendPrefix(prefix *[]byte, max int, s string) {
 }
 
 func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes int) error {
-	var msgs []struct {
-		Role      *string         `json:"role"`
-		Content   json.RawMessage `json:"content"`
-		Name      string          `json:"name"`
-		ToolCalls json.RawMessage `json:"tool_calls"`
-	}
 	if isNull(raw) {
 		return badf("messages", "messages is required and must not be empty")
 	}
-	if err := json.Unmarshal(raw, &msgs); err != nil {
+	msgs, ok := openai.Messages(raw)
+	if !ok {
 		return badf("messages", "messages must be an array of message objects")
 	}
 	if len(msgs) == 0 {
@@ -240,11 +240,11 @@ func (r *request) parseMessages(raw json.RawMessage, prefix *[]byte, prefixBytes
 		}
 		r.promptBytes += int64(len(*m.Role)) + int64(len(m.Name)) + openai.WeighJSON(openai.CompactLen(m.ToolCalls))
 		appendPrefix(prefix, prefixBytes, *m.Role)
-		var text string
+		text, isText := openai.Text(m.Content)
 		var parts []openai.ContentPart
 		switch {
 		case isNull(m.Content):
-		case json.Unmarshal(m.Content, &text) == nil:
+		case isText:
 			r.promptBytes += int64(len(text))
 			appendPrefix(prefix, prefixBytes, text)
 		case json.Unmarshal(m.Content, &parts) == nil:
@@ -327,18 +327,17 @@ func (r *request) parsePrompt(raw json.RawMessage, prefix *[]byte, prefixBytes i
 // without "priority" (a router field; vLLM gives it another meaning: it is
 // sent only as the class's rank, under engine_priority), and
 // with stream_options.include_usage set when streaming so the router
-// learns the actual usage.
+// learns the actual usage. It is the client's body as sent when that
+// changes nothing and names each field once (so the engine reads the
+// values the router validated), else the fields re-encoded.
 func (r *request) upstreamBody() ([]byte, error) {
-	out := make(map[string]json.RawMessage, len(r.fields)+1)
-	for k, v := range r.fields {
-		if k != "priority" {
-			out[k] = v
-		}
+	_, prio := r.fields["priority"]
+	addUsage := r.stream && !r.includeUsage
+	if !prio && r.enginePriority == nil && !addUsage && r.members == len(r.fields) && utf8.Valid(r.body) {
+		return r.body, nil
 	}
-	if r.enginePriority != nil {
-		out["priority"] = r.enginePriority
-	}
-	if r.stream && !r.includeUsage {
+	replace := map[string]json.RawMessage{"priority": r.enginePriority} // nil: none
+	if addUsage {
 		so := map[string]json.RawMessage{}
 		if raw, ok := r.fields["stream_options"]; ok && !isNull(raw) {
 			_ = json.Unmarshal(raw, &so)
@@ -348,9 +347,9 @@ func (r *request) upstreamBody() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		out["stream_options"] = b
+		replace["stream_options"] = b
 	}
-	return json.Marshal(out)
+	return openai.AppendObject(make([]byte, 0, len(r.body)+32), r.fields, replace), nil
 }
 
 // prompt is r as the estimator takes it.

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/internal/estimate"
 	"github.com/leasehold/leasehold/internal/fleet"
 	"github.com/leasehold/leasehold/internal/ledger"
+	"github.com/leasehold/leasehold/internal/openai"
 )
 
 func TestErrorTable(t *testing.T) {
@@ -106,6 +108,7 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","prompt":[1,2,3],"best_of":4,"n":2}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"max_completion_tokens":1e3}`,
 		`{"model":"m","prompt":[[1]],"max_tokens":-1}`, `[]`, `null`, `{"model":{}}`, `{"model":"m","prompt":"a"}{}`,
+		`{"model":"m","prompt":"x","max_tokens":5000,"max_tokens":1}`, `{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true},"model":"m"}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:,"}},{"type":"input_audio"}]}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"file"}]},{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]}]}`,
 	} {
@@ -150,5 +153,38 @@ func FuzzParseRequest(f *testing.F) {
 		if r.stream && !strings.Contains(string(m["stream_options"]), `"include_usage":true`) {
 			t.Fatalf("streaming without include_usage: %s", out)
 		}
+		// The engine reads what the router validated: each field once,
+		// with the value the router read.
+		if n := openai.Members(out); n != len(m) {
+			t.Fatalf("upstream body names %d fields for %d distinct: %s", n, len(m), out)
+		}
+		for k, v := range r.fields {
+			if k == "priority" || (k == "stream_options" && r.stream) {
+				continue
+			}
+			var a, b bytes.Buffer
+			if json.Compact(&a, v) != nil || json.Compact(&b, m[k]) != nil || a.String() != b.String() {
+				t.Fatalf("field %q: the router read %s, the engine gets %s", k, v, m[k])
+			}
+		}
 	})
+}
+
+// BenchmarkParseRequest is what reading and forwarding a chat request's
+// body costs a router, the report benchmark's request.
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":32,"messages":[` +
+		`{"role":"system","content":"You are terse."},` +
+		`{"role":"user","content":"Summarize capacity leasing in one short sentence, please."}]}`)
+	lim := limits{maxModelLen: func(ledger.PoolID) int64 { return 2048 }, maxN: 16}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := parseRequest(body, true, lim, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := r.upstreamBody(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

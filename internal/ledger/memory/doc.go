@@ -19,8 +19,10 @@
 // the store's combining serializer (serial.go): a caller that finds no
 // write running runs its own and then up to maxCombined (64) queued behind
 // it, so waiters are not parked on go-memdb's writer lock one scheduling
-// delay at a time. One write at a time makes each call atomic and
-// linearizable. Reads (Pools, List, Stats) run on lock-free snapshots and
+// delay at a time. The calls it takes together share one write
+// transaction, committed before any of them returns (a call that fails in
+// the store makes each run again alone). One write at a time makes each
+// call atomic and linearizable. Reads (Pools, List, Stats) run on lock-free snapshots and
 // never wait for the serializer.
 //
 // # Costs and sweeping

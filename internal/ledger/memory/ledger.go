@@ -44,6 +44,7 @@ func New(opts ledger.Options, clock ledger.Clock) *Ledger {
 		panic("memory: invalid go-memdb schema: " + err.Error())
 	}
 	s := &store{db: db, opts: opts.WithDefaults(), clock: clock}
+	s.writes.db = db
 	return &Ledger{Ledger: ledger.Checked("memory", s), s: s}
 }
 
@@ -91,41 +92,56 @@ type op struct {
 // items, then calls fn. The transaction commits unless the store failed, so
 // the sweep persists when fn refuses the call; fn therefore checks
 // everything before it changes anything. fn's error is returned as is.
+// The transaction may be shared with other calls (serializer, batching),
+// and fn may run twice: it sets its results and writes only through o.
 func (l *store) update(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) (err error) {
-	l.writes.do(func() { err = l.updateNow(ctx, pool, holder, sweep, fn) })
+	l.writes.doIn(func(b *batch) bool {
+		var ok bool
+		ok, err = l.updateIn(ctx, b, pool, holder, sweep, fn)
+		return ok
+	})
 	return err
 }
 
-// updateNow is update's transaction, run by l.writes.
-func (l *store) updateNow(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) error {
+// updateIn is update's work in b's transaction, run by l.writes. ok is
+// false on a store failure (err): b must then be aborted.
+func (l *store) updateIn(ctx context.Context, b *batch, pool ledger.PoolID, holder ledger.HolderID, sweep int, fn func(o *op) error) (ok bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return true, err
 	}
-	txn := l.db.Txn(true)
-	defer txn.Abort()
+	txn := b.txn
 	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
 	p, err := txn.First(tablePools, indexID, pool)
 	if err != nil {
-		return fmt.Errorf("read pool: %w", err)
+		return true, fmt.Errorf("read pool: %w", err)
 	}
 	if p == nil {
-		return ledger.ErrUnknownPool
+		return true, ledger.ErrUnknownPool
 	}
-	o.pool = p.(*poolRow).clone()
+	// A pool row this batch wrote is its own (no reader sees it before
+	// the commit): change it in place. Any other is copied first.
+	if own := b.pools[pool]; own != nil && own == p {
+		o.pool = own
+	} else {
+		o.pool = p.(*poolRow).clone()
+	}
 	if holder != ledger.NoHolder {
 		o.session = o.sessionOf(holder)
 	}
 	o.sweep(sweep)
 	ferr := fn(o)
 	if o.err != nil {
-		return o.err
+		return false, o.err
 	}
 	o.insert(tablePools, o.pool)
 	if o.err != nil {
-		return o.err
+		return false, o.err
 	}
-	txn.Commit()
-	return ferr
+	if b.pools == nil {
+		b.pools = make(map[ledger.PoolID]*poolRow, 1)
+	}
+	b.pools[pool] = o.pool
+	return true, ferr
 }
 
 // view runs fn on a read-only snapshot.

@@ -7,7 +7,7 @@ import (
 )
 
 // The go-memdb schema: every table and index name, and the tuple indexer
-// they share (memdbx.Tuple). Rows are the *Row types in rows.go; a row is never modified
+// they share (memdbx.TupleKey). Rows are the *Row types in rows.go; a row is never modified
 // after insertion (copy, change, insert the copy).
 
 // Table names.
@@ -19,7 +19,7 @@ const (
 	tableLeases  = "leases"
 )
 
-// Index names. Every index is a tuple (see memdbx.Tuple); the comment lists its
+// Index names. Every index is a tuple (see memdbx.TupleKey); the comment lists its
 // parts. A lease write touches every lease index, so there are only three:
 // the primary one gives fence order, and List filters the pool's leases by
 // engine or tenant in a scan (audit reads are rare; grants and releases are
@@ -44,60 +44,62 @@ const (
 
 // newSchema returns the database schema.
 func newSchema() *memdb.DBSchema {
-	idx := func(name string, of func(any) []any) *memdb.IndexSchema {
+	idx := func(name string, of func(k memdbx.Key, row any) memdbx.Key) *memdb.IndexSchema {
 		// Every tuple is unique: it ends in the row's primary key.
-		return &memdb.IndexSchema{Name: name, Unique: true, Indexer: memdbx.Tuple(of)}
+		return &memdb.IndexSchema{Name: name, Unique: true, Indexer: memdbx.TupleKey(of)}
 	}
-	lease := func(of func(*leaseRow) []any) func(any) []any {
-		return func(o any) []any { return of(o.(*leaseRow)) }
+	lease := func(of func(k memdbx.Key, l *leaseRow) memdbx.Key) func(memdbx.Key, any) memdbx.Key {
+		return func(k memdbx.Key, o any) memdbx.Key { return of(k, o.(*leaseRow)) }
 	}
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 		tablePools: {
 			Name: tablePools,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, func(o any) []any { return []any{o.(*poolRow).Name} }),
+				indexID: idx(indexID, func(k memdbx.Key, o any) memdbx.Key { return k.Str(string(o.(*poolRow).Name)) }),
 			},
 		},
 		tableEngines: {
 			Name: tableEngines,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, func(o any) []any {
+				indexID: idx(indexID, func(k memdbx.Key, o any) memdbx.Key {
 					e := o.(*engineRow)
-					return []any{e.Pool, e.Spec.ID}
+					return k.Str(string(e.Pool)).Str(string(e.Spec.ID))
 				}),
 			},
 		},
 		tableTenants: {
 			Name: tableTenants,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, func(o any) []any {
+				indexID: idx(indexID, func(k memdbx.Key, o any) memdbx.Key {
 					t := o.(*tenantRow)
-					return []any{t.Pool, t.Spec.Name}
+					return k.Str(string(t.Pool)).Str(string(t.Spec.Name))
 				}),
 			},
 		},
 		tableHolders: {
 			Name: tableHolders,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, func(o any) []any {
+				indexID: idx(indexID, func(k memdbx.Key, o any) memdbx.Key {
 					h := o.(*holderRow)
-					return []any{h.Pool, h.Holder}
+					return k.Str(string(h.Pool)).Str(string(h.Holder))
 				}),
-				indexExpiry: idx(indexExpiry, func(o any) []any {
+				indexExpiry: idx(indexExpiry, func(k memdbx.Key, o any) memdbx.Key {
 					h := o.(*holderRow)
-					return []any{h.Pool, h.Expires.UnixMilli(), h.Holder}
+					return k.Str(string(h.Pool)).Int(h.Expires.UnixMilli()).Str(string(h.Holder))
 				}),
 			},
 		},
 		tableLeases: {
 			Name: tableLeases,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID: idx(indexID, lease(func(l *leaseRow) []any { return []any{l.Pool, l.Fence.Epoch, l.Fence.Seq} })),
-				indexDeadline: idx(indexDeadline, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Deadline.UnixMilli(), l.Fence.Epoch, l.Fence.Seq}
+				indexID: idx(indexID, lease(func(k memdbx.Key, l *leaseRow) memdbx.Key {
+					return k.Str(string(l.Pool)).Uint(uint64(l.Fence.Epoch)).Uint(l.Fence.Seq)
 				})),
-				indexRequest: idx(indexRequest, lease(func(l *leaseRow) []any {
-					return []any{l.Pool, l.Holder, l.RequestID, l.Fence.Epoch, l.Fence.Seq}
+				indexDeadline: idx(indexDeadline, lease(func(k memdbx.Key, l *leaseRow) memdbx.Key {
+					return k.Str(string(l.Pool)).Int(l.Deadline.UnixMilli()).Uint(uint64(l.Fence.Epoch)).Uint(l.Fence.Seq)
+				})),
+				indexRequest: idx(indexRequest, lease(func(k memdbx.Key, l *leaseRow) memdbx.Key {
+					return k.Str(string(l.Pool)).Str(string(l.Holder)).Str(string(l.RequestID)).Uint(uint64(l.Fence.Epoch)).Uint(l.Fence.Seq)
 				})),
 			},
 		},

@@ -64,6 +64,9 @@ type store struct {
 	opts    Options
 	scripts *scripts
 	err     error // a bad option, returned by every call
+	heads   callHeads
+	pipe    pipe   // every script call but runWait's
+	argv1s  string // argv1(opts.SweepBatch), every changing call's
 }
 
 var _ ledger.Store = (*store)(nil)
@@ -76,10 +79,11 @@ func New(client goredis.UniversalClient, opts Options) *Ledger {
 }
 
 func newStore(client goredis.UniversalClient, opts Options) *store {
-	s := &store{client: client}
+	s := &store{client: client, pipe: pipe{client: client}}
 	s.opts, s.err = opts.withDefaults()
 	if s.err == nil {
 		s.scripts, s.err = loadScripts()
+		s.argv1s = s.argv1(s.opts.SweepBatch)
 	}
 	return s
 }
@@ -153,9 +157,11 @@ func (l *store) run(ctx context.Context, s func(*scripts) *goredis.Script, pool 
 	if l.err != nil {
 		return reply{}, l.err
 	}
-	keys, _ := keySchema(l.opts.Prefix, pool)
-	argv := append([]any{l.argv1(batch)}, args...)
-	v, err := s(l.scripts).Run(ctx, l.client, keys.scriptKeys(), argv...).Result()
+	argv1 := l.argv1s
+	if batch != l.opts.SweepBatch {
+		argv1 = l.argv1(batch)
+	}
+	v, err := l.eval(ctx, s(l.scripts), pool, argv1, args)
 	if err != nil {
 		return reply{}, err
 	}
