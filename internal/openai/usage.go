@@ -71,8 +71,8 @@ func Inspect(ev []byte) Event {
 	if bytes.Equal(data, []byte("[DONE]")) {
 		return Event{Keep: true, End: true}
 	}
-	if !bytes.Contains(data, keyUsage) {
-		if !bytes.Contains(data, keyIndex) {
+	if count(data, keyUsage, 1) == 0 {
+		if count(data, keyIndex, 1) == 0 {
 			return Event{Keep: true}
 		}
 		return Event{Keep: true, Choices: true, data: data}
@@ -103,18 +103,38 @@ func (e Event) Output() bool { return e.Choices && !announcement(e.data) }
 // Finished counts the choices the chunk ends: non-null finish_reasons in
 // the compact form engines write ("finish_reason":"stop"). Another
 // spelling counts none, so a reader waits for sequences that ended.
-func (e Event) Finished() int { return bytes.Count(e.data, keyFinished) }
+func (e Event) Finished() int { return count(e.data, keyFinished, -1) }
 
 // announcement reports a chunk whose every content is empty, that names a
 // role and carries nothing else a choice can generate.
 func announcement(data []byte) bool {
-	if !bytes.Contains(data, keyRole) || bytes.Count(data, keyContent) != bytes.Count(data, keyEmptyContent) {
+	if count(data, keyRole, 1) == 0 || count(data, keyContent, -1) != count(data, keyEmptyContent, -1) {
 		return false
 	}
 	for _, k := range keysOutput {
-		if bytes.Contains(data, k) {
+		if count(data, k, 1) > 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// count counts the occurrences of quoted, a pattern that starts with a
+// quote, in data, stopping at limit (< 0: none). It looks for what follows
+// the quote and checks the quote before it: bytes.Index skips ahead to its
+// pattern's first byte, and a quote is JSON's most frequent byte.
+func count(data, quoted []byte, limit int) int {
+	rest := quoted[1:]
+	n := 0
+	for i := 0; n != limit; {
+		j := bytes.Index(data[i:], rest)
+		if j < 0 {
+			break
+		}
+		if at := i + j; at > 0 && data[at-1] == '"' {
+			n++
+		}
+		i += j + 1
+	}
+	return n
 }
