@@ -35,13 +35,22 @@ func TestFailoverStartsEpoch(t *testing.T) {
 			primary := redisserver.Start(t)
 			replica := redisserver.StartReplica(t, primary)
 			prefix := newPrefix()
-			const window = 400 * time.Millisecond
+			const window = 2 * time.Second
 			opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: window}, Prefix: prefix,
 				WaitReplicas: tc.wait, WaitTimeout: 2 * time.Second}
+			// The pool's first epoch without a window, then the spec again
+			// from a ledger with one: the pool keeps the window a promoted
+			// replica's epoch will use.
+			first := opts
+			first.RecoveryWindow = -1
+			lf := lhredis.New(primary.Client(), first)
+			t.Cleanup(func() { _ = lf.Close() })
+			epoch := mustConfigure(t, lf, basicSpec())
 			l := lhredis.New(primary.Client(), opts)
 			t.Cleanup(func() { _ = l.Close() })
-			epoch := mustConfigure(t, l, basicSpec())
-			time.Sleep(window) // the first epoch's window
+			if again := mustConfigure(t, l, basicSpec()); again != epoch {
+				t.Fatalf("re-applying the spec moved the epoch from %d to %d", epoch, again)
+			}
 			mustKeepAlive(t, l, "llama", "h1", time.Minute)
 			var kept []ledger.Lease
 			for _, id := range []string{"r1", "r2"} {
