@@ -53,6 +53,7 @@ func Run(ctx context.Context, name string, callers int, d time.Duration, op Op) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	end, _ := ctx.Deadline()
 	lat := make([][]time.Duration, callers)
 	errs := make([]int, callers)
 	var wg sync.WaitGroup
@@ -69,8 +70,10 @@ func Run(ctx context.Context, name string, callers int, d time.Duration, op Op) 
 					break
 				}
 				if err != nil {
-					if ctx.Err() != nil {
-						break // cut off by the end of the run
+					// Cut off by the end of the run: a client may time out
+					// on the deadline itself a moment before ctx says so.
+					if ctx.Err() != nil || !time.Now().Before(end) {
+						break
 					}
 					errs[c]++
 				}
