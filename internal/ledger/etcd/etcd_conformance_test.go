@@ -25,13 +25,18 @@ var prefixes atomic.Int64
 // inside the suite's 2*MinTTL allowance.
 func backend(t *testing.T) ledgertest.Backend {
 	srv := etcdserver.Start(t, t.TempDir())
-	cli := srv.Client(t)
+	return backendOn(srv.Client(t), "etcd", "/conformance")
+}
+
+// backendOn is backend's ledgers on cli (one member or a cluster), named
+// name, each under its own prefix below root.
+func backendOn(cli *clientv3.Client, name, root string) ledgertest.Backend {
 	return ledgertest.Backend{
-		Name: "etcd",
+		Name: name,
 		New: func(t testing.TB, opts ledger.Options) ledger.Ledger {
 			l, err := etcd.New(cli, etcd.Options{
 				Options: opts,
-				Prefix:  fmt.Sprintf("/conformance/%d/", prefixes.Add(1)),
+				Prefix:  fmt.Sprintf("%s/%d/", root, prefixes.Add(1)),
 			})
 			if err != nil {
 				t.Fatalf("etcd.New: %v", err)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/ledger/etcd"
 	"github.com/leasehold/leasehold/internal/ledger/ledgertest"
@@ -29,27 +27,9 @@ func TestTopologyEtcdConformance(t *testing.T) {
 	slow.Topologies(t)
 	c := etcdserver.StartCluster(t, 3)
 	cli := c.Client(t)
-	ledgertest.Run(t, ledgertest.Backend{
-		Name: "etcd (3 members)",
-		New: func(t testing.TB, opts ledger.Options) ledger.Ledger {
-			l, err := etcd.New(cli, etcd.Options{Options: opts, Prefix: fmt.Sprintf("/conformance3/%d/", prefixes.Add(1))})
-			if err != nil {
-				t.Fatalf("etcd.New: %v", err)
-			}
-			return l
-		},
-		Lose: func(t testing.TB, l ledger.Ledger) ledger.Ledger {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if _, err := cli.Delete(ctx, l.(*etcd.Ledger).Prefix(), clientv3.WithPrefix()); err != nil {
-				t.Fatalf("lose: delete prefix: %v", err)
-			}
-			return l
-		},
-		MinTTL:          time.Second,
-		BackgroundSweep: true,
-		Groups:          []string{"Limits", "Idempotence", "Leases", "Sessions", "Epochs", "Linearizability"},
-	})
+	b := backendOn(cli, "etcd (3 members)", "/conformance3")
+	b.Groups = []string{"Limits", "Idempotence", "Leases", "Sessions", "Epochs", "Linearizability"}
+	ledgertest.Run(t, b)
 }
 
 // TestTopologyEtcdLeaderKill runs holders against a three-member etcd
