@@ -96,42 +96,95 @@ func clusterAPILoad(led *Ledger, pools []ledger.PoolID, tag string) benchkit.Op 
 // clusterBatch is how many grants a pipelined caller sends per round trip.
 const clusterBatch = 64
 
-// clusterPipelinedLoad is one phase of the same scripts sent the way a
-// load generator finds a server's capacity (as redis-benchmark -P does,
-// on GOMAXPROCS 1): caller c pipelines
-// clusterBatch acquire scripts on pools[c%len(pools)], then the release
-// scripts of the leases they granted. One op is clusterBatch grants.
-func clusterPipelinedLoad(led *Ledger, cc *goredis.ClusterClient, pools []ledger.PoolID, tag string) benchkit.Op {
-	s := led.s
+// clusterRawLoad is one phase of the same scripts sent the way a load
+// generator finds a server's capacity (as redis-benchmark -P does, on
+// GOMAXPROCS 1): caller c, on its own connection to the master of
+// pools[c%len(pools)], pipelines clusterBatch acquire scripts, then the
+// release scripts of the leases they granted (respConn: no client library
+// between the generator and the wire). One op is clusterBatch grants.
+type clusterRawLoad struct {
+	led   *Ledger
+	pools []ledger.PoolID
+	conns []*respConn
+	cands [10][]ledger.EngineID // the candidate lists clusterRequest rotates through
+}
+
+func newClusterRawLoad(ctx context.Context, tb testing.TB, led *Ledger, c *redisserver.Cluster, cc *goredis.ClusterClient, pools []ledger.PoolID, callers int) *clusterRawLoad {
+	tb.Helper()
+	l := &clusterRawLoad{led: led, pools: pools}
+	for i := range l.cands {
+		for j := range 10 {
+			l.cands[i] = append(l.cands[i], ledger.EngineID(fmt.Sprintf("gpu-%d", (i+j)%10)))
+		}
+	}
+	for i := range callers {
+		keys, _ := keySchema(led.s.opts.Prefix, pools[i%len(pools)])
+		slot, err := cc.ClusterKeySlot(ctx, keys.State).Result()
+		if err != nil {
+			tb.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		m, err := c.MasterOf(ctx, int(slot))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rc, err := dialRESP(c.Masters[m].Addr())
+		if err != nil {
+			tb.Fatalf("dial master %d: %v", m, err)
+		}
+		tb.Cleanup(func() { rc.Close() })
+		l.conns = append(l.conns, rc)
+	}
+	return l
+}
+
+func (l *clusterRawLoad) op(tag string) benchkit.Op {
+	s := l.led.s
+	argv1 := s.argv1(s.opts.SweepBatch)
 	return func(ctx context.Context, c, seq int) error {
-		pool := pools[c%len(pools)]
-		keys, _ := keySchema(s.opts.Prefix, pool)
-		k := keys.scriptKeys()
-		acq := make([]*goredis.Cmd, clusterBatch)
-		if _, err := cc.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i := range acq {
-				argv := append([]any{s.argv1(s.opts.SweepBatch)}, acquireArgv(clusterRequest(pool, c, seq*clusterBatch+i, tag))...)
-				acq[i] = s.scripts.acquire.EvalSha(ctx, p, k, argv...)
+		pool, rc := l.pools[c%len(l.pools)], l.conns[c]
+		acq := s.heads.get(s.opts.Prefix, s.scripts.acquire, pool).head
+		rel := s.heads.get(s.opts.Prefix, s.scripts.release, pool).head
+		for i := range clusterBatch {
+			n := seq*clusterBatch + i
+			r := benchkit.BenchRequest(pool, c, n, tag)
+			r.Candidates = l.cands[n%10]
+			if err := rc.add(acq, append([]any{argv1}, acquireArgv(r)...)...); err != nil {
+				return err
 			}
-			return nil
-		}); err != nil {
+		}
+		if err := rc.flush(); err != nil {
 			return err
 		}
-		_, err := cc.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, cmd := range acq {
-				r, err := decodeReply(cmd.Val())
-				if err != nil {
-					return err
-				}
-				l, err := decodeLease(pool, r.rest)
-				if err != nil {
-					return err
-				}
-				s.scripts.release.EvalSha(ctx, p, k, s.argv1(s.opts.SweepBatch), string(l.ID), string(l.Holder), "500", "200", "", "")
+		for range clusterBatch {
+			v, err := rc.read()
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		return err
+			r, err := decodeReply(v)
+			if err != nil {
+				return err
+			}
+			g, err := decodeLease(pool, r.rest)
+			if err != nil {
+				return err
+			}
+			if err := rc.add(rel, argv1, string(g.ID), string(g.Holder), "500", "200", "", ""); err != nil {
+				return err
+			}
+		}
+		if err := rc.flush(); err != nil {
+			return err
+		}
+		for range clusterBatch {
+			v, err := rc.read()
+			if err != nil {
+				return err
+			}
+			if _, err := decodeReply(v); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
@@ -219,6 +272,10 @@ func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time
 	fmt.Fprintf(out, "\n| Redis Cluster, %d masters: 6 pools | load | callers | grants/s | p50 µs per op | Redis CPU µs/grant | load generator CPU µs/grant | vs 1 master |\n", clusterShards)
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|")
 	var figs ClusterFigures
+	var raw [2]*clusterRawLoad
+	for i, pools := range layouts {
+		raw[i] = newClusterRawLoad(ctx, tb, led, c, cc, pools, pipeCallers)
+	}
 	const rounds = 8
 	medians := map[string]float64{}
 	for _, mode := range []string{"API", "pipelined"} {
@@ -235,7 +292,7 @@ func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time
 				tag := fmt.Sprintf("%s%d-%d-", mode[:1], round, i)
 				op, callers, per := clusterAPILoad(led, pools, tag), apiCallers, 1
 				if mode == "pipelined" {
-					op, callers, per = clusterPipelinedLoad(led, cc, pools, tag), pipeCallers, clusterBatch
+					op, callers, per = raw[i].op(tag), pipeCallers, clusterBatch
 				}
 				before := readCPU(ctx, tb, c)
 				r := benchkit.Run(ctx, "", callers, d/4, op)
@@ -262,7 +319,7 @@ func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time
 			}
 			load := "ledger API: Acquire, Release"
 			if mode == "pipelined" {
-				load = fmt.Sprintf("pipelined: %d acquire scripts, then their releases", clusterBatch)
+				load = fmt.Sprintf("pipelined (raw RESP): %d acquire scripts, then their releases", clusterBatch)
 			}
 			tput := float64(r.grants) / r.Elapsed.Seconds()
 			errs := ""

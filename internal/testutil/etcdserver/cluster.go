@@ -118,18 +118,8 @@ func (c *Cluster) waitMember(i int) {
 	m := c.members[i]
 	cli := c.clientOf(c.t, m.client)
 	defer cli.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Get(ctx, "health")
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("etcdserver: member %s not answering within %s: %v\n%s", m.name, startTimeout, err, tail(m.log))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitRead(cli); err != nil {
+		c.t.Fatalf("etcdserver: member %s not answering within %s: %v\n%s", m.name, startTimeout, err, tail(m.log))
 	}
 }
 

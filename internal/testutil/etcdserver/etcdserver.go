@@ -165,16 +165,21 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 // WaitReady blocks until the member answers a read, or fails the test.
 func (s *Server) WaitReady(t testing.TB, cli *clientv3.Client) {
 	t.Helper()
+	if err := waitRead(cli); err != nil {
+		t.Fatalf("etcdserver: not answering: %v", fmt.Errorf("%s: %w", s.Endpoint(), err))
+	}
+}
+
+// waitRead retries a linearizable read through cli every 20 ms until one
+// answers (nil) or startTimeout passes (the last error).
+func waitRead(cli *clientv3.Client) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := cli.Get(ctx, "health")
 		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcdserver: not answering: %v", fmt.Errorf("%s: %w", s.Endpoint(), err))
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
