@@ -145,11 +145,13 @@ end
 
 local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)) end
 
-local function set_lease(l)
-  redis.call('HSET', K_LEASES, l[L_ID],
-    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
-    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or ''))
+-- lease_record is lease l's record.
+local function lease_record(l)
+  return table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
+    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or '')
 end
+
+local function set_lease(l) redis.call('HSET', K_LEASES, l[L_ID], lease_record(l)) end
 
 -- put_lease stores a new lease (without charging it).
 local function put_lease(l)
@@ -392,39 +394,56 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 --     Cluster promote the replica with the most replicated data, which has
 --     every acknowledged write.
 -- A pool with no repl (first write by this version) records it.
-local function failover()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'repl', 'window')
-  if not v[1] then return end
+--
+-- failover_seen takes the pool's meta and repl fields, read by the
+-- caller's own HMGET (nil meta: an unknown pool, nothing to do), and
+-- returns true when it started a new epoch (meta, seq and created
+-- changed). The common case, this server wrote the pool last, costs one
+-- INFO and one comparison.
+local function failover_seen(meta_s, repl)
+  if not meta_s then return false end
   local info = redis.call('INFO', 'replication')
   local id = string.match(info, 'master_replid:(%x+)')
-  local rid, rnode = string.match(v[2] or '', '^(%S+) (%S+)$')
-  if rid == id then return end
+  -- repl is "<40 hex> <node>": the same server when it starts with id.
+  if repl and string.byte(repl, 41) == 32 and string.sub(repl, 1, 40) == id then return false end
+  local rid, rnode = string.match(repl or '', '^(%S+) (%S+)$')
   local node = '-'
   if CLUSTER == '1' then node = redis.call('CLUSTER', 'MYID') end
+  local started = false
   if rid then
     local promoted = rid == string.match(info, 'master_replid2:(%x+)')
     local migrated = CLUSTER == '1' and rnode ~= node and not promoted
     if not migrated and not (promoted and ON_PROMOTION == 'keep') then
       local now, t = clock()
-      local old = string.match(v[1], '^(%S+)')
+      local old = string.match(meta_s, '^(%S+)')
       local epoch = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(old) + 1)
-      local window = tonumber(v[3] or DEFAULT_WINDOW)
+      local window = tonumber(redis.call('HGET', K_STATE, 'window') or DEFAULT_WINDOW)
       local ru = '0'
       if window > 0 then ru = int(now + window) end
-      redis.call('HSET', K_STATE, 'meta', (string.gsub(v[1], '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
+      redis.call('HSET', K_STATE, 'meta', (string.gsub(meta_s, '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
         'created', int(now))
       redis.call('HINCRBY', K_STATE, 'c:failovers', 1)
+      started = true
     end
   end
   redis.call('HSET', K_STATE, 'repl', id .. ' ' .. node)
+  return started
 end
 
--- open_pool starts a lease operation: it loads the pool's meta, reads the
--- ledger clock and runs the bounded sweep when something may have expired.
--- It returns nil for an unknown pool, else the meta and now.
+-- failover reads the pool's meta and repl and runs failover_seen: for the
+-- scripts that read the pool only after it.
+local function failover()
+  local v = redis.call('HMGET', K_STATE, 'meta', 'repl')
+  failover_seen(v[1], v[2])
+end
+
+-- open_pool starts a lease operation: it loads the pool's meta, runs
+-- failover_seen, reads the ledger clock and runs the bounded sweep when
+-- something may have expired. It returns nil for an unknown pool, else the
+-- meta and now.
 local function open_pool()
-  failover()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'repl')
+  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at') end
   local m = meta(v[1], v[2])
   if not m then return nil end
   local now = clock()

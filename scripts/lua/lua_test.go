@@ -1,0 +1,123 @@
+package lua
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// libNames returns every top-level name the lib files define.
+func libNames(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, name := range libs {
+		b, err := files.ReadFile(name)
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		for _, d := range split(string(b)) {
+			for _, n := range d.defines {
+				out[n] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestSourceDefinesWhatItUses checks every assembled script defines each
+// lib name its code refers to. A name the script also binds as a
+// parameter or loop variable somewhere is left to the conformance suite,
+// which runs the scripts on Redis (where an undefined global is an error).
+func TestSourceDefinesWhatItUses(t *testing.T) {
+	lib := libNames(t)
+	def := regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][A-Za-z0-9_, ]*)`)
+	params := regexp.MustCompile(`function[A-Za-z0-9_ ]*\(([A-Za-z0-9_, ]*)\)|for ([A-Za-z0-9_, ]*) (?:in|=)`)
+	for _, op := range Operations {
+		t.Run(op, func(t *testing.T) {
+			src, err := Source(op)
+			if err != nil {
+				t.Fatalf("Source(%s): %v", op, err)
+			}
+			defined := map[string]int{} // name -> offset of its definition
+			for _, m := range def.FindAllStringSubmatchIndex(src, -1) {
+				for _, n := range strings.Split(src[m[2]:m[3]], ",") {
+					n = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(n), "="))
+					if _, ok := defined[n]; !ok {
+						defined[n] = m[0]
+					}
+				}
+			}
+			for _, m := range params.FindAllStringSubmatch(src, -1) {
+				for _, n := range strings.Split(m[1]+m[2], ",") {
+					defined[strings.TrimSpace(n)] = -1
+				}
+			}
+			for n := range names(src) {
+				if lib[n] {
+					if _, ok := defined[n]; !ok {
+						t.Errorf("script %s uses %s, which it does not define", op, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSourceLeavesOutUnused checks scripts carry no definition they never
+// use: a script that charges no rate window defines none of lib_rate.lua.
+func TestSourceLeavesOutUnused(t *testing.T) {
+	for _, tc := range []struct {
+		op       string
+		want     []string
+		wantNone []string
+	}{
+		{op: "acquire", want: []string{"rate_open", "rate_charge", "engine_reason", "failover_seen"}},
+		{op: "release", want: []string{"rate_true_up", "drop_lease"}, wantNone: []string{"engine_reason", "rate_charge"}},
+		{op: "renew", want: []string{"held_lease"}, wantNone: []string{"rate_open", "engine_reason", "quota"}},
+		{op: "stats", wantNone: []string{"rate_open", "engine_reason", "failover"}},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			src, err := Source(tc.op)
+			if err != nil {
+				t.Fatalf("Source(%s): %v", tc.op, err)
+			}
+			for _, n := range tc.want {
+				if !strings.Contains(src, "local function "+n+"(") {
+					t.Errorf("script %s does not define %s, want it", tc.op, n)
+				}
+			}
+			for _, n := range tc.wantNone {
+				if strings.Contains(src, "local function "+n+"(") {
+					t.Errorf("script %s defines %s, which it never uses", tc.op, n)
+				}
+			}
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, tc := range []struct {
+		name, code string
+		want, not  []string
+	}{
+		{name: "calls and concatenation", code: "local x = f(a) .. b..c", want: []string{"f", "a", "b", "c", "x"}},
+		{name: "fields are not names", code: "m.epoch = t:get(e.cap)", want: []string{"m", "t", "e"}, not: []string{"epoch", "get", "cap"}},
+		{name: "comments and strings", code: "g('meta', \"sweep\\\"x\") -- charge(y)\nh()", want: []string{"g", "h"},
+			not: []string{"meta", "sweep", "x", "charge", "y"}},
+		{name: "numbers", code: "local n = 0x1f + 2e5", want: []string{"n"}, not: []string{"x1f", "e5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := names(tc.code)
+			for _, n := range tc.want {
+				if !got[n] {
+					t.Errorf("names(%q) lacks %q; got %v", tc.code, n, got)
+				}
+			}
+			for _, n := range tc.not {
+				if got[n] {
+					t.Errorf("names(%q) has %q; got %v", tc.code, n, got)
+				}
+			}
+		})
+	}
+}
