@@ -37,7 +37,10 @@ if newkv < have then
     ' kv_tokens, below the ' .. l[L_KV] .. ' it holds (Resize shrinks)'}
 end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
-local v = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':obs', tf, tf .. ':r')
+-- One HMGET reads what the checks and the charge need, counters included;
+-- one HSET writes the charge (charge's, without its reads).
+local v = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':obs', tf, tf .. ':r', 'c:growths',
+  'c:grown_kv_tokens', 'c:overgrowths')
 local e = engine(l[L_ENGINE], v[1], true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
 usage(e, v[2], v[3], v[4], v[5])
@@ -50,13 +53,14 @@ if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
 local t = tenant(l[L_TENANT], v[6], v[7], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
-local cnt = {'growths', 1, 'grown_kv_tokens', delta}
+local w = {ef .. ':r', fmt3(e.rkv + delta, e.rslots, e.n), tf .. ':r', fmt3(t.rkv + delta, t.rslots, t.n),
+  'c:growths', int(num(v[8]) + 1), 'c:grown_kv_tokens', int(num(v[9]) + delta)}
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
   l[L_OVERGROWN] = '1'
-  cnt[#cnt + 1] = 'overgrowths'
-  cnt[#cnt + 1] = 1
+  w[#w + 1] = 'c:overgrowths'
+  w[#w + 1] = int(num(v[10]) + 1)
 end
 l[L_KV] = ARGV[4]
 set_lease(l)
-charge(l[L_ENGINE], l[L_TENANT], delta, 0, 0, cnt)
+redis.call('HSET', K_STATE, unpack(w))
 return {'ok', m.epoch, unpack(l, 1, L_N)}

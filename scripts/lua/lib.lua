@@ -68,6 +68,14 @@
 --               last wrote the pool (see failover)
 --   window      the recovery window in ms Configure was given (0: none); a
 --               pool configured before this field reads 10000
+--   hashtable   HASHTABLE, written by Configure and read by nothing: a
+--               value longer than hash-max-listpack-value (64 bytes by
+--               default) makes Redis store the hash as a hash table, which
+--               it never turns back into a listpack. A listpack (Redis's
+--               encoding for a small hash) finds a field by scanning every
+--               field before it, for each field of each HMGET and HSET; a
+--               hash table finds it in constant time. The hot scripts
+--               read and write some twenty fields a call.
 --
 -- Numbers: ledger time is milliseconds from redis TIME. Every integer written
 -- to Redis or returned goes through int() so large values never reach
@@ -79,6 +87,7 @@ local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLU
   string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
 SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
 CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
+local HASHTABLE = 'this value is longer than hash-max-listpack-value, so Redis keeps the ledger state hash a hash table'
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
 
@@ -181,7 +190,7 @@ end
 -- tenant is forgotten with its last lease.
 local function charge(engine, tenant, kv, slots, n, cnt, extra)
   local ef, tf = 'e:' .. engine, 't:' .. tenant
-  local f = {ef .. ':r', tf .. ':r', ef, tf}
+  local f = {ef .. ':r', tf .. ':r'}
   for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
   local v = redis.call('HMGET', K_STATE, unpack(f))
   local ekv, es, en = triple(v[1])
@@ -193,13 +202,14 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
   w[#w + 1] = f[2]
   w[#w + 1] = fmt3(tkv + kv, ts + slots, tn)
   for i = 1, #cnt, 2 do
-    w[#w + 1] = f[4 + (i + 1) / 2]
-    w[#w + 1] = int(num(v[4 + (i + 1) / 2]) + cnt[i + 1])
+    w[#w + 1] = f[2 + (i + 1) / 2]
+    w[#w + 1] = int(num(v[2 + (i + 1) / 2]) + cnt[i + 1])
   end
   redis.call('HSET', K_STATE, unpack(w))
-  if n < 0 then
-    if en <= 0 and string.sub(v[3] or '', 1, 1) ~= '1' then forget_engine(engine) end
-    if tn <= 0 and string.sub(v[4] or '', 1, 1) ~= '1' then forget_tenant(tenant) end
+  if n < 0 and (en <= 0 or tn <= 0) then
+    local x = redis.call('HMGET', K_STATE, ef, tf)
+    if en <= 0 and string.sub(x[1] or '', 1, 1) ~= '1' then forget_engine(engine) end
+    if tn <= 0 and string.sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tenant) end
   end
 end
 

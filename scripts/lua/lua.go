@@ -63,15 +63,26 @@ func Source(op string) (string, error) {
 			}
 		}
 	}
+	// A constant is a local like any other, and each function that uses
+	// it captures it as an upvalue when the chunk runs: its literal costs
+	// nothing.
+	consts := map[string]string{}
 	var src strings.Builder
 	for i, d := range defs {
-		if keep[i] {
-			src.WriteString(d.text)
+		if !keep[i] {
+			continue
 		}
+		if c := constants(d); c != nil {
+			for n, v := range c {
+				consts[n] = v
+			}
+			continue
+		}
+		src.WriteString(d.text)
 	}
 	src.Write(body)
 	src.WriteByte('\n')
-	return src.String(), nil
+	return inline(src.String(), consts), nil
 }
 
 // def is one top-level definition of a lib file: a "local" statement at
@@ -136,13 +147,20 @@ func split(src string) []def {
 // definition's name keeps that definition), never fewer.
 func names(code string) map[string]bool {
 	out := map[string]bool{}
+	scan(code, func(i, j int) { out[code[i:j]] = true })
+	return out
+}
+
+// scan calls name(i, j) for each identifier code[i:j] that names refers
+// to, in order.
+func scan(code string, name func(i, j int)) {
 	for i := 0; i < len(code); {
 		c := code[i]
 		switch {
 		case c == '-' && strings.HasPrefix(code[i:], "--"):
 			j := strings.IndexByte(code[i:], '\n')
 			if j < 0 {
-				return out
+				return
 			}
 			i += j
 		case c == '\'' || c == '"':
@@ -162,7 +180,7 @@ func names(code string) map[string]bool {
 			}
 			field := i > 0 && (code[i-1] == ':' || code[i-1] == '.' && (i < 2 || code[i-2] != '.'))
 			if !field {
-				out[code[i:j]] = true
+				name(i, j)
 			}
 			i = j
 		case c >= '0' && c <= '9':
@@ -177,5 +195,50 @@ func names(code string) map[string]bool {
 			i++
 		}
 	}
+}
+
+// constants maps the names a definition binds to number literals ("local
+// L_ID, L_KV = 1, 5"), or returns nil when it binds anything else.
+func constants(d def) map[string]string {
+	code := d.text
+	for strings.HasPrefix(code, "--") {
+		_, code, _ = strings.Cut(code, "\n")
+	}
+	m := constDef.FindStringSubmatch(code)
+	if m == nil {
+		return nil
+	}
+	vals := strings.Split(m[1], ",")
+	if len(vals) != len(d.defines) {
+		return nil
+	}
+	out := map[string]string{}
+	for i, v := range vals {
+		v = strings.TrimSpace(v)
+		if !number.MatchString(v) {
+			return nil
+		}
+		out[d.defines[i]] = v
+	}
 	return out
+}
+
+var (
+	constDef = regexp.MustCompile(`^local [A-Za-z0-9_, ]+= ([0-9, ]+?) *(?:--[^\n]*)?\n*$`)
+	number   = regexp.MustCompile(`^[0-9]+$`)
+)
+
+// inline replaces each name of consts in code with its literal.
+func inline(code string, consts map[string]string) string {
+	var out strings.Builder
+	last := 0
+	scan(code, func(i, j int) {
+		if v, ok := consts[code[i:j]]; ok {
+			out.WriteString(code[last:i])
+			out.WriteString(v)
+			last = j
+		}
+	})
+	out.WriteString(code[last:])
+	return out.String()
 }

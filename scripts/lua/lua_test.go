@@ -121,3 +121,35 @@ func TestNames(t *testing.T) {
 		})
 	}
 }
+
+func TestConstants(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       map[string]string
+	}{
+		{name: "numbers", text: "-- doc\nlocal A, B = 1, 22 -- note\n\n", want: map[string]string{"A": "1", "B": "22"}},
+		{name: "a string", text: "local P = 'x'\n"},
+		{name: "an expression", text: "local A = 1 + 2\n"},
+		{name: "code after it", text: "local A = 1\nA = A + 1\n"},
+		{name: "fewer values", text: "local A, B = 1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := split(tc.text)
+			if len(ds) != 1 {
+				t.Fatalf("split(%q) = %d definitions, want 1", tc.text, len(ds))
+			}
+			got := constants(ds[0])
+			if len(got) != len(tc.want) {
+				t.Fatalf("constants(%q) = %v, want %v", tc.text, got, tc.want)
+			}
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("constants(%q)[%s] = %q, want %q", tc.text, k, got[k], v)
+				}
+			}
+		})
+	}
+	if got, want := inline("x = L_A + t.L_A .. 'L_A' -- L_A\n", map[string]string{"L_A": "3"}), "x = 3 + t.L_A .. 'L_A' -- L_A\n"; got != want {
+		t.Errorf("inline = %q, want %q", got, want)
+	}
+}
