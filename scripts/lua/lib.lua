@@ -184,12 +184,12 @@ local function forget_tenant(name)
   redis.call('SREM', K_TENANTS, name)
 end
 
--- charge adds (kv, slots, n) to an engine's and a tenant's reservations and
+-- charge adds (kv, slots, n) to engine eid's and tenant tname's reservations and
 -- cnt (counter name, delta, ...) to counters, writing them with the
 -- (field, value, ...) pairs in extra in one HSET. A removed engine or
 -- tenant is forgotten with its last lease.
-local function charge(engine, tenant, kv, slots, n, cnt, extra)
-  local ef, tf = 'e:' .. engine, 't:' .. tenant
+local function charge(eid, tname, kv, slots, n, cnt, extra)
+  local ef, tf = 'e:' .. eid, 't:' .. tname
   local f = {ef .. ':r', tf .. ':r'}
   for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
   local v = redis.call('HMGET', K_STATE, unpack(f))
@@ -208,8 +208,8 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
   redis.call('HSET', K_STATE, unpack(w))
   if n < 0 and (en <= 0 or tn <= 0) then
     local x = redis.call('HMGET', K_STATE, ef, tf)
-    if en <= 0 and string.sub(x[1] or '', 1, 1) ~= '1' then forget_engine(engine) end
-    if tn <= 0 and string.sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tenant) end
+    if en <= 0 and string.sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
+    if tn <= 0 and string.sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
   end
 end
 

@@ -65,24 +65,72 @@ func Source(op string) (string, error) {
 	}
 	// A constant is a local like any other, and each function that uses
 	// it captures it as an upvalue when the chunk runs: its literal costs
-	// nothing.
-	consts := map[string]string{}
-	var src strings.Builder
+	// nothing. A function is defined only when the call first reaches it
+	// (see lazy).
+	rename := map[string]string{}
+	var head strings.Builder
+	var funcs []def
 	for i, d := range defs {
 		if !keep[i] {
 			continue
 		}
 		if c := constants(d); c != nil {
 			for n, v := range c {
-				consts[n] = v
+				rename[n] = v
 			}
 			continue
 		}
-		src.WriteString(d.text)
+		if localFunc.MatchString(code(d.text)) {
+			funcs = append(funcs, d)
+			rename[d.defines[0]] = "LIB." + d.defines[0]
+			continue
+		}
+		head.WriteString(d.text)
 	}
+	for n := range names(head.String()) {
+		if strings.HasPrefix(rename[n], "LIB.") {
+			return "", fmt.Errorf("script %s: a top-level value uses function %s, which lua.go defines lazily", op, n)
+		}
+	}
+	var src strings.Builder
+	src.WriteString(head.String())
+	src.WriteString(lazy(funcs))
 	src.Write(body)
 	src.WriteByte('\n')
-	return inline(src.String(), consts), nil
+	return inline(src.String(), rename), nil
+}
+
+// lazy returns the table LIB that defines each of funcs on first use: a
+// function defined at the top of a script costs a closure, and a search
+// for each upvalue it captures, on every call, whether the call reaches it
+// or not. Calls use LIB.name (Source renames them); the first one runs the
+// __index branch that defines name in LIB, the later ones find it there.
+func lazy(funcs []def) string {
+	var b strings.Builder
+	b.WriteString("local LIB = {}\nsetmetatable(LIB, {__index = function(_, k)\n")
+	for i, d := range funcs {
+		if i == 0 {
+			b.WriteString("  if")
+		} else {
+			b.WriteString("  elseif")
+		}
+		name := d.defines[0]
+		fmt.Fprintf(&b, " k == '%s' then\n", name)
+		b.WriteString(strings.Replace(code(d.text), "local function "+name+"(", "function LIB."+name+"(", 1))
+	}
+	if len(funcs) > 0 {
+		b.WriteString("  end\n")
+	}
+	b.WriteString("  return rawget(LIB, k)\nend})\n")
+	return b.String()
+}
+
+// code is a definition's text without the comment lines above it.
+func code(text string) string {
+	for strings.HasPrefix(text, "--") {
+		_, text, _ = strings.Cut(text, "\n")
+	}
+	return text
 }
 
 // def is one top-level definition of a lib file: a "local" statement at
@@ -200,11 +248,7 @@ func scan(code string, name func(i, j int)) {
 // constants maps the names a definition binds to number literals ("local
 // L_ID, L_KV = 1, 5"), or returns nil when it binds anything else.
 func constants(d def) map[string]string {
-	code := d.text
-	for strings.HasPrefix(code, "--") {
-		_, code, _ = strings.Cut(code, "\n")
-	}
-	m := constDef.FindStringSubmatch(code)
+	m := constDef.FindStringSubmatch(code(d.text))
 	if m == nil {
 		return nil
 	}

@@ -25,42 +25,99 @@ func libNames(t *testing.T) map[string]bool {
 }
 
 // TestSourceDefinesWhatItUses checks every assembled script defines each
-// lib name its code refers to. A name the script also binds as a
-// parameter or loop variable somewhere is left to the conformance suite,
-// which runs the scripts on Redis (where an undefined global is an error).
+// lib name its code refers to: a function as a branch of LIB's __index
+// (lazy), anything else as a local above the code. A name the script also
+// binds as a parameter or loop variable somewhere is left to the
+// conformance suite, which runs the scripts on Redis (where an undefined
+// global is an error).
 func TestSourceDefinesWhatItUses(t *testing.T) {
 	lib := libNames(t)
 	def := regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][A-Za-z0-9_, ]*)`)
-	params := regexp.MustCompile(`function[A-Za-z0-9_ ]*\(([A-Za-z0-9_, ]*)\)|for ([A-Za-z0-9_, ]*) (?:in|=)`)
+	params := regexp.MustCompile(`function[A-Za-z0-9_. ]*\(([A-Za-z0-9_, ]*)\)|for ([A-Za-z0-9_, ]*) (?:in|=)`)
+	lazyUse := regexp.MustCompile(`LIB\.([A-Za-z_][A-Za-z0-9_]*)`)
 	for _, op := range Operations {
 		t.Run(op, func(t *testing.T) {
 			src, err := Source(op)
 			if err != nil {
 				t.Fatalf("Source(%s): %v", op, err)
 			}
-			defined := map[string]int{} // name -> offset of its definition
-			for _, m := range def.FindAllStringSubmatchIndex(src, -1) {
-				for _, n := range strings.Split(src[m[2]:m[3]], ",") {
-					n = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(n), "="))
-					if _, ok := defined[n]; !ok {
-						defined[n] = m[0]
-					}
+			defined := map[string]bool{}
+			for _, m := range def.FindAllStringSubmatch(src, -1) {
+				for _, n := range strings.Split(m[1], ",") {
+					defined[strings.TrimSpace(n)] = true
 				}
 			}
 			for _, m := range params.FindAllStringSubmatch(src, -1) {
 				for _, n := range strings.Split(m[1]+m[2], ",") {
-					defined[strings.TrimSpace(n)] = -1
+					defined[strings.TrimSpace(n)] = true
 				}
 			}
 			for n := range names(src) {
-				if lib[n] {
-					if _, ok := defined[n]; !ok {
-						t.Errorf("script %s uses %s, which it does not define", op, n)
-					}
+				if lib[n] && !defined[n] {
+					t.Errorf("script %s uses %s, which it does not define", op, n)
+				}
+			}
+			for _, m := range lazyUse.FindAllStringSubmatch(src, -1) {
+				if !strings.Contains(src, "function LIB."+m[1]+"(") || !strings.Contains(src, "k == '"+m[1]+"' then") {
+					t.Errorf("script %s calls LIB.%s, which its LIB does not define", op, m[1])
 				}
 			}
 		})
 	}
+}
+
+// TestLibNamesAreNotRebound checks no lib function's name is also a
+// parameter, loop variable, local or table key anywhere in the scripts:
+// Source renames every use of such a name to LIB.name, which would break
+// those.
+func TestLibNamesAreNotRebound(t *testing.T) {
+	lib := libNames(t)
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	binds := []*regexp.Regexp{
+		regexp.MustCompile(`function[A-Za-z0-9_. ]*\(([A-Za-z0-9_, ]*)\)`),
+		regexp.MustCompile(`for ([A-Za-z0-9_, ]*) (?:in|=)`),
+		regexp.MustCompile(`local ([A-Za-z0-9_, ]*)(?:=|$)`),
+		regexp.MustCompile(`[{,] *([A-Za-z_][A-Za-z0-9_]*) *=[^=]`),
+	}
+	for _, e := range entries {
+		b, err := files.ReadFile(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if c, _, ok := strings.Cut(line, "--"); ok {
+				line = c
+			}
+			if strings.HasPrefix(line, "local function ") {
+				line = line[strings.Index(line, "("):]
+				line = "function" + line
+			}
+			for _, re := range binds {
+				for _, m := range re.FindAllStringSubmatch(line, -1) {
+					for _, n := range strings.Split(m[1], ",") {
+						if n = strings.TrimSpace(n); lib[n] && !isConst(t, n) {
+							t.Errorf("%s:%d binds %s, a lib function's name: %s", e.Name(), i+1, n, line)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// isConst reports whether lib name n is a value rather than a function.
+func isConst(t *testing.T, n string) bool {
+	t.Helper()
+	for _, name := range libs {
+		b, _ := files.ReadFile(name)
+		if strings.Contains(string(b), "local function "+n+"(") {
+			return false
+		}
+	}
+	return true
 }
 
 // TestSourceLeavesOutUnused checks scripts carry no definition they never
@@ -82,12 +139,12 @@ func TestSourceLeavesOutUnused(t *testing.T) {
 				t.Fatalf("Source(%s): %v", tc.op, err)
 			}
 			for _, n := range tc.want {
-				if !strings.Contains(src, "local function "+n+"(") {
+				if !strings.Contains(src, "function LIB."+n+"(") {
 					t.Errorf("script %s does not define %s, want it", tc.op, n)
 				}
 			}
 			for _, n := range tc.wantNone {
-				if strings.Contains(src, "local function "+n+"(") {
+				if strings.Contains(src, "function LIB."+n+"(") || strings.Contains(src, "local function "+n+"(") {
 					t.Errorf("script %s defines %s, which it never uses", tc.op, n)
 				}
 			}
