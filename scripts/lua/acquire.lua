@@ -79,33 +79,15 @@ for j = 1, n do
   if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local created -- the pool's created field, read once the recovery window needs it
-local function recover(e)
-  if now < m.ru then
-    created = created or redis.call('HGET', K_STATE, 'created')
-    recovery(e, m, now, created)
-  else
-    e.recovering = false
-  end
+local e1 = engine(ARGV[10], v[F_SPECS + 1])
+usage(e1, v[9], v[10], v[11], v[13])
+if now < m.ru then
+  created = redis.call('HGET', K_STATE, 'created')
+  recovery(e1, m, now, created)
 end
-local cands = {engine(ARGV[10], v[F_SPECS + 1])}
-usage(cands[1], v[9], v[10], v[11], v[13])
-recover(cands[1])
-cands[1].braw = v[12]
+e1.braw = v[12]
+local cands = {e1}
 local obs = {v[13]} -- candidates' last observations, read as needed
-local function cand(j)
-  local e = cands[j]
-  if not e then
-    e = engine(ARGV[9 + j], v[F_SPECS + j])
-    local ef = 'e:' .. e.id
-    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
-    obs[j] = u[5]
-    usage(e, u[1], u[2], u[3], u[5])
-    recover(e)
-    e.braw = u[4]
-    cands[j] = e
-  end
-  return e
-end
 
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
@@ -137,7 +119,20 @@ end
 local bspec -- the pool's breaker spec, read once a candidate has a breaker stored
 local chosen, first
 for j = 1, n do
-  local e = cand(j)
+  local e = cands[j]
+  if not e then
+    e = engine(ARGV[9 + j], v[F_SPECS + j])
+    local ef = 'e:' .. e.id
+    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
+    obs[j] = u[5]
+    usage(e, u[1], u[2], u[3], u[5])
+    if now < m.ru then
+      created = created or redis.call('HGET', K_STATE, 'created')
+      recovery(e, m, now, created)
+    end
+    e.braw = u[4]
+    cands[j] = e
+  end
   local r
   if e.draining then
     r = 'draining'
@@ -145,8 +140,8 @@ for j = 1, n do
     bspec = bspec or breaker_spec(redis.call('HGET', K_STATE, 'breaker'))
     r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
   else
-    -- No breaker stored: it reads closed under any spec (breaker_at).
-    e.breaker = {state = 'closed', failures = 0, successes = 0, opened = 0, probes = 0, failed = 0}
+    -- No breaker stored: it reads closed under any spec (breaker_at), and
+    -- stays so (e.breaker nil).
     r = engine_reason(e, now, maxfill, m.headroom, kv, slots)
   end
   if not r then
@@ -166,14 +161,14 @@ seq = seq + 1
 local id = string.format('%x-%x', tonumber(m.epoch), seq)
 local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
-local probe = chosen.breaker.state == 'half_open'
+local probe = chosen.braw and chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
   int(now), int(deadline), m.epoch, int(seq), '0', '0', '0', probe and '1' or '0'}
 l[L_SINCE], l[L_TOKENS] = '0', '0'
 if rates then l[L_TOKENS] = int(tokens) end
 -- put_lease, with the check that no lease holds id in the same HSETNX.
-l[L_OWNS] = tostring(redis.call('HSETNX', K_REQ, rkey, id))
+l[L_OWNS] = redis.call('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
 if redis.call('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, rkey) end
   return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. get_lease(id)[L_HOLDER]}

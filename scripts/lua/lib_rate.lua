@@ -32,7 +32,7 @@ end
 -- rate_fmt is t:<name>:w of window w.
 local function rate_fmt(w)
   local out = {}
-  for _, b in ipairs(w.buckets) do out[#out + 1] = string.format('%.0f %.0f %.0f', b[1], b[2], b[3]) end
+  for _, b in ipairs(w.buckets) do out[#out + 1] = fmt3(b[1], b[2], b[3]) end
   return table.concat(out, ' ')
 end
 
