@@ -191,15 +191,25 @@ local function forget_tenant(name)
   redis.call('SREM', K_TENANTS, name)
 end
 
+-- charge_fields lists the fields charge reads for lease l and counters
+-- cnt, in its order.
+local function charge_fields(l, cnt)
+  local f = {'e:' .. l[L_ENGINE] .. ':r', 't:' .. l[L_TENANT] .. ':r'}
+  for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
+  return f
+end
+
 -- charge adds (kv, slots, n) to engine eid's and tenant tname's reservations and
 -- cnt (counter name, delta, ...) to counters, writing them with the
 -- (field, value, ...) pairs in extra in one HSET. A removed engine or
--- tenant is forgotten with its last lease.
-local function charge(eid, tname, kv, slots, n, cnt, extra)
+-- tenant is forgotten with its last lease. pre, when given, holds what
+-- charge would read first (the fields charge_fields names), read by the
+-- caller's own HMGET.
+local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
   local ef, tf = 'e:' .. eid, 't:' .. tname
   local f = {ef .. ':r', tf .. ':r'}
   for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
-  local v = redis.call('HMGET', K_STATE, unpack(f))
+  local v = pre or redis.call('HMGET', K_STATE, unpack(f))
   local ekv, es, en = triple(v[1])
   local tkv, ts, tn = triple(v[2])
   en, tn = en + n, tn + n
@@ -275,9 +285,10 @@ end
 -- budget (ledger.Breaker.Unprobe); when its holder releases it, report
 -- (release.lua's ledger.Breaker.Report, nil elsewhere) applies the
 -- outcome. Either stores the breaker read at now and counts its
--- transitions.
-local function drop_lease(l, cnt, now, report)
-  local id = l[L_ID]
+-- transitions. pre is charge's (for cnt as given: unused once the breaker
+-- adds a counter).
+local function drop_lease(l, cnt, now, report, pre)
+  local id, ncnt = l[L_ID], #cnt
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
   redis.call('ZREM', K_DEADLINES, id)
@@ -311,7 +322,8 @@ local function drop_lease(l, cnt, now, report)
       end
     end
   end
-  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra)
+  if #cnt ~= ncnt then pre = nil end -- the breaker's counters are not in it
+  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra, pre)
 end
 
 -- holder_state returns 'live' (and the expiry), 'dead' (expired session not
@@ -474,10 +486,52 @@ local function open_pool()
   return m, now
 end
 
--- held_lease returns lease id for an operation by holder on a live lease, or
--- nil and the status to reply: 'lease_not_found' when there is none or it
--- has ended (deadline passed, or its holder's session is no longer live,
--- even before a sweep removes it), 'not_holder' when another holder owns it.
+-- open_lease is open_pool for an operation on lease id that reads the
+-- pool's fields more(l) names for the lease l: it reads the lease first,
+-- so that one HMGET loads meta, sweep_at and repl and those fields (none
+-- when there is no lease). It returns nil for an unknown pool, else the
+-- meta, now, the lease (nil: none) and the HMGET's values, more's from
+-- index 4. A sweep, which may end the lease or change the fields, reads
+-- both again.
+local function open_lease(id, more)
+  local l = get_lease(id)
+  local f = {'meta', 'sweep_at', 'repl'}
+  if l then
+    for _, x in ipairs(more(l)) do f[#f + 1] = x end
+  end
+  local v = redis.call('HMGET', K_STATE, unpack(f))
+  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, unpack(f)) end
+  local m = meta(v[1], v[2])
+  if not m then return nil end
+  local now = clock()
+  if now >= m.sweep_at then
+    local _
+    _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+    l = get_lease(id)
+    f = {'meta', 'sweep_at', 'repl'}
+    if l then
+      for _, x in ipairs(more(l)) do f[#f + 1] = x end
+    end
+    v = redis.call('HMGET', K_STATE, unpack(f))
+  end
+  return m, now, l, v
+end
+
+-- held checks lease l (nil: none) for an operation by holder: it returns
+-- l when it is live, or nil and the status to reply: 'lease_not_found'
+-- when there is none or it has ended (deadline passed, or its holder's
+-- session is no longer live, even before a sweep removes it),
+-- 'not_holder' when another holder owns it.
+local function held(m, now, l, holder)
+  if not l then return nil, 'lease_not_found' end
+  if l[L_HOLDER] ~= holder then return nil, 'not_holder' end
+  if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
+    return nil, 'lease_not_found'
+  end
+  return l
+end
+
+-- held_lease is held for lease id.
 local function held_lease(m, now, id, holder)
   local l = get_lease(id)
   if not l then return nil, 'lease_not_found' end
