@@ -398,7 +398,8 @@ end
 
 local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 'window'
 
--- failover runs first in every script that writes a known pool. A replica
+-- failover (failover_seen) runs before any write in every script that
+-- writes a known pool, on the meta and repl its first read found. A replica
 -- promoted to primary (Sentinel, a Redis Cluster failover, REPLICAOF NO
 -- ONE) holds the pool as the old primary had it some writes ago, as does a
 -- primary restarted from its RDB or AOF: grants it acknowledged, sequence

@@ -9,7 +9,9 @@
 // every call, so each local a script defines (a function's closure, a
 // constant) costs every call of it, used or not. Source therefore keeps
 // only the top-level definitions of the lib files that op.lua uses,
-// directly or through other kept definitions.
+// directly or through other kept definitions, writes number constants as
+// literals, and defines each lib function only when a call first reaches
+// it (lazy): a script refers to lib function f as LIB.f.
 package lua
 
 import (
