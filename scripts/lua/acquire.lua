@@ -22,23 +22,24 @@
 -- floor(cap*max_fill) - floor(cap*growth_headroom), cap the smaller of the
 -- configured and the last reported capacity.
 --
--- One HMGET reads the pool: meta, the tenant, the priority, every
--- candidate's spec and last observation (unknown engines and "too large"
--- need them all), the pool's breaker spec, its created ms and the first
--- candidate's usage and breaker; later candidates are parsed, and their usage and breaker
--- read, only when the ones before refuse. One HSET writes the grant back.
+-- One HMGET reads the pool: meta, sweep_at, seq, the grants counter,
+-- repl (failover_seen), the tenant, the priority, the first candidate's
+-- usage, breaker and last observation, and every candidate's spec (unknown
+-- engines need them all). What only some grants need is read when the rule
+-- reaches it: the pool's breaker spec when a candidate has a breaker
+-- stored, created while the recovery window is open, a later candidate's
+-- usage when the ones before refuse, its observation when the first
+-- cannot hold the request at all. One HSET writes the grant back.
 
-failover()
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c', ef1 .. ':o',
-  'breaker', ef1 .. ':b', 'created'}
-local F_SPECS = #fields
-for j = 1, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
-local F_OBS = #fields
-for j = 1, n do fields[F_OBS + j] = 'e:' .. ARGV[9 + j] .. ':obs' end
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c',
+  ef1 .. ':o', ef1 .. ':b', ef1 .. ':obs', ef1}
+local F_SPECS = 13
+for j = 2, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
 local v = redis.call('HMGET', K_STATE, unpack(fields))
+if failover_seen(v[1], v[5]) then v = redis.call('HMGET', K_STATE, unpack(fields)) end
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -52,7 +53,8 @@ if state == 'dead' then return {'session_expired', m.epoch} end
 if state == 'none' then return {'no_session', m.epoch} end
 
 -- Idempotence: the same (holder, request id) returns its outstanding lease.
-local prev = redis.call('HGET', K_REQ, holder .. ' ' .. req)
+local rkey = holder .. ' ' .. req
+local prev = redis.call('HGET', K_REQ, rkey)
 if prev then
   local l = get_lease(prev)
   if l and num(l[L_DEADLINE]) > now then
@@ -63,37 +65,29 @@ if prev then
     drop_lease(l, {'expired', 1}, now)
     v = redis.call('HMGET', K_STATE, unpack(fields))
   else
-    redis.call('HDEL', K_REQ, holder .. ' ' .. req)
+    redis.call('HDEL', K_REQ, rkey)
   end
 end
 
-local t = tenant(tenant_name, v[5], v[6])
+local t = tenant(tenant_name, v[6], v[7])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-local maxfill = tonumber(v[7])
+local maxfill = tonumber(v[8])
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
   local s = v[F_SPECS + j]
   if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
-local cands = {engine(ARGV[10], v[F_SPECS + 1])}
-usage(cands[1], v[8], v[9], v[10], v[F_OBS + 1])
-recovery(cands[1], m, now, v[13])
-cands[1].braw = v[12]
-local bspec = breaker_spec(v[11])
-local function cand(j)
-  local e = cands[j]
-  if not e then
-    e = engine(ARGV[9 + j], v[F_SPECS + j])
-    local ef = 'e:' .. e.id
-    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b')
-    usage(e, u[1], u[2], u[3], v[F_OBS + j])
-    recovery(e, m, now, v[13])
-    e.braw = u[4]
-    cands[j] = e
-  end
-  return e
+local created -- the pool's created field, read once the recovery window needs it
+local e1 = engine(ARGV[10], v[F_SPECS + 1])
+usage(e1, v[9], v[10], v[11], v[13])
+if now < m.ru then
+  created = redis.call('HGET', K_STATE, 'created')
+  recovery(e1, m, now, created)
 end
+e1.braw = v[12]
+local cands = {e1}
+local obs = {v[13]} -- candidates' last observations, read as needed
 
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
@@ -105,7 +99,8 @@ for j = 1, n do
   local s = cands[j]
   if not s then
     s = engine(ARGV[9 + j], v[F_SPECS + j])
-    capacity(s, v[F_OBS + j])
+    if obs[j] == nil then obs[j] = redis.call('HGET', K_STATE, 'e:' .. s.id .. ':obs') or false end
+    capacity(s, obs[j] or nil)
   end
   if kv <= admissible(s, maxfill, m.headroom) and slots <= fill(s.slots, maxfill) then
     fits = true
@@ -121,10 +116,34 @@ if t.tpm > 0 or t.rpm > 0 then
   local r, after = rate_reason(rates, now, t, tokens)
   if r then return reject(m, r, '', after) end
 end
+local bspec -- the pool's breaker spec, read once a candidate has a breaker stored
 local chosen, first
 for j = 1, n do
-  local e = cand(j)
-  local r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
+  local e = cands[j]
+  if not e then
+    e = engine(ARGV[9 + j], v[F_SPECS + j])
+    local ef = 'e:' .. e.id
+    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
+    obs[j] = u[5]
+    usage(e, u[1], u[2], u[3], u[5])
+    if now < m.ru then
+      created = created or redis.call('HGET', K_STATE, 'created')
+      recovery(e, m, now, created)
+    end
+    e.braw = u[4]
+    cands[j] = e
+  end
+  local r
+  if e.draining then
+    r = 'draining'
+  elseif e.braw then
+    bspec = bspec or breaker_spec(redis.call('HGET', K_STATE, 'breaker'))
+    r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
+  else
+    -- No breaker stored: it reads closed under any spec (breaker_at), and
+    -- stays so (e.breaker nil).
+    r = engine_reason(e, now, maxfill, m.headroom, kv, slots)
+  end
   if not r then
     chosen = e
     break
@@ -140,30 +159,31 @@ if seq >= MAX_SEQ then
 end
 seq = seq + 1
 local id = string.format('%x-%x', tonumber(m.epoch), seq)
-local taken = redis.call('HGET', K_LEASES, id)
-if taken then
-  return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. parse_lease(taken)[L_HOLDER]}
-end
 local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
-local probe = chosen.breaker.state == 'half_open'
+local probe = chosen.braw and chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
   int(now), int(deadline), m.epoch, int(seq), '0', '0', '0', probe and '1' or '0'}
 l[L_SINCE], l[L_TOKENS] = '0', '0'
-if rates then
-  rate_charge(rates, now, tokens)
-  l[L_TOKENS] = int(tokens)
+if rates then l[L_TOKENS] = int(tokens) end
+-- put_lease, with the check that no lease holds id in the same HSETNX.
+l[L_OWNS] = redis.call('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
+if redis.call('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
+  if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, rkey) end
+  return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. get_lease(id)[L_HOLDER]}
 end
-put_lease(l)
+redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
+redis.call('SADD', P_HOLDER .. holder, id)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
   tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
 if rates then
+  rate_charge(rates, now, tokens)
   w[#w + 1] = tf .. ':w'
   w[#w + 1] = rate_fmt(rates)
 end
-breaker_write(w, chosen.id, chosen.breaker, chosen.braw)
+if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end
 if chosen.bt then redis.call('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
 if deadline < m.sweep_at then
   w[#w + 1] = 'sweep_at'

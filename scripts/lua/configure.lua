@@ -17,7 +17,8 @@
 -- a promoted replica. Engines' drain flag, breaker and telemetry, tenants'
 -- reservations and rate windows, and all leases survive re-application;
 -- engines and tenants left out of the spec are marked unconfigured and kept
--- until their last lease ends.
+-- until their last lease ends. Field hashtable (lib.lua) keeps the state
+-- hash a hash table.
 
 -- retire handles the members of set (engine ids or tenant names, fields
 -- prefix .. name) that the spec left out of keep: one still holding leases
@@ -96,6 +97,6 @@ else
 end
 
 redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
-  'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2])
+  'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2], 'hashtable', HASHTABLE)
 if created == 1 then failover() end -- records this server (see lib.lua)
 return {'ok', epoch, created}

@@ -9,7 +9,7 @@
 --        | {'invalid_argument', epoch, why}
 --        | {'unknown_engine' | 'unknown_tenant', epoch, name}.
 --
--- The lease checks are resize.lua's; then ledger.GrowthOf: a worst_case
+-- The lease checks are resize.lua's (held); then ledger.GrowthOf: a worst_case
 -- pool, kv below the lease's or above the engine's capacity (the smaller
 -- of its last spec and its last reported total; a removed engine or tenant
 -- still grows) are invalid; kv equal to the lease's changes nothing. Else
@@ -22,10 +22,18 @@
 -- quota (not merely grew a lease flagged before), overgrowths. The
 -- deadline does not change.
 
-local m, now = open_pool()
-if not m then return {'unknown_pool', ''} end
 local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local l, status = held_lease(m, now, id, holder)
+-- One HMGET reads the pool with what the checks and the charge need,
+-- counters included (open_lease); one HSET writes the charge (charge's,
+-- without its reads).
+local m, now, l, v = open_lease(id, function(x)
+  local ef, tf = 'e:' .. x[L_ENGINE], 't:' .. x[L_TENANT]
+  return {ef, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':obs', tf, tf .. ':r', 'c:growths', 'c:grown_kv_tokens',
+    'c:overgrowths'}
+end)
+if not m then return {'unknown_pool', ''} end
+local status
+l, status = held(m, now, l, holder)
 if not l then return {status, m.epoch} end
 if not m.elastic then
   return {'invalid_argument', m.epoch, 'pool ' .. ARGV[5] ..
@@ -37,26 +45,26 @@ if newkv < have then
     ' kv_tokens, below the ' .. l[L_KV] .. ' it holds (Resize shrinks)'}
 end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
-local v = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':obs', tf, tf .. ':r')
-local e = engine(l[L_ENGINE], v[1], true)
+local e = engine(l[L_ENGINE], v[4], true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-usage(e, v[2], v[3], v[4], v[5])
+usage(e, v[5], v[6], v[7], v[8])
 if newkv > e.cap then
   return {'invalid_argument', m.epoch, 'grow lease ' .. id .. ' to ' .. ARGV[4] ..
     ' kv_tokens, more than engine ' .. e.id .. ' holds in all (' .. int(e.cap) .. ')'}
 end
 local delta = newkv - have
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
-local t = tenant(l[L_TENANT], v[6], v[7], true)
+local t = tenant(l[L_TENANT], v[9], v[10], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
-local cnt = {'growths', 1, 'grown_kv_tokens', delta}
+local w = {ef .. ':r', fmt3(e.rkv + delta, e.rslots, e.n), tf .. ':r', fmt3(t.rkv + delta, t.rslots, t.n),
+  'c:growths', int(num(v[11]) + 1), 'c:grown_kv_tokens', int(num(v[12]) + delta)}
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
   l[L_OVERGROWN] = '1'
-  cnt[#cnt + 1] = 'overgrowths'
-  cnt[#cnt + 1] = 1
+  w[#w + 1] = 'c:overgrowths'
+  w[#w + 1] = int(num(v[13]) + 1)
 end
 l[L_KV] = ARGV[4]
 set_lease(l)
-charge(l[L_ENGINE], l[L_TENANT], delta, 0, 0, cnt)
+redis.call('HSET', K_STATE, unpack(w))
 return {'ok', m.epoch, unpack(l, 1, L_N)}

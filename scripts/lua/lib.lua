@@ -68,6 +68,14 @@
 --               last wrote the pool (see failover)
 --   window      the recovery window in ms Configure was given (0: none); a
 --               pool configured before this field reads 10000
+--   hashtable   HASHTABLE, written by Configure and read by nothing: a
+--               value longer than hash-max-listpack-value (64 bytes by
+--               default) makes Redis store the hash as a hash table, which
+--               it never turns back into a listpack. A listpack (Redis's
+--               encoding for a small hash) finds a field by scanning every
+--               field before it, for each field of each HMGET and HSET; a
+--               hash table finds it in constant time. The hot scripts
+--               read and write some twenty fields a call.
 --
 -- Numbers: ledger time is milliseconds from redis TIME. Every integer written
 -- to Redis or returned goes through int() so large values never reach
@@ -79,10 +87,18 @@ local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLU
   string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
 SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
 CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
+local HASHTABLE = 'this value is longer than hash-max-listpack-value, so Redis keeps the ledger state hash a hash table'
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
 
-local function int(x) return string.format('%.0f', x) end
+-- int formats x as '%.0f' does. A whole number of magnitude below 2^53
+-- (every count, amount and ms the ledger keeps) goes through '%d' (a C
+-- long): the same digits, and glibc formats a long several times faster
+-- than a double; -0 gives '0'.
+local function int(x)
+  if x == math.floor(x) and x < 9007199254740992 and x > -9007199254740992 then return string.format('%d', x) end
+  return string.format('%.0f', x)
+end
 local function num(s) return tonumber(s) or 0 end
 local function fill(cap, f) return math.floor(cap * f) end
 
@@ -111,7 +127,7 @@ local function triple(s)
   return tonumber(a), tonumber(b), tonumber(c)
 end
 
-local function fmt3(a, b, c) return string.format('%.0f %.0f %.0f', a, b, c) end
+local function fmt3(a, b, c) return int(a) .. ' ' .. int(b) .. ' ' .. int(c) end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
 -- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
@@ -145,16 +161,18 @@ end
 
 local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)) end
 
-local function set_lease(l)
-  redis.call('HSET', K_LEASES, l[L_ID],
-    table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
-    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or ''))
+-- lease_record is lease l's record.
+local function lease_record(l)
+  return table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
+    .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or '')
 end
+
+local function set_lease(l) redis.call('HSET', K_LEASES, l[L_ID], lease_record(l)) end
 
 -- put_lease stores a new lease (without charging it).
 local function put_lease(l)
   local id = l[L_ID]
-  l[L_OWNS] = tostring(redis.call('HSETNX', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ], id))
+  l[L_OWNS] = redis.call('HSETNX', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ], id) == 1 and '1' or '0'
   set_lease(l)
   redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
   redis.call('SADD', P_HOLDER .. l[L_HOLDER], id)
@@ -173,15 +191,25 @@ local function forget_tenant(name)
   redis.call('SREM', K_TENANTS, name)
 end
 
--- charge adds (kv, slots, n) to an engine's and a tenant's reservations and
+-- charge_fields lists the fields charge reads for lease l and counters
+-- cnt, in its order.
+local function charge_fields(l, cnt)
+  local f = {'e:' .. l[L_ENGINE] .. ':r', 't:' .. l[L_TENANT] .. ':r'}
+  for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
+  return f
+end
+
+-- charge adds (kv, slots, n) to engine eid's and tenant tname's reservations and
 -- cnt (counter name, delta, ...) to counters, writing them with the
 -- (field, value, ...) pairs in extra in one HSET. A removed engine or
--- tenant is forgotten with its last lease.
-local function charge(engine, tenant, kv, slots, n, cnt, extra)
-  local ef, tf = 'e:' .. engine, 't:' .. tenant
-  local f = {ef .. ':r', tf .. ':r', ef, tf}
+-- tenant is forgotten with its last lease. pre, when given, holds what
+-- charge would read first (the fields charge_fields names), read by the
+-- caller's own HMGET.
+local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
+  local ef, tf = 'e:' .. eid, 't:' .. tname
+  local f = {ef .. ':r', tf .. ':r'}
   for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
-  local v = redis.call('HMGET', K_STATE, unpack(f))
+  local v = pre or redis.call('HMGET', K_STATE, unpack(f))
   local ekv, es, en = triple(v[1])
   local tkv, ts, tn = triple(v[2])
   en, tn = en + n, tn + n
@@ -191,13 +219,14 @@ local function charge(engine, tenant, kv, slots, n, cnt, extra)
   w[#w + 1] = f[2]
   w[#w + 1] = fmt3(tkv + kv, ts + slots, tn)
   for i = 1, #cnt, 2 do
-    w[#w + 1] = f[4 + (i + 1) / 2]
-    w[#w + 1] = int(num(v[4 + (i + 1) / 2]) + cnt[i + 1])
+    w[#w + 1] = f[2 + (i + 1) / 2]
+    w[#w + 1] = int(num(v[2 + (i + 1) / 2]) + cnt[i + 1])
   end
   redis.call('HSET', K_STATE, unpack(w))
-  if n < 0 then
-    if en <= 0 and string.sub(v[3] or '', 1, 1) ~= '1' then forget_engine(engine) end
-    if tn <= 0 and string.sub(v[4] or '', 1, 1) ~= '1' then forget_tenant(tenant) end
+  if n < 0 and (en <= 0 or tn <= 0) then
+    local x = redis.call('HMGET', K_STATE, ef, tf)
+    if en <= 0 and string.sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
+    if tn <= 0 and string.sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
   end
 end
 
@@ -256,9 +285,10 @@ end
 -- budget (ledger.Breaker.Unprobe); when its holder releases it, report
 -- (release.lua's ledger.Breaker.Report, nil elsewhere) applies the
 -- outcome. Either stores the breaker read at now and counts its
--- transitions.
-local function drop_lease(l, cnt, now, report)
-  local id = l[L_ID]
+-- transitions. pre is charge's (for cnt as given: unused once the breaker
+-- adds a counter).
+local function drop_lease(l, cnt, now, report, pre)
+  local id, ncnt = l[L_ID], #cnt
   redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
   redis.call('ZREM', K_DEADLINES, id)
@@ -292,7 +322,8 @@ local function drop_lease(l, cnt, now, report)
       end
     end
   end
-  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra)
+  if #cnt ~= ncnt then pre = nil end -- the breaker's counters are not in it
+  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra, pre)
 end
 
 -- holder_state returns 'live' (and the expiry), 'dead' (expired session not
@@ -367,7 +398,8 @@ end
 
 local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 'window'
 
--- failover runs first in every script that writes a known pool. A replica
+-- failover (failover_seen) runs before any write in every script that
+-- writes a known pool, on the meta and repl its first read found. A replica
 -- promoted to primary (Sentinel, a Redis Cluster failover, REPLICAOF NO
 -- ONE) holds the pool as the old primary had it some writes ago, as does a
 -- primary restarted from its RDB or AOF: grants it acknowledged, sequence
@@ -392,39 +424,59 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 --     Cluster promote the replica with the most replicated data, which has
 --     every acknowledged write.
 -- A pool with no repl (first write by this version) records it.
-local function failover()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'repl', 'window')
-  if not v[1] then return end
+--
+-- failover_seen takes the pool's meta and repl fields, read by the
+-- caller's own HMGET (nil meta: an unknown pool, nothing to do), and
+-- returns true when it started a new epoch (meta, seq and created
+-- changed). The common case, this server wrote the pool last, costs one
+-- INFO and one comparison.
+local function failover_seen(meta_s, repl)
+  if not meta_s then return false end
   local info = redis.call('INFO', 'replication')
-  local id = string.match(info, 'master_replid:(%x+)')
-  local rid, rnode = string.match(v[2] or '', '^(%S+) (%S+)$')
-  if rid == id then return end
+  -- A plain find, then a match anchored where the id starts: an unanchored
+  -- pattern would be tried at every byte of the reply before it.
+  local at = string.find(info, 'master_replid:', 1, true)
+  local id = at and string.match(info, '^%x+', at + 14)
+  -- repl is "<40 hex> <node>": the same server when it starts with id.
+  if repl and string.byte(repl, 41) == 32 and string.sub(repl, 1, 40) == id then return false end
+  local rid, rnode = string.match(repl or '', '^(%S+) (%S+)$')
   local node = '-'
   if CLUSTER == '1' then node = redis.call('CLUSTER', 'MYID') end
+  local started = false
   if rid then
     local promoted = rid == string.match(info, 'master_replid2:(%x+)')
     local migrated = CLUSTER == '1' and rnode ~= node and not promoted
     if not migrated and not (promoted and ON_PROMOTION == 'keep') then
       local now, t = clock()
-      local old = string.match(v[1], '^(%S+)')
+      local old = string.match(meta_s, '^(%S+)')
       local epoch = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(old) + 1)
-      local window = tonumber(v[3] or DEFAULT_WINDOW)
+      local window = tonumber(redis.call('HGET', K_STATE, 'window') or DEFAULT_WINDOW)
       local ru = '0'
       if window > 0 then ru = int(now + window) end
-      redis.call('HSET', K_STATE, 'meta', (string.gsub(v[1], '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
+      redis.call('HSET', K_STATE, 'meta', (string.gsub(meta_s, '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
         'created', int(now))
       redis.call('HINCRBY', K_STATE, 'c:failovers', 1)
+      started = true
     end
   end
   redis.call('HSET', K_STATE, 'repl', id .. ' ' .. node)
+  return started
 end
 
--- open_pool starts a lease operation: it loads the pool's meta, reads the
--- ledger clock and runs the bounded sweep when something may have expired.
--- It returns nil for an unknown pool, else the meta and now.
+-- failover reads the pool's meta and repl and runs failover_seen: for the
+-- scripts that read the pool only after it.
+local function failover()
+  local v = redis.call('HMGET', K_STATE, 'meta', 'repl')
+  failover_seen(v[1], v[2])
+end
+
+-- open_pool starts a lease operation: it loads the pool's meta, runs
+-- failover_seen, reads the ledger clock and runs the bounded sweep when
+-- something may have expired. It returns nil for an unknown pool, else the
+-- meta and now.
 local function open_pool()
-  failover()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'repl')
+  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at') end
   local m = meta(v[1], v[2])
   if not m then return nil end
   local now = clock()
@@ -435,10 +487,52 @@ local function open_pool()
   return m, now
 end
 
--- held_lease returns lease id for an operation by holder on a live lease, or
--- nil and the status to reply: 'lease_not_found' when there is none or it
--- has ended (deadline passed, or its holder's session is no longer live,
--- even before a sweep removes it), 'not_holder' when another holder owns it.
+-- open_lease is open_pool for an operation on lease id that reads the
+-- pool's fields more(l) names for the lease l: it reads the lease first,
+-- so that one HMGET loads meta, sweep_at and repl and those fields (none
+-- when there is no lease). It returns nil for an unknown pool, else the
+-- meta, now, the lease (nil: none) and the HMGET's values, more's from
+-- index 4. A sweep, which may end the lease or change the fields, reads
+-- both again.
+local function open_lease(id, more)
+  local l = get_lease(id)
+  local f = {'meta', 'sweep_at', 'repl'}
+  if l then
+    for _, x in ipairs(more(l)) do f[#f + 1] = x end
+  end
+  local v = redis.call('HMGET', K_STATE, unpack(f))
+  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, unpack(f)) end
+  local m = meta(v[1], v[2])
+  if not m then return nil end
+  local now = clock()
+  if now >= m.sweep_at then
+    local _
+    _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
+    l = get_lease(id)
+    f = {'meta', 'sweep_at', 'repl'}
+    if l then
+      for _, x in ipairs(more(l)) do f[#f + 1] = x end
+    end
+    v = redis.call('HMGET', K_STATE, unpack(f))
+  end
+  return m, now, l, v
+end
+
+-- held checks lease l (nil: none) for an operation by holder: it returns
+-- l when it is live, or nil and the status to reply: 'lease_not_found'
+-- when there is none or it has ended (deadline passed, or its holder's
+-- session is no longer live, even before a sweep removes it),
+-- 'not_holder' when another holder owns it.
+local function held(m, now, l, holder)
+  if not l then return nil, 'lease_not_found' end
+  if l[L_HOLDER] ~= holder then return nil, 'not_holder' end
+  if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
+    return nil, 'lease_not_found'
+  end
+  return l
+end
+
+-- held_lease is held for lease id.
 local function held_lease(m, now, id, holder)
   local l = get_lease(id)
   if not l then return nil, 'lease_not_found' end

@@ -32,17 +32,17 @@ end
 -- rate_fmt is t:<name>:w of window w.
 local function rate_fmt(w)
   local out = {}
-  for _, b in ipairs(w.buckets) do out[#out + 1] = string.format('%.0f %.0f %.0f', b[1], b[2], b[3]) end
+  for _, b in ipairs(w.buckets) do out[#out + 1] = fmt3(b[1], b[2], b[3]) end
   return table.concat(out, ' ')
 end
 
 -- rate_frees is ledger.rateFrees: ms after now when enough of w's buckets
--- (used in all, amount at index i of a bucket) stop counting that need
+-- (total in all, amount at index i of a bucket) stop counting that need
 -- more fits budget.
-local function rate_frees(w, now, used, need, budget, i)
+local function rate_frees(w, now, total, need, budget, i)
   for _, b in ipairs(w.buckets) do
-    used = used - b[i]
-    if used + need <= budget then return b[1] + w.win + w.width - now end
+    total = total - b[i]
+    if total + need <= budget then return b[1] + w.win + w.width - now end
   end
   return w.win + w.width
 end

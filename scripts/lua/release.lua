@@ -50,10 +50,23 @@ local function breaker_report(b, now, s, created, probe, o)
   return nil
 end
 
-local m, now = open_pool()
-if not m then return {'unknown_pool', ''} end
 local id, holder = ARGV[2], ARGV[3]
-local l = get_lease(id)
+-- counts lists the counters a release by the holder adds (drop_lease).
+local function counts(x)
+  local c = {'releases', 1, 'released_kv_tokens', num(x[L_KV]),
+    'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}
+  if ARGV[6] ~= '' then
+    c[#c + 1] = ARGV[6]
+    c[#c + 1] = 1
+    c[#c + 1] = ARGV[6] .. '/' .. x[L_TENANT]
+    c[#c + 1] = 1
+  end
+  return c
+end
+-- One HMGET reads the pool with what the charge reads (open_lease; from
+-- v[4]), for a release by the holder.
+local m, now, l, v = open_lease(id, function(x) return charge_fields(x, counts(x)) end)
+if not m then return {'unknown_pool', ''} end
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
 if num(l[L_DEADLINE]) <= now then
@@ -64,18 +77,10 @@ if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
   drop_lease(l, {'revoked', 1}, now)
   return {'ok', m.epoch, 0}
 end
-local counts = {'releases', 1, 'released_kv_tokens', num(l[L_KV]),
-  'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}
-if ARGV[6] ~= '' then
-  counts[#counts + 1] = ARGV[6]
-  counts[#counts + 1] = 1
-  counts[#counts + 1] = ARGV[6] .. '/' .. l[L_TENANT]
-  counts[#counts + 1] = 1
-end
 local outcome, report = ARGV[7], nil
 if outcome ~= '' or l[L_PROBE] == '1' then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, tonumber(ARGV[4]), tonumber(ARGV[5]))
-drop_lease(l, counts, now, report)
+drop_lease(l, counts(l), now, report, {unpack(v, 4)})
 return {'ok', m.epoch, 1}

@@ -12,24 +12,28 @@
 -- floor(cap*growth_headroom)), tenant KV quota, then the engine rule for
 -- the difference (slots unchanged; recovery while the window is open).
 
-local m, now = open_pool()
-if not m then return {'unknown_pool', ''} end
 local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local l, status = held_lease(m, now, id, holder)
+-- One HMGET reads the pool with what the checks and the charge need
+-- (open_lease; the lease's fields from v[4]).
+local m, now, l, v = open_lease(id, function(x)
+  local ef, tf = 'e:' .. x[L_ENGINE], 't:' .. x[L_TENANT]
+  return {ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. x[L_PRIO], ef .. ':o', ef .. ':obs', 'created'}
+end)
+if not m then return {'unknown_pool', ''} end
+local status
+l, status = held(m, now, l, holder)
 if not l then return {status, m.epoch} end
 local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
-local v = redis.call('HMGET', K_STATE, ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. l[L_PRIO], ef .. ':o',
-  ef .. ':obs', 'created')
 if delta > 0 then
-  local e = engine(l[L_ENGINE], v[3])
+  local e = engine(l[L_ENGINE], v[6])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-  usage(e, v[1], v[4], v[7], v[8])
-  recovery(e, m, now, v[9])
-  local t = tenant(l[L_TENANT], v[5], v[2])
+  usage(e, v[4], v[7], v[10], v[11])
+  recovery(e, m, now, v[12])
+  local t = tenant(l[L_TENANT], v[8], v[5])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
-  local maxfill = tonumber(v[6])
+  local maxfill = tonumber(v[9])
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
   local qkv = quota(t, m)
   if newkv > qkv or newkv > admissible(e, maxfill, m.headroom) then return reject(m, 'too_large', '', 0) end
@@ -37,8 +41,8 @@ if delta > 0 then
   local r = engine_reason(e, now, maxfill, m.headroom, delta, 0)
   if r then return reject(m, r, e.id, hint(m, r, now)) end
 end
-local ekv, es, en = triple(v[1])
-local tkv, ts, tn = triple(v[2])
+local ekv, es, en = triple(v[4])
+local tkv, ts, tn = triple(v[5])
 redis.call('HSET', K_STATE, ef .. ':r', fmt3(ekv + delta, es, en), tf .. ':r', fmt3(tkv + delta, ts, tn))
 l[L_KV] = ARGV[4]
 set_lease(l)

@@ -64,6 +64,11 @@
 //	  repl                   "<master_replid> <node id or ->": the server
 //	                         that last wrote the pool (see "Ledger loss")
 //	  window                 the recovery window (ms) Configure was given
+//	  hashtable              a fixed text longer than hash-max-listpack-value
+//	                         (64 bytes by default), written by Configure and
+//	                         read by nothing: it keeps the hash a hash table
+//	                         (constant-time fields) instead of a listpack (a
+//	                         scan per field); see lib.lua
 //	P:{p}:engines       SET  engine ids with fields in state
 //	P:{p}:tenants       SET  tenant names with fields in state
 //	P:{p}:leases        HASH lease id -> "id engine tenant priority kv slots

@@ -339,3 +339,43 @@ func TestLayoutBeforeRateBudgets(t *testing.T) {
 		t.Errorf("uncharged lease record = %q, want 17 fields", f)
 	}
 }
+
+// TestStateHashIsHashTable checks Configure leaves the pool's state hash a
+// hash table, not a listpack (field hashtable, lib.lua), both on a fresh
+// pool and on one an earlier version configured (a listpack with no
+// hashtable field), and that the field outlives a re-Configure.
+func TestStateHashIsHashTable(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	state := p + ":{llama}:state"
+	encoding := func() string {
+		t.Helper()
+		enc, err := client.ObjectEncoding(ctx, state).Result()
+		if err != nil {
+			t.Fatalf("OBJECT ENCODING %s: %v", state, err)
+		}
+		return enc
+	}
+	mustConfigure(t, l, basicSpec())
+	if got := encoding(); got != "hashtable" {
+		t.Fatalf("state hash encoding after Configure = %q, want hashtable", got)
+	}
+	// An earlier version's pool: the same fields without hashtable, which
+	// Redis stores as a listpack.
+	fields := client.HGetAll(ctx, state).Val()
+	delete(fields, "hashtable")
+	client.Del(ctx, state)
+	client.HSet(ctx, state, fields)
+	if got := encoding(); got != "listpack" {
+		t.Fatalf("state hash encoding of the earlier layout = %q, want listpack", got)
+	}
+	mustConfigure(t, l, basicSpec())
+	if got := encoding(); got != "hashtable" {
+		t.Errorf("state hash encoding after re-Configure = %q, want hashtable", got)
+	}
+	if n := len(client.HGet(ctx, state, "hashtable").Val()); n <= 64 {
+		t.Errorf("hashtable field is %d bytes, want more than hash-max-listpack-value's default 64", n)
+	}
+}
