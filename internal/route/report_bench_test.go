@@ -455,7 +455,8 @@ const (
 )
 
 // profile fetches a CPU profile of d from the router's profiler into
-// $LEASEHOLD_BENCH_PROFILE/name.pprof, in the background; wait for the
+// $LEASEHOLD_BENCH_PROFILE/name.pprof, and the allocations over the same
+// time into name.allocs.pprof, in the background; wait for the
 // returned channel. Without the variable it does nothing.
 func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan struct{} {
 	done := make(chan struct{})
@@ -464,7 +465,7 @@ func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan
 		close(done)
 		return done
 	}
-	kinds := []string{"profile"}
+	kinds := []string{"profile", "allocs"}
 	if os.Getenv(traceEnv) != "" {
 		kinds = append(kinds, "trace")
 	}
@@ -480,7 +481,7 @@ func (br benchRouter) profile(b *testing.B, name string, d time.Duration) <-chan
 			defer resp.Body.Close()
 			data, err := io.ReadAll(resp.Body)
 			if err == nil {
-				ext := map[string]string{"profile": ".pprof", "trace": ".trace"}[kind]
+				ext := map[string]string{"profile": ".pprof", "allocs": ".allocs.pprof", "trace": ".trace"}[kind]
 				err = os.WriteFile(filepath.Join(dir, name+ext), data, 0o644)
 			}
 			if err != nil {
