@@ -128,7 +128,9 @@ func (l *store) updateIn(ctx context.Context, b *batch, pool ledger.PoolID, hold
 	if holder != ledger.NoHolder {
 		o.session = o.sessionOf(holder)
 	}
-	o.sweep(sweep)
+	if sweep > 0 && !o.now.Before(o.pool.SweepFrom) {
+		o.sweep(sweep)
+	}
 	ferr := fn(o)
 	if o.err != nil {
 		return false, o.err
@@ -161,6 +163,19 @@ func (o *op) insert(table string, row any) {
 	}
 	if err := o.txn.Insert(table, row); err != nil {
 		o.err = fmt.Errorf("insert into %s: %w", table, err)
+	}
+	switch r := row.(type) {
+	case *leaseRow:
+		o.ends(r.Deadline)
+	case *holderRow:
+		o.ends(r.Expires)
+	}
+}
+
+// ends lowers the pool's SweepFrom to t, the end of a row written.
+func (o *op) ends(t time.Time) {
+	if p := o.pool; p != nil && t.Before(p.SweepFrom) {
+		p.SweepFrom = t
 	}
 }
 
