@@ -38,11 +38,19 @@ func New(opts ledger.Options, clock ledger.Clock) *Ledger {
 	if clock == nil {
 		clock = ledger.SystemClock{}
 	}
-	db, err := memdb.NewMemDB(newSchema())
+	primary, err := memdb.NewMemDB(newSchema())
 	if err != nil {
 		// The schema is a constant; TestSchema keeps this unreachable.
 		panic("memory: invalid go-memdb schema: " + err.Error())
 	}
+	// The store is a snapshot of the empty database: a go-memdb database
+	// tracks every radix node a write replaces, to close its watch channel
+	// at the commit, only when it is the primary one, and nothing here
+	// watches (no WatchSet, no *Watch call). A snapshot is a whole
+	// database of its own (writer lock, transactions, snapshots), without
+	// that bookkeeping: a map entry per copied node and a channel closed
+	// per node at each commit, ~8% of a grant's allocations.
+	db := primary.Snapshot()
 	s := &store{db: db, opts: opts.WithDefaults(), clock: clock}
 	s.writes.db = db
 	return &Ledger{Ledger: ledger.Checked("memory", s), s: s}
