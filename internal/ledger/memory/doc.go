@@ -5,8 +5,8 @@
 // # What it owns
 //
 // Every pool's configuration, counters, epoch and fencing sequence; engine
-// and tenant totals; holder sessions; and the outstanding leases, each in one
-// go-memdb table (schema.go). Time is the injected ledger.Clock, read inside
+// and tenant totals; holder sessions; and the outstanding leases, in
+// go-memdb tables (schema.go: pools, engines and tenants share one). Time is the injected ledger.Clock, read inside
 // the write transaction and truncated to the millisecond, so the memory,
 // Redis and etcd backends agree on every deadline. Argument validation, the
 // closed check, error wrapping and the all-pools List are ledger.Checked's;

@@ -119,7 +119,7 @@ func (l *store) updateIn(ctx context.Context, b *batch, pool ledger.PoolID, hold
 	}
 	txn := b.txn
 	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
-	p, err := txn.First(tablePools, indexID, pool)
+	p, err := txn.First(tablePools, indexID, pool, kindPool)
 	if err != nil {
 		return true, fmt.Errorf("read pool: %w", err)
 	}
@@ -233,13 +233,13 @@ func (o *op) count(name string, n int64) { o.pool.Counters[name] += n }
 
 // engine returns the engine's row (configured or removed), or nil.
 func (o *op) engine(id ledger.EngineID) *engineRow {
-	row, _ := o.first(tableEngines, indexID, o.pool.Name, id).(*engineRow)
+	row, _ := o.first(tableEngines, indexID, o.pool.Name, kindEngine, id).(*engineRow)
 	return row
 }
 
 // tenant returns the tenant's row (configured or removed), or nil.
 func (o *op) tenant(name ledger.TenantID) *tenantRow {
-	row, _ := o.first(tableTenants, indexID, o.pool.Name, name).(*tenantRow)
+	row, _ := o.first(tableTenants, indexID, o.pool.Name, kindTenant, name).(*tenantRow)
 	return row
 }
 
