@@ -61,3 +61,26 @@ func TestDecodeChunkCommon(t *testing.T) {
 		})
 	}
 }
+
+// FuzzStreamOptions: StreamOptions answers what encoding/json does.
+func FuzzStreamOptions(f *testing.F) {
+	for _, s := range []string{`{"include_usage":true}`, `{"include_usage":false}`, `{"include_usage":null}`, `{}`,
+		`{"include_usage":1}`, `{"Include_Usage":true}`, `{"include_usage":true,"include_usage":false}`, `[]`, `"x"`,
+		`{"include_usage":true,"other":[1,{"a":2}]}`, `{"include_usage":true,"include_usage":null}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) || string(data) == "null" {
+			return
+		}
+		var so struct {
+			IncludeUsage *bool `json:"include_usage"`
+		}
+		wantOK := json.Unmarshal(data, &so) == nil
+		want := wantOK && so.IncludeUsage != nil && *so.IncludeUsage
+		got, ok := StreamOptions(data)
+		if ok != wantOK || got != want {
+			t.Fatalf("StreamOptions(%s) = %v, %v; encoding/json: %v, %v", data, got, ok, want, wantOK)
+		}
+	})
+}
