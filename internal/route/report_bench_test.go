@@ -25,8 +25,9 @@ package route
 // --debug-listen profiler. LEASEHOLD_BENCH_ENGINES=stress or =gpu measures
 // one engine only; LEASEHOLD_BENCH_LOADS=64,256 some client counts only.
 // The bare proxy and the three routers are measured in alternating rounds
-// ($LEASEHOLD_BENCH_ROUNDS, default 4, of half a phase each, the order
-// rotated each round), so that load from elsewhere on a shared machine
+// of half a phase each, the order rotated each round (8 rounds against the
+// stress engine, where CPU is judged, 2 against the GPU-paced one;
+// $LEASEHOLD_BENCH_ROUNDS sets both), so that load from elsewhere on a shared machine
 // falls on all of them alike; their rows pool the rounds. The "router CPU
 // vs bare proxy" column is each router's CPU per request over the bare
 // proxy's at the same load over the same rounds; the summary lines give
@@ -507,6 +508,9 @@ type benchEngine struct {
 	// think is the upper bound of a uniform random pause before each
 	// request (0: none), the same on every path.
 	think time.Duration
+	// rounds is how many alternating rounds measure the bare proxy and
+	// the routers, unless $LEASEHOLD_BENCH_ROUNDS says.
+	rounds int
 }
 
 func BenchmarkReport(b *testing.B) {
@@ -526,14 +530,14 @@ func BenchmarkReport(b *testing.B) {
 			tag:   "stress",
 			title: fmt.Sprintf("Proxy stress: one enginesim at --speed %d, --output-tokens %d (1-2 ms per request at the engine)", benchSpeed, benchOutput),
 			args:  []string{"--speed", fmt.Sprint(benchSpeed), "--output-tokens", fmt.Sprint(benchOutput)},
-			loads: []int{1, 64, 256}, phase: 1,
+			loads: []int{1, 64, 256}, phase: 1, rounds: 8,
 		},
 		{
 			tag:   "gpu",
 			title: fmt.Sprintf("GPU-paced: one enginesim at --speed 1, %d tokens/s per sequence (a %s decode step), --output-tokens %d", benchGPUDecode, time.Second/benchGPUDecode, benchGPUOutput),
 			args: []string{"--speed", "1", "--decode-tokens-per-sec", fmt.Sprint(benchGPUDecode),
 				"--output-tokens", fmt.Sprint(benchGPUOutput)},
-			loads: []int{1, 64, 256}, phase: 3, think: time.Second / benchGPUDecode,
+			loads: []int{1, 64, 256}, phase: 3, think: time.Second / benchGPUDecode, rounds: 2,
 		},
 	} {
 		if only := os.Getenv(onlyEnv); only != "" && !slices.Contains(strings.Split(only, ","), be.tag) {
@@ -579,12 +583,12 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	if be.think > 0 {
 		think = fmt.Sprintf("; each client pauses a uniform random 0-%s before each request, on every path", be.think)
 	}
+	rounds := benchRounds(be.rounds)
 	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per direct phase; the bare proxy and the routers in %d alternating rounds of %s each%s.\n\n",
-		be.title, benchMaxTokens, d, benchRounds(), d/2, think)
+		be.title, benchMaxTokens, d, rounds, d/2, think)
 	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | added p50 outside the engine µs | vs direct | CPU µs/req client / engine / router | router CPU vs bare proxy | rejected / errors |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var summary, errNotes []string
-	rounds := benchRounds()
 	enginePID := eng.cmd.Process.Pid
 	tag := be.tag
 	for _, callers := range benchLoads(be.loads) {

@@ -12,18 +12,15 @@ import (
 )
 
 // roundsEnv sets how many alternating rounds BenchmarkReport measures the
-// bare proxy and the routers in (default defaultRounds).
-const (
-	roundsEnv     = "LEASEHOLD_BENCH_ROUNDS"
-	defaultRounds = 4
-)
+// bare proxy and the routers in, for every engine.
+const roundsEnv = "LEASEHOLD_BENCH_ROUNDS"
 
-// benchRounds is $LEASEHOLD_BENCH_ROUNDS, or defaultRounds.
-func benchRounds() int {
+// benchRounds is $LEASEHOLD_BENCH_ROUNDS, or def.
+func benchRounds(def int) int {
 	if n, err := strconv.Atoi(os.Getenv(roundsEnv)); err == nil && n > 0 {
 		return n
 	}
-	return defaultRounds
+	return def
 }
 
 // altPath is one path measured in rounds that alternate with other
