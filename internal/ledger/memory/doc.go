@@ -23,15 +23,18 @@
 // transaction, committed before any of them returns (a call that fails in
 // the store makes each run again alone). One write at a time makes each
 // call atomic and linearizable. Reads (Pools, List, Stats) run on lock-free snapshots and
-// never wait for the serializer.
+// never wait for the serializer. The database is itself a go-memdb
+// snapshot (New): nothing watches it, and a snapshot skips the watch
+// bookkeeping of every write.
 //
 // # Costs and sweeping
 //
 // Acquire, Renew, Resize, Grow, Release and Reassert are O(log n) in
 // outstanding leases (plus the candidate list). Leases past their deadline and leases of
 // dead holder sessions are removed lazily: every mutating call on a pool first
-// sweeps at most Options.SweepBatch of them, and Sweep removes up to a given
-// number. Until swept they keep counting against capacity, which is safe.
+// sweeps at most Options.SweepBatch of them (skipped while the pool's
+// SweepFrom, a lower bound on every deadline and expiry, lies ahead), and
+// Sweep removes up to a given number. Until swept they keep counting against capacity, which is safe.
 // A call that finds an ended lease it was asked about (Renew, Resize,
 // Release, a replayed Acquire or Reassert) removes it on the spot.
 //
