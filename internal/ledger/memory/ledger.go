@@ -119,18 +119,20 @@ func (l *store) updateIn(ctx context.Context, b *batch, pool ledger.PoolID, hold
 	}
 	txn := b.txn
 	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
-	p, err := txn.First(tablePools, indexID, pool, kindPool)
-	if err != nil {
-		return true, fmt.Errorf("read pool: %w", err)
-	}
-	if p == nil {
-		return true, ledger.ErrUnknownPool
-	}
 	// A pool row this batch wrote is its own (no reader sees it before
-	// the commit): change it in place. Any other is copied first.
-	if own := b.pools[pool]; own != nil && own == p {
+	// the commit), and the pool's latest: change it in place, without a
+	// read (a read of the table the batch wrote would drop go-memdb's
+	// cache of the nodes it copied). Any other is read and copied first.
+	if own := b.pools[pool]; own != nil {
 		o.pool = own
 	} else {
+		p, err := txn.First(tablePools, indexID, pool, kindPool)
+		if err != nil {
+			return true, fmt.Errorf("read pool: %w", err)
+		}
+		if p == nil {
+			return true, ledger.ErrUnknownPool
+		}
 		o.pool = p.(*poolRow).clone()
 	}
 	if holder != ledger.NoHolder {

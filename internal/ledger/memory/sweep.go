@@ -155,8 +155,12 @@ func (o *op) removeLease(ls *leaseRow, counter string) {
 // releases) reports outcome to the engine's breaker when it carries one
 // or is a probe (the writes every backend makes: ledger.Breaker.Advance).
 func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
+	// Both rows are read before either is written: a read of a table this
+	// transaction wrote clones go-memdb's index and drops its cache of the
+	// nodes the transaction copied, so the next write copies them again.
+	e, t := o.engine(ls.Engine), o.tenant(ls.Tenant)
 	o.delete(tableLeases, ls)
-	if e := o.engine(ls.Engine); e != nil {
+	if e != nil {
 		c := *e
 		switch {
 		case counter == ledger.CounterReleases && (outcome != ledger.OutcomeNone || ls.Probe):
@@ -184,7 +188,7 @@ func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
 			o.insert(tableEngines, &c)
 		}
 	}
-	if t := o.tenant(ls.Tenant); t != nil {
+	if t != nil {
 		c := *t
 		c.ReservedKV -= ls.KVTokens
 		c.ReservedSlots -= ls.Slots
