@@ -24,10 +24,10 @@ package route
 // loaded phase is written to DIR (router-<ledger>-<clients>.pprof) from its
 // --debug-listen profiler. LEASEHOLD_BENCH_ENGINES=stress or =gpu measures
 // one engine only; LEASEHOLD_BENCH_LOADS=64,256 some client counts only.
-// The bare proxy and the three routers are measured in alternating rounds
-// of half a phase each, the order rotated each round (8 rounds against the
-// stress engine, where CPU is judged, 2 against the GPU-paced one;
-// $LEASEHOLD_BENCH_ROUNDS sets both), so that load from elsewhere on a shared machine
+// The bare proxy and the three routers are measured in alternating rounds,
+// the order rotated each round (8 rounds of half a phase against the
+// stress engine, where CPU is judged; 2 rounds of a whole phase against the
+// GPU-paced one, where throughput is; $LEASEHOLD_BENCH_ROUNDS sets both), so that load from elsewhere on a shared machine
 // falls on all of them alike; their rows pool the rounds. The "router CPU
 // vs bare proxy" column is each router's CPU per request over the bare
 // proxy's at the same load over the same rounds; the summary lines give
@@ -509,8 +509,13 @@ type benchEngine struct {
 	// request (0: none), the same on every path.
 	think time.Duration
 	// rounds is how many alternating rounds measure the bare proxy and
-	// the routers, unless $LEASEHOLD_BENCH_ROUNDS says.
-	rounds int
+	// the routers, unless $LEASEHOLD_BENCH_ROUNDS says; each round runs a
+	// phase over roundDiv. A closed loop's requests still running when a
+	// phase ends are not counted, so a round shorter than the direct
+	// phases counts a smaller share of its time: against the GPU-paced
+	// engine (0.65 s requests) rounds are whole phases, as long as the
+	// direct ones, so that throughput compares like with like.
+	rounds, roundDiv int
 }
 
 func BenchmarkReport(b *testing.B) {
@@ -530,14 +535,14 @@ func BenchmarkReport(b *testing.B) {
 			tag:   "stress",
 			title: fmt.Sprintf("Proxy stress: one enginesim at --speed %d, --output-tokens %d (1-2 ms per request at the engine)", benchSpeed, benchOutput),
 			args:  []string{"--speed", fmt.Sprint(benchSpeed), "--output-tokens", fmt.Sprint(benchOutput)},
-			loads: []int{1, 64, 256}, phase: 1, rounds: 8,
+			loads: []int{1, 64, 256}, phase: 1, rounds: 8, roundDiv: 2,
 		},
 		{
 			tag:   "gpu",
 			title: fmt.Sprintf("GPU-paced: one enginesim at --speed 1, %d tokens/s per sequence (a %s decode step), --output-tokens %d", benchGPUDecode, time.Second/benchGPUDecode, benchGPUOutput),
 			args: []string{"--speed", "1", "--decode-tokens-per-sec", fmt.Sprint(benchGPUDecode),
 				"--output-tokens", fmt.Sprint(benchGPUOutput)},
-			loads: []int{1, 64, 256}, phase: 3, think: time.Second / benchGPUDecode, rounds: 2,
+			loads: []int{1, 64, 256}, phase: 3, think: time.Second / benchGPUDecode, rounds: 2, roundDiv: 1,
 		},
 	} {
 		if only := os.Getenv(onlyEnv); only != "" && !slices.Contains(strings.Split(only, ","), be.tag) {
@@ -585,7 +590,7 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 	}
 	rounds := benchRounds(be.rounds)
 	fmt.Fprintf(out, "\n### %s\n\nStreaming chat, max_tokens %d; %s per direct phase; the bare proxy and the routers in %d alternating rounds of %s each%s.\n\n",
-		be.title, benchMaxTokens, d, rounds, d/2, think)
+		be.title, benchMaxTokens, d, rounds, d/time.Duration(be.roundDiv), think)
 	fmt.Fprintln(out, "| path | clients | req/s | p50 µs | p99 µs | TTFB p50 µs | TTFB p99 µs | added p50 µs | added p99 µs | added TTFB p50 µs | added p50 outside the engine µs | vs direct | CPU µs/req client / engine / router | router CPU vs bare proxy | rejected / errors |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var summary, errNotes []string
@@ -603,16 +608,17 @@ func reportEngine(ctx context.Context, b *testing.B, be benchEngine, d time.Dura
 				return br.profile(b, fmt.Sprintf("%s-%s-%d", name, tag, callers), d)
 			}
 		}
-		// The bare proxy and the routers alternate in rounds of half a
-		// phase each: what else runs on the machine meanwhile falls on
-		// them alike, and the CPU ratios are taken within each round.
+		// The bare proxy and the routers alternate in rounds (of half a
+		// phase against the stress engine): what else runs on the machine
+		// meanwhile falls on them alike, and the CPU ratios are taken
+		// within each round.
 		paths := []*altPath{
 			{bt: target("bare reverse proxy (floor: no admission)", bare.url()), pids: [3]int{0, enginePID, bare.cmd.Process.Pid}},
 			{bt: target("router, memory:// ledger", memRouter.url()), pids: [3]int{0, enginePID, memRouter.cmd.Process.Pid}, prof: profile(memRouter, "router-memory")},
 			{bt: target("router, Redis ledger", redisRouter.url()), pids: [3]int{0, enginePID, redisRouter.cmd.Process.Pid}, prof: profile(redisRouter, "router-redis")},
 			{bt: target("router, Redis ledger, block leases", blockRouter.url()), pids: [3]int{0, enginePID, blockRouter.cmd.Process.Pid}, prof: profile(blockRouter, "router-redis-blocks")},
 		}
-		alt := alternate(ctx, paths, callers, rounds, d/2)
+		alt := alternate(ctx, paths, callers, rounds, d/time.Duration(be.roundDiv))
 		floor, mem, red, blk := alt[0], alt[1], alt[2], alt[3]
 		last := measure(ctx, target("direct to enginesim (last)", eng.url()), callers, d, [3]int{0, enginePID, -1}, nil)
 		// The baseline is the midpoint of the direct runs before and after
