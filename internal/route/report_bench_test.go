@@ -20,20 +20,22 @@ package route
 //
 //	LEASEHOLD_BENCH_PHASE=2s go test -run '^$' -bench '^BenchmarkReport$' -benchtime 1x ./internal/route/
 //
-// With LEASEHOLD_BENCH_PROFILE=DIR each router's CPU profile over each
-// loaded phase is written to DIR (router-<ledger>-<clients>.pprof) from its
+// With LEASEHOLD_BENCH_PROFILE=DIR each router's CPU profile and
+// allocations over its first loaded round are written to DIR
+// (router-<ledger>-<engine>-<clients>.pprof, .allocs.pprof) from its
 // --debug-listen profiler. LEASEHOLD_BENCH_ENGINES=stress or =gpu measures
 // one engine only; LEASEHOLD_BENCH_LOADS=64,256 some client counts only.
 // The bare proxy and the three routers are measured in alternating rounds,
 // the order rotated each round (8 rounds of half a phase against the
-// stress engine, where CPU is judged; 2 rounds of a whole phase against the
-// GPU-paced one, where throughput is; $LEASEHOLD_BENCH_ROUNDS sets both), so that load from elsewhere on a shared machine
-// falls on all of them alike; their rows pool the rounds. The "router CPU
-// vs bare proxy" column is each router's CPU per request over the bare
-// proxy's at the same load over the same rounds; the summary lines give
-// each round's ratio and judges their median against the targets of
-// issue 20: ≤ 1.5× with a ledger call per request, ≤ 1.1× with block
-// leases, in the proxy-stress setting.
+// stress engine, where CPU is judged; 2 rounds of a whole phase against
+// the GPU-paced one, where throughput is; $LEASEHOLD_BENCH_ROUNDS sets
+// both), so that load from elsewhere on a shared machine falls on all of
+// them alike; their rows pool the rounds. The "router CPU vs bare proxy"
+// column is each router's CPU per request over the bare proxy's at the
+// same load over the same rounds; the summary lines give each round's
+// ratio and judge their median against the targets of issue 20: ≤ 1.5×
+// with a ledger call per request, ≤ 1.1× with block leases, in the
+// proxy-stress setting.
 
 import (
 	"bytes"
