@@ -122,9 +122,10 @@ type Sub struct {
 	kv, slots int64
 	doneC     chan struct{} // closed once, by finish
 
-	// mu guards err.
-	mu  sync.Mutex
-	err error
+	// mu guards err and hooks.
+	mu    sync.Mutex
+	err   error
+	hooks hooks // AfterDone's
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -148,12 +149,25 @@ func (s *Sub) Err() error {
 	return s.err
 }
 
+// AfterDone runs f in its own goroutine once Done closes (DoneFunc).
+func (s *Sub) AfterDone(f func()) (stop func() bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hk := s.hooks.add(f, s.err != nil)
+	return func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.hooks.remove(hk)
+	}
+}
+
 func (s *Sub) finish(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err == nil {
 		s.err = err
 		close(s.doneC)
+		s.hooks.fire()
 	}
 }
 

@@ -20,11 +20,12 @@ type Held struct {
 	gen   uint64        // the pool's incarnation it was granted in
 	doneC chan struct{} // closed once, by finish
 
-	// mu guards lease, err and gone.
+	// mu guards lease, err, gone and hooks.
 	mu    sync.Mutex
 	lease ledger.Lease
 	err   error // set when doneC closes
 	gone  bool  // the ledger no longer has it: Release skips the call
+	hooks hooks // AfterDone's
 
 	// opMu serializes a re-assertion's ledger call against Release, so a
 	// lease released meanwhile is never re-inserted. It guards releasing.
@@ -58,6 +59,18 @@ func (h *Held) Err() error {
 	return h.err
 }
 
+// AfterDone runs f in its own goroutine once Done closes (DoneFunc).
+func (h *Held) AfterDone(f func()) (stop func() bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hk := h.hooks.add(f, h.err != nil)
+	return func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.hooks.remove(hk)
+	}
+}
+
 // finish closes Done with err unless it is closed, counting it in c (if
 // not nil) first so that whoever sees Done closed sees the count. It
 // reports whether this call closed it.
@@ -72,6 +85,7 @@ func (h *Held) finish(err error, c *atomic.Uint64) bool {
 	}
 	h.err = err
 	close(h.doneC)
+	h.hooks.fire()
 	return true
 }
 

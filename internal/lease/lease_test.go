@@ -71,6 +71,11 @@ func TestHeldByEngineMatchesTable(t *testing.T) {
 			if !maps.Equal(got, want) {
 				t.Errorf("%s: HeldByEngine = %v, table scan = %v", when, got, want)
 			}
+			for _, e := range []ledger.EngineID{"gpu-0", "gpu-1"} {
+				if got := m.HeldOn(pool, e); got != want[e] {
+					t.Errorf("%s: HeldOn(%s) = %+v, table scan = %+v", when, e, got, want[e])
+				}
+			}
 		}
 		var (
 			mu   sync.Mutex

@@ -127,6 +127,19 @@ func (t *table) totals(pool ledger.PoolID) map[ledger.EngineID]Reserved {
 	return out
 }
 
+// heldOn returns pool's totals on engine.
+func (t *table) heldOn(pool ledger.PoolID, engine ledger.EngineID) Reserved {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tot[pool][engine]
+}
+
+// HeldOn is HeldByEngine(pool)[engine] without the copy of the map: the
+// ranking reads it for each candidate of every request.
+func (m *Manager) HeldOn(pool ledger.PoolID, engine ledger.EngineID) Reserved {
+	return m.tab.heldOn(pool, engine)
+}
+
 // HeldByEngine returns what this router holds per engine of pool: the
 // same figures as Snapshot().Engines(pool), kept up to date as leases are
 // taken, changed and given back, and read without a scan.

@@ -120,6 +120,9 @@ func (r *Rejection) Is(target error) bool { return target == ErrRejected }
 
 // AsRejection returns the *Rejection in err's chain, or nil.
 func AsRejection(err error) *Rejection {
+	if err == nil {
+		return nil // without the escaping target below: most calls are on a grant
+	}
 	var r *Rejection
 	if errors.As(err, &r) {
 		return r

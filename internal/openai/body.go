@@ -152,3 +152,34 @@ func appendName(dst []byte, s string) []byte {
 	}
 	return append(append(append(dst, '"'), s...), '"')
 }
+
+// StreamOptions reads a request's stream_options (valid JSON, not null)
+// as json.Unmarshal into struct{IncludeUsage *bool `json:"include_usage"`}
+// does: includeUsage is whether it is true; ok is false where Unmarshal
+// fails. The common form (include_usage spelled exactly, once) is read by
+// a walk; any other goes to encoding/json (FuzzStreamOptions).
+func StreamOptions(raw []byte) (includeUsage, ok bool) {
+	fast, seen := true, false
+	isObject := Object(raw, func(name string, v []byte) {
+		switch {
+		case !fast:
+		case name == "include_usage" && !seen:
+			seen = true
+			if string(v) != "null" {
+				includeUsage, fast = Bool(v)
+			}
+		case unusual(name, "include_usage"):
+			fast = false
+		}
+	})
+	if isObject && fast {
+		return includeUsage, true
+	}
+	var so struct {
+		IncludeUsage *bool `json:"include_usage"`
+	}
+	if json.Unmarshal(raw, &so) != nil {
+		return false, false
+	}
+	return so.IncludeUsage != nil && *so.IncludeUsage, true
+}

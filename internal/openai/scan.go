@@ -148,8 +148,13 @@ func Messages(raw []byte) (msgs []Message, ok bool) {
 func rawValue(v []byte) json.RawMessage { return json.RawMessage(v) }
 
 // decodeName decodes a JSON string (with its quotes) that names a member.
+// A name of the API's (knownNames) is returned without a copy: a request
+// and each chunk of an answer name a dozen members.
 func decodeName(s []byte) string {
 	in := s[1 : len(s)-1]
+	if name, ok := knownNames[string(in)]; ok {
+		return name
+	}
 	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
 		return string(in)
 	}
@@ -207,3 +212,17 @@ func skipValue(data []byte, i int) int {
 	}
 	return i
 }
+
+// knownNames are the member names requests and answers use most, each
+// mapped to itself.
+var knownNames = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range []string{"model", "messages", "role", "content", "name", "tool_calls", "tools", "stream",
+		"stream_options", "include_usage", "max_tokens", "max_completion_tokens", "n", "best_of", "priority", "prompt",
+		"temperature", "top_p", "stop", "seed", "user", "id", "object", "created", "choices", "index", "delta",
+		"finish_reason", "logprobs", "usage", "prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+		"type", "text", "image_url", "url"} {
+		m[n] = n
+	}
+	return m
+}()

@@ -77,17 +77,19 @@ func Inspect(ev []byte) Event {
 		}
 		return Event{Keep: true, Choices: true, data: data}
 	}
-	var c struct {
-		Choices []json.RawMessage `json:"choices"`
-		Usage   *Usage            `json:"usage"`
-	}
-	if json.Unmarshal(data, &c) != nil {
+	if !json.Valid(data) {
 		return Event{Keep: true}
 	}
-	if c.Usage != nil && len(c.Choices) == 0 {
-		return Event{Usage: c.Usage}
+	c, ok := decodeChunk(data)
+	if !ok {
+		if c, ok = unmarshalChunk(data); !ok {
+			return Event{Keep: true}
+		}
 	}
-	e := Event{Keep: true, Usage: c.Usage, Choices: len(c.Choices) > 0}
+	if c.usage != nil && c.choices == 0 {
+		return Event{Usage: c.usage}
+	}
+	e := Event{Keep: true, Usage: c.usage, Choices: c.choices > 0}
 	if e.Choices {
 		e.data = data
 	}

@@ -94,14 +94,13 @@ func (a *ledgerAdmitter) views(pool ledger.PoolID) []engineView {
 	if len(cands) == 0 {
 		return nil
 	}
-	held := a.m.HeldByEngine(pool)
 	var fleet map[ledger.EngineID]lease.Reserved
 	if a.fv != nil {
 		fleet = a.fv.Engines(pool)
 	}
 	out := append([]engineView(nil), cands...)
 	for i := range out {
-		r, f := held[out[i].id], fleet[out[i].id]
+		r, f := a.m.HeldOn(pool, out[i].id), fleet[out[i].id]
 		out[i].usedKV, out[i].usedSlots = max(r.KVTokens, f.KVTokens), max(r.Slots, f.Slots)
 	}
 	return out

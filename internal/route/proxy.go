@@ -280,15 +280,19 @@ func (r *Router) dispatch(ctx context.Context, w http.ResponseWriter, hr *http.R
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	d.cancel = cancel
-	stopWatch := make(chan struct{})
-	defer close(stopWatch)
-	go func() {
-		select {
-		case <-t.Done():
-			cancel(t.Err())
-		case <-stopWatch:
-		}
-	}()
+	if df, ok := t.(lease.DoneFunc); ok {
+		defer df.AfterDone(func() { cancel(t.Err()) })()
+	} else {
+		stopWatch := make(chan struct{})
+		defer close(stopWatch)
+		go func() {
+			select {
+			case <-t.Done():
+				cancel(t.Err())
+			case <-stopWatch:
+			}
+		}()
+	}
 	d.ctx = ctx
 	if status, code = d.send(); d.retry {
 		failure = d.att.Outcome()

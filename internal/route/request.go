@@ -180,13 +180,10 @@ func parseRequest(body []byte, chat bool, lim limits, prefixBytes int) (*request
 		if !r.stream {
 			return nil, badf("stream_options", "stream_options is only allowed with stream = true")
 		}
-		var so struct {
-			IncludeUsage *bool `json:"include_usage"`
-		}
-		if json.Unmarshal(raw, &so) != nil {
+		var ok bool
+		if r.includeUsage, ok = openai.StreamOptions(raw); !ok {
 			return nil, badf("stream_options", "stream_options must be an object with a boolean include_usage")
 		}
-		r.includeUsage = so.IncludeUsage != nil && *so.IncludeUsage
 	}
 	return r, nil
 }

@@ -1,7 +1,9 @@
 package tenancy
 
 import (
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,6 +27,9 @@ type Metrics struct {
 	reloads       *prometheus.CounterVec // result
 
 	queuedDesc *prometheus.Desc
+	// series caches each (pool, tenant, class)'s series: the label lookups
+	// were six per request (seriesKey -> *series).
+	series sync.Map
 	// mu guards queues.
 	mu     sync.Mutex
 	queues []watched
@@ -88,39 +93,82 @@ func (m *Metrics) WatchQueue(pool ledger.PoolID, q *waitq.Queue, f *fleet.Fleet)
 // Request is one request's series: its pool, tenant and class, and what it
 // reserves when granted.
 type Request struct {
-	m                  *Metrics
-	labels             []string // pool, tenant, priority
-	kv, slots          int64
-	kvGauge, slotGauge prometheus.Gauge
+	m         *Metrics
+	s         *series
+	kv, slots int64
+}
+
+// seriesKey names one (pool, tenant, class)'s series.
+type seriesKey struct {
+	pool   ledger.PoolID
+	tenant ledger.TenantID
+	class  ledger.PriorityName
+}
+
+// series are one (pool, tenant, class)'s metrics, looked up once each;
+// grants and tokens only once there is one (a series appears with its
+// first sample, as before the cache).
+type series struct {
+	labels                   []string // pool, tenant, priority; never changed
+	requests                 prometheus.Counter
+	kvGauge, slotGauge       prometheus.Gauge
+	grants                   lazyCounter
+	promptTokens, compTokens lazyCounter
+}
+
+// lazyCounter is a counter of a vector looked up on first use.
+type lazyCounter struct {
+	c atomic.Pointer[prometheus.Counter]
+}
+
+func (l *lazyCounter) get(vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	if c := l.c.Load(); c != nil {
+		return *c
+	}
+	c := vec.WithLabelValues(labels...)
+	l.c.Store(&c)
+	return c
+}
+
+// seriesOf returns the series of (pool, tenant, class), made on first use.
+func (m *Metrics) seriesOf(k seriesKey) *series {
+	if s, ok := m.series.Load(k); ok {
+		return s.(*series)
+	}
+	l := []string{string(k.pool), string(k.tenant), string(k.class)}
+	s := &series{labels: l, requests: m.requests.WithLabelValues(l...),
+		kvGauge: m.reservedKV.WithLabelValues(l...), slotGauge: m.reservedSlots.WithLabelValues(l...)}
+	got, _ := m.series.LoadOrStore(k, s)
+	return got.(*series)
 }
 
 // Request counts a request of tenant in class asking pool for kv tokens and
 // slots, and returns its series.
 func (m *Metrics) Request(pool ledger.PoolID, tenant ledger.TenantID, class ledger.PriorityName, kv, slots int64) *Request {
-	l := []string{string(pool), string(tenant), string(class)}
-	m.requests.WithLabelValues(l...).Inc()
-	return &Request{m: m, labels: l, kv: kv, slots: slots,
-		kvGauge: m.reservedKV.WithLabelValues(l...), slotGauge: m.reservedSlots.WithLabelValues(l...)}
+	s := m.seriesOf(seriesKey{pool, tenant, class})
+	s.requests.Inc()
+	return &Request{m: m, s: s, kv: kv, slots: slots}
 }
 
 // Refused counts the request's refusal for reason.
 func (r *Request) Refused(reason string) {
-	r.m.refusals.WithLabelValues(append(r.labels, reason)...).Inc()
+	r.m.refusals.WithLabelValues(append(slices.Clip(r.s.labels), reason)...).Inc()
 }
 
 // Granted counts a grant; each is followed by one Released.
 func (r *Request) Granted() {
-	r.m.grants.WithLabelValues(r.labels...).Inc()
-	r.kvGauge.Add(float64(r.kv))
-	r.slotGauge.Add(float64(r.slots))
+	r.s.grants.get(r.m.grants, r.s.labels...).Inc()
+	r.s.kvGauge.Add(float64(r.kv))
+	r.s.slotGauge.Add(float64(r.slots))
 }
 
 // Released counts a grant's release with the usage it reported.
 func (r *Request) Released(u ledger.Usage) {
-	r.kvGauge.Sub(float64(r.kv))
-	r.slotGauge.Sub(float64(r.slots))
-	r.m.tokens.WithLabelValues(append(r.labels, "prompt")...).Add(float64(max(u.PromptTokens, 0)))
-	r.m.tokens.WithLabelValues(append(r.labels, "completion")...).Add(float64(max(u.CompletionTokens, 0)))
+	r.s.kvGauge.Sub(float64(r.kv))
+	r.s.slotGauge.Sub(float64(r.slots))
+	l := r.s.labels
+	r.s.promptTokens.get(r.m.tokens, l[0], l[1], l[2], "prompt").Add(float64(max(u.PromptTokens, 0)))
+	r.s.compTokens.get(r.m.tokens, l[0], l[1], l[2], "completion").Add(float64(max(u.CompletionTokens, 0)))
 }
 
 // queueCollector reads the watched queues at scrape time.

@@ -88,9 +88,15 @@ type key struct {
 type engineState struct {
 	fit    *fit
 	seeded bool
-	// pending is this router's dispatches to it not past their first token.
-	pending  map[*Inflight]struct{}
-	inflight int // this router's dispatches to it not Done
+	// This router's dispatches to it not past their first token: the
+	// streamed ones as a count and a sum of prompts (read on every
+	// request, kept as they come and go rather than summed), the others
+	// one by one (each ends at its estimated first token).
+	streamN, streamPrompt int64
+	timed                 map[*Inflight]struct{}
+	inflight              int // this router's dispatches to it not Done
+	// errObs is errHist's series of the engine, once looked up.
+	errObs prometheus.Observer
 	// From the last fleet-view poll.
 	polled    time.Time
 	leases    int64
@@ -102,6 +108,8 @@ type engineState struct {
 // tokens; 0 until the first sample. Guarded by Estimator.mu.
 type poolState struct {
 	prompt, ttft, hold float64
+	// ttftObs is ttftHist's series of each class, once looked up.
+	ttftObs map[ledger.PriorityName]prometheus.Observer
 }
 
 func ewma(old, v float64) float64 {
@@ -161,10 +169,35 @@ func New(cfg Config) *Estimator {
 func (e *Estimator) engineLocked(k key) *engineState {
 	st := e.engines[k]
 	if st == nil {
-		st = &engineState{fit: newFit(e.cfg.DefaultRate, e.cfg.Window), pending: map[*Inflight]struct{}{}}
+		st = &engineState{fit: newFit(e.cfg.DefaultRate, e.cfg.Window), timed: map[*Inflight]struct{}{}}
 		e.engines[k] = st
 	}
 	return st
+}
+
+// addPending counts in among s's dispatches not past their first token.
+func (s *engineState) addPending(in *Inflight) {
+	in.pending = true
+	if in.until.IsZero() {
+		s.streamN++
+		s.streamPrompt += in.prompt
+		return
+	}
+	s.timed[in] = struct{}{}
+}
+
+// dropPending removes in from them, if it is counted.
+func (s *engineState) dropPending(in *Inflight) {
+	if !in.pending {
+		return
+	}
+	in.pending = false
+	if in.until.IsZero() {
+		s.streamN--
+		s.streamPrompt -= in.prompt
+		return
+	}
+	delete(s.timed, in)
 }
 
 func (e *Estimator) poolLocked(p ledger.PoolID) *poolState {
@@ -237,11 +270,10 @@ func (e *Estimator) estimateLocked(pool ledger.PoolID, s *engineState, prompt in
 
 // aheadLocked is the prefill tokens ahead of a new request on s.
 func (e *Estimator) aheadLocked(pool ledger.PoolID, s *engineState, now time.Time) float64 {
-	var own float64
-	var ownN int64
-	for in := range s.pending {
-		if !in.until.IsZero() && now.After(in.until) {
-			continue // non-streamed, past its estimated first token
+	own, ownN := float64(s.streamPrompt), s.streamN
+	for in := range s.timed {
+		if now.After(in.until) {
+			continue // past its estimated first token
 		}
 		own += float64(in.prompt)
 		ownN++
@@ -297,8 +329,9 @@ type Inflight struct {
 	// until ends a non-streamed dispatch's pending prefill: its estimated
 	// first token.
 	until time.Time
-	// first and done are guarded by e.mu.
-	first, done bool
+	// first, done and pending are guarded by e.mu; pending: counted in
+	// its engine's dispatches not past their first token.
+	first, done, pending bool
 }
 
 // Start records a dispatch about to be sent: until FirstToken (or, not
@@ -320,7 +353,7 @@ func (e *Estimator) Start(d Dispatch) *Inflight {
 	if !d.Stream {
 		in.until = now.Add(seconds(in.est))
 	}
-	s.pending[in] = struct{}{}
+	s.addPending(in)
 	s.inflight++
 	ps := e.poolLocked(d.Pool)
 	ps.prompt = ewma(ps.prompt, float64(in.prompt))
@@ -340,16 +373,27 @@ func (in *Inflight) FirstToken() time.Duration {
 	}
 	in.first = true
 	s := e.engineLocked(in.k)
-	delete(s.pending, in)
+	s.dropPending(in)
 	d := now.Sub(in.started)
 	obs := d.Seconds()
+	ps := e.poolLocked(in.k.pool)
 	if obs > 0 {
 		s.fit.add(in.work, obs)
-		e.errHist.WithLabelValues(string(in.k.pool), string(in.k.engine)).Observe(math.Abs(in.est-obs) / obs)
-		ps := e.poolLocked(in.k.pool)
+		if s.errObs == nil {
+			s.errObs = e.errHist.WithLabelValues(string(in.k.pool), string(in.k.engine))
+		}
+		s.errObs.Observe(math.Abs(in.est-obs) / obs)
 		ps.ttft = ewma(ps.ttft, obs)
 	}
-	e.ttftHist.WithLabelValues(string(in.k.pool), string(in.class)).Observe(now.Sub(in.arrived).Seconds())
+	obsT, ok := ps.ttftObs[in.class]
+	if !ok {
+		if ps.ttftObs == nil {
+			ps.ttftObs = map[ledger.PriorityName]prometheus.Observer{}
+		}
+		obsT = e.ttftHist.WithLabelValues(string(in.k.pool), string(in.class))
+		ps.ttftObs[in.class] = obsT
+	}
+	obsT.Observe(now.Sub(in.arrived).Seconds())
 	return d
 }
 
@@ -364,7 +408,7 @@ func (in *Inflight) Done() {
 	}
 	in.done = true
 	s := e.engineLocked(in.k)
-	delete(s.pending, in)
+	s.dropPending(in)
 	s.inflight--
 	if in.first {
 		ps := e.poolLocked(in.k.pool)

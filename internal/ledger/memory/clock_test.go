@@ -494,3 +494,54 @@ func TestGrowAtDeadlineAndSessionDeath(t *testing.T) {
 			c[ledger.CounterGrowths], c[ledger.CounterGrownKV], c[ledger.CounterOvergrowths])
 	}
 }
+
+// The sweep a call makes is skipped while the pool's SweepFrom lies ahead,
+// so every write that makes a lease or session end sooner than all the
+// others must lower it: each case leaves the earliest end to such a
+// write, then a call after it must sweep what ended.
+func TestSweepFromFollowsEveryEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		setup       func(f *fixture)
+		wantExpired int64
+		wantRevoked int64
+	}{
+		{"renew shortens the deadline", func(f *fixture) {
+			ls := f.acquire("r1", "long", 10, 10*time.Second)
+			if _, err := f.l.Renew(f.ctx, ls.Ref(), time.Second); err != nil {
+				f.t.Fatalf("Renew: %v", err)
+			}
+		}, 1, 0},
+		{"a later lease ends sooner", func(f *fixture) {
+			f.acquire("r1", "long", 10, 10*time.Second)
+			f.acquire("r1", "short", 10, time.Second)
+		}, 1, 0},
+		{"a later session dies sooner", func(f *fixture) {
+			f.acquire("r1", "long", 10, 10*time.Second)
+			f.keepAlive("r2", time.Second)
+			f.acquire("r2", "orphan", 10, 10*time.Second)
+		}, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, ledger.Options{})
+			f.keepAlive("r1", time.Hour)
+			tc.setup(f)
+			before := f.leases()
+			f.clock.Advance(999 * time.Millisecond)
+			f.acquire("r1", "probe-early", 10, time.Hour)
+			if got := f.leases(); got != before+1 {
+				t.Fatalf("leases before anything ended = %d, want %d", got, before+1)
+			}
+			f.clock.Advance(time.Millisecond)
+			f.acquire("r1", "probe", 10, time.Hour)
+			c := f.stats().Counters
+			if c[ledger.CounterExpired] != tc.wantExpired || c[ledger.CounterRevoked] != tc.wantRevoked {
+				t.Fatalf("after the end, a call swept expired %d revoked %d, want %d and %d",
+					c[ledger.CounterExpired], c[ledger.CounterRevoked], tc.wantExpired, tc.wantRevoked)
+			}
+			if got, want := f.leases(), before+2-int(tc.wantExpired+tc.wantRevoked); got != want {
+				t.Fatalf("leases after the sweep = %d, want %d", got, want)
+			}
+		})
+	}
+}

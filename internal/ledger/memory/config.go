@@ -27,7 +27,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 	defer txn.Abort()
 	clock := l.clock.Now()
 	o := &op{txn: txn, now: toMillis(clock), orphanHold: l.opts.OrphanHold}
-	if row := o.first(tablePools, indexID, spec.Name); row != nil {
+	if row := o.first(tablePools, indexID, spec.Name, kindPool); row != nil {
 		o.pool = row.(*poolRow).clone()
 		o.sweep(l.opts.SweepBatch)
 	} else {
@@ -62,7 +62,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 		row.Spec, row.Removed = es, false
 		o.insert(tableEngines, row)
 	}
-	for _, raw := range o.scan(0, tableEngines, indexID, p.Name) {
+	for _, raw := range o.scan(0, tableEngines, indexID, p.Name, kindEngine) {
 		e := raw.(*engineRow)
 		c := *e
 		o.reconfigure(tableEngines, e, &c, ledger.RowFateOf(inSpec[e.Spec.ID], e.Leases), &c.Removed)
@@ -79,7 +79,7 @@ func (l *store) configureNow(ctx context.Context, spec ledger.PoolSpec) (ledger.
 		row.Spec, row.Removed = ts, false
 		o.insert(tableTenants, row)
 	}
-	for _, raw := range o.scan(0, tableTenants, indexID, p.Name) {
+	for _, raw := range o.scan(0, tableTenants, indexID, p.Name, kindTenant) {
 		t := raw.(*tenantRow)
 		c := *t
 		o.reconfigure(tableTenants, t, &c, ledger.RowFateOf(tenantInSpec[t.Spec.Name], t.Leases), &c.Removed)

@@ -5,8 +5,8 @@
 // # What it owns
 //
 // Every pool's configuration, counters, epoch and fencing sequence; engine
-// and tenant totals; holder sessions; and the outstanding leases, each in one
-// go-memdb table (schema.go). Time is the injected ledger.Clock, read inside
+// and tenant totals; holder sessions; and the outstanding leases, in
+// go-memdb tables (schema.go: pools, engines and tenants share one). Time is the injected ledger.Clock, read inside
 // the write transaction and truncated to the millisecond, so the memory,
 // Redis and etcd backends agree on every deadline. Argument validation, the
 // closed check, error wrapping and the all-pools List are ledger.Checked's;
@@ -23,15 +23,18 @@
 // transaction, committed before any of them returns (a call that fails in
 // the store makes each run again alone). One write at a time makes each
 // call atomic and linearizable. Reads (Pools, List, Stats) run on lock-free snapshots and
-// never wait for the serializer.
+// never wait for the serializer. The database is itself a go-memdb
+// snapshot (New): nothing watches it, and a snapshot skips the watch
+// bookkeeping of every write.
 //
 // # Costs and sweeping
 //
 // Acquire, Renew, Resize, Grow, Release and Reassert are O(log n) in
 // outstanding leases (plus the candidate list). Leases past their deadline and leases of
 // dead holder sessions are removed lazily: every mutating call on a pool first
-// sweeps at most Options.SweepBatch of them, and Sweep removes up to a given
-// number. Until swept they keep counting against capacity, which is safe.
+// sweeps at most Options.SweepBatch of them (skipped while the pool's
+// SweepFrom, a lower bound on every deadline and expiry, lies ahead), and
+// Sweep removes up to a given number. Until swept they keep counting against capacity, which is safe.
 // A call that finds an ended lease it was asked about (Renew, Resize,
 // Release, a replayed Acquire or Reassert) removes it on the spot.
 //

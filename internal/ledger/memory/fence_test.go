@@ -13,7 +13,7 @@ func (f *fixture) setSeq(seq uint64) {
 	f.t.Helper()
 	txn := f.l.s.db.Txn(true)
 	defer txn.Abort()
-	row, err := txn.First(tablePools, indexID, testPool)
+	row, err := txn.First(tablePools, indexID, testPool, kindPool)
 	if err != nil || row == nil {
 		f.t.Fatalf("read pool: %v", err)
 	}

@@ -38,11 +38,19 @@ func New(opts ledger.Options, clock ledger.Clock) *Ledger {
 	if clock == nil {
 		clock = ledger.SystemClock{}
 	}
-	db, err := memdb.NewMemDB(newSchema())
+	primary, err := memdb.NewMemDB(newSchema())
 	if err != nil {
 		// The schema is a constant; TestSchema keeps this unreachable.
 		panic("memory: invalid go-memdb schema: " + err.Error())
 	}
+	// The store is a snapshot of the empty database: a go-memdb database
+	// tracks every radix node a write replaces, to close its watch channel
+	// at the commit, only when it is the primary one, and nothing here
+	// watches (no WatchSet, no *Watch call). A snapshot is a whole
+	// database of its own (writer lock, transactions, snapshots), without
+	// that bookkeeping: a map entry per copied node and a channel closed
+	// per node at each commit, ~8% of a grant's allocations.
+	db := primary.Snapshot()
 	s := &store{db: db, opts: opts.WithDefaults(), clock: clock}
 	s.writes.db = db
 	return &Ledger{Ledger: ledger.Checked("memory", s), s: s}
@@ -111,24 +119,28 @@ func (l *store) updateIn(ctx context.Context, b *batch, pool ledger.PoolID, hold
 	}
 	txn := b.txn
 	o := &op{txn: txn, now: l.now(), orphanHold: l.opts.OrphanHold}
-	p, err := txn.First(tablePools, indexID, pool)
-	if err != nil {
-		return true, fmt.Errorf("read pool: %w", err)
-	}
-	if p == nil {
-		return true, ledger.ErrUnknownPool
-	}
 	// A pool row this batch wrote is its own (no reader sees it before
-	// the commit): change it in place. Any other is copied first.
-	if own := b.pools[pool]; own != nil && own == p {
+	// the commit), and the pool's latest: change it in place, without a
+	// read (a read of the table the batch wrote would drop go-memdb's
+	// cache of the nodes it copied). Any other is read and copied first.
+	if own := b.pools[pool]; own != nil {
 		o.pool = own
 	} else {
+		p, err := txn.First(tablePools, indexID, pool, kindPool)
+		if err != nil {
+			return true, fmt.Errorf("read pool: %w", err)
+		}
+		if p == nil {
+			return true, ledger.ErrUnknownPool
+		}
 		o.pool = p.(*poolRow).clone()
 	}
 	if holder != ledger.NoHolder {
 		o.session = o.sessionOf(holder)
 	}
-	o.sweep(sweep)
+	if sweep > 0 && !o.now.Before(o.pool.SweepFrom) {
+		o.sweep(sweep)
+	}
 	ferr := fn(o)
 	if o.err != nil {
 		return false, o.err
@@ -161,6 +173,19 @@ func (o *op) insert(table string, row any) {
 	}
 	if err := o.txn.Insert(table, row); err != nil {
 		o.err = fmt.Errorf("insert into %s: %w", table, err)
+	}
+	switch r := row.(type) {
+	case *leaseRow:
+		o.ends(r.Deadline)
+	case *holderRow:
+		o.ends(r.Expires)
+	}
+}
+
+// ends lowers the pool's SweepFrom to t, the end of a row written.
+func (o *op) ends(t time.Time) {
+	if p := o.pool; p != nil && t.Before(p.SweepFrom) {
+		p.SweepFrom = t
 	}
 }
 
@@ -210,13 +235,13 @@ func (o *op) count(name string, n int64) { o.pool.Counters[name] += n }
 
 // engine returns the engine's row (configured or removed), or nil.
 func (o *op) engine(id ledger.EngineID) *engineRow {
-	row, _ := o.first(tableEngines, indexID, o.pool.Name, id).(*engineRow)
+	row, _ := o.first(tableEngines, indexID, o.pool.Name, kindEngine, id).(*engineRow)
 	return row
 }
 
 // tenant returns the tenant's row (configured or removed), or nil.
 func (o *op) tenant(name ledger.TenantID) *tenantRow {
-	row, _ := o.first(tableTenants, indexID, o.pool.Name, name).(*tenantRow)
+	row, _ := o.first(tableTenants, indexID, o.pool.Name, kindTenant, name).(*tenantRow)
 	return row
 }
 

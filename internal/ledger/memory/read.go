@@ -25,7 +25,9 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 			return fmt.Errorf("scan pools: %w", err)
 		}
 		for row := it.Next(); row != nil; row = it.Next() {
-			pools = append(pools, row.(*poolRow).Name)
+			if p, ok := row.(*poolRow); ok { // engines and tenants share the table
+				pools = append(pools, p.Name)
+			}
 		}
 		return nil
 	})
@@ -72,7 +74,7 @@ func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, erro
 func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
 	var s ledger.PoolStats
 	err := l.view(ctx, func(txn *memdb.Txn, now time.Time) error {
-		row, err := txn.First(tablePools, indexID, pool)
+		row, err := txn.First(tablePools, indexID, pool, kindPool)
 		if err != nil {
 			return fmt.Errorf("read pool: %w", err)
 		}
@@ -92,7 +94,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 			Priorities:      slices.Clone(p.Priorities),
 			Counters:        maps.Clone(p.Counters),
 		}
-		engines, err := txn.Get(tableEngines, indexID, pool)
+		engines, err := txn.Get(tableEngines, indexID, pool, kindEngine)
 		if err != nil {
 			return fmt.Errorf("scan engines: %w", err)
 		}
@@ -101,7 +103,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 			s.Engines = append(s.Engines, e.stats(now, p.Breaker))
 			s.Leases += e.Leases
 		}
-		tenants, err := txn.Get(tableTenants, indexID, pool)
+		tenants, err := txn.Get(tableTenants, indexID, pool, kindTenant)
 		if err != nil {
 			return fmt.Errorf("scan tenants: %w", err)
 		}
@@ -134,7 +136,7 @@ func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats
 func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
 	var out []ledger.TotalsMismatch
 	err := l.view(ctx, func(txn *memdb.Txn, _ time.Time) error {
-		row, err := txn.First(tablePools, indexID, pool)
+		row, err := txn.First(tablePools, indexID, pool, kindPool)
 		if err != nil {
 			return fmt.Errorf("read pool: %w", err)
 		}
@@ -145,19 +147,20 @@ func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.T
 		var rows []ledger.Lease
 		for _, scan := range []struct {
 			table string
+			args  []any
 			add   func(any)
 		}{
-			{tableEngines, func(r any) {
+			{tableEngines, []any{pool, kindEngine}, func(r any) {
 				e := r.(*engineRow)
 				engines[e.Spec.ID] = ledger.Totals{KVTokens: e.ReservedKV, Slots: e.ReservedSlots, Leases: e.Leases}
 			}},
-			{tableTenants, func(r any) {
+			{tableTenants, []any{pool, kindTenant}, func(r any) {
 				t := r.(*tenantRow)
 				tenants[t.Spec.Name] = ledger.Totals{KVTokens: t.ReservedKV, Slots: t.ReservedSlots, Leases: t.Leases}
 			}},
-			{tableLeases, func(r any) { rows = append(rows, r.(*leaseRow).Lease) }},
+			{tableLeases, []any{pool}, func(r any) { rows = append(rows, r.(*leaseRow).Lease) }},
 		} {
-			it, err := txn.Get(scan.table, indexID, pool)
+			it, err := txn.Get(scan.table, indexID, scan.args...)
 			if err != nil {
 				return fmt.Errorf("scan %s: %w", scan.table, err)
 			}

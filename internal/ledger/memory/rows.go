@@ -36,6 +36,13 @@ type poolRow struct {
 	CapacitySlots int64
 	// Counters are the ledger.Counter* totals and "rejections:<reason>".
 	Counters map[string]int64
+	// SweepFrom is a lower bound on every lease deadline and session
+	// expiry in the pool: a call's sweep is skipped while the ledger clock
+	// is before it (the index scans cost a tenth of a grant). Zero means
+	// unknown: sweep. Every lease or session row written lowers it to its
+	// own end (op.insert); a sweep that finished what was due sets it to
+	// the next end its scans found.
+	SweepFrom time.Time
 }
 
 // clone returns a copy that may be changed.

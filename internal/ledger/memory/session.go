@@ -36,7 +36,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 			RecoveringUntil: o.pool.recovering(o.now),
 		}
 		if !s.RecoveringUntil.IsZero() {
-			for _, row := range o.scan(0, tableEngines, indexID, pool) {
+			for _, row := range o.scan(0, tableEngines, indexID, pool, kindEngine) {
 				if e := row.(*engineRow); !e.Removed && e.state().Recovered(o.now, o.pool.ObservedSince, o.pool.Reserve) {
 					s.Recovered++
 				}

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/ledger"
 )
@@ -33,15 +34,22 @@ func (l *store) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.
 	return s, nil
 }
 
-// sweep removes up to max ended leases and dead sessions.
+// never is the SweepFrom of a pool with no lease and no session: far
+// beyond any end a row can have.
+var never = time.UnixMilli(1 << 60).UTC()
+
+// sweep removes up to max ended leases and dead sessions, and sets the
+// pool's SweepFrom: the next end its scans found when it removed all that
+// was due, else zero (unknown).
 func (o *op) sweep(max int) ledger.Swept {
 	var s ledger.Swept
 	name := o.pool.Name
 	budget := max
+	o.pool.SweepFrom = time.Time{}
 
 	// Leases past their deadline, earliest first.
-	due, err := overdue(o, tableLeases, indexDeadline, budget, func(ls *leaseRow) bool {
-		return ls.Pool == name && !ls.Deadline.After(o.now)
+	due, nextLease, err := overdue(o, tableLeases, indexDeadline, budget, func(ls *leaseRow) (bool, time.Time) {
+		return ls.Pool == name, ls.Deadline
 	})
 	if err != nil {
 		o.err = err
@@ -55,15 +63,17 @@ func (o *op) sweep(max int) ledger.Swept {
 
 	// Dead sessions, earliest expiry first: revoke their leases, then drop
 	// the session.
-	dead, err := overdue(o, tableHolders, indexExpiry, budget, func(h *holderRow) bool {
-		return h.Pool == name && !h.live(o.now)
+	dead, nextHolder, err := overdue(o, tableHolders, indexExpiry, budget, func(h *holderRow) (bool, time.Time) {
+		return h.Pool == name, h.Expires // dead once now reaches it (holderRow.live)
 	})
 	if err != nil {
 		o.err = err
 		return s
 	}
+	done := !nextLease.IsZero() && !nextHolder.IsZero() // both scans reached a row not due, or the end
 	for _, h := range dead {
 		if budget <= 0 {
+			done = false
 			break
 		}
 		for _, row := range o.scan(budget, tableLeases, indexRequest, name, h.Holder) {
@@ -72,34 +82,53 @@ func (o *op) sweep(max int) ledger.Swept {
 			budget--
 		}
 		if budget <= 0 || o.first(tableLeases, indexRequest, name, h.Holder) != nil {
+			done = false
 			break
 		}
 		o.delete(tableHolders, h)
 		s.Holders++
 		budget--
 	}
+	if done {
+		o.pool.SweepFrom = nextLease
+		if nextHolder.Before(nextLease) {
+			o.pool.SweepFrom = nextHolder
+		}
+	}
 	return s
 }
 
 // overdue returns up to budget rows of the pool from the start of table's
-// index (ordered by when they end) while due holds.
-func overdue[R any](o *op, table, index string, budget int, due func(R) bool) ([]R, error) {
+// index (ordered by when they end) that have ended by o.now; of reports
+// whether a row is the pool's, and when it ends. next is when the first
+// row not ended ends (never when the pool has no more rows), or zero when
+// the scan stopped at budget.
+func overdue[R any](o *op, table, index string, budget int, of func(R) (bool, time.Time)) (out []R, next time.Time, err error) {
 	if budget <= 0 {
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	it, err := o.txn.LowerBound(table, index, o.pool.Name)
 	if err != nil {
-		return nil, fmt.Errorf("scan %s by %s: %w", table, index, err)
+		return nil, time.Time{}, fmt.Errorf("scan %s by %s: %w", table, index, err)
 	}
-	var out []R
-	for row := it.Next(); row != nil && len(out) < budget; row = it.Next() {
+	for row := it.Next(); ; row = it.Next() {
+		if row == nil {
+			return out, never, nil
+		}
 		r := row.(R)
-		if !due(r) {
-			break
+		mine, end := of(r)
+		switch {
+		case !mine: // the index runs on into the next pool's rows
+			return out, never, nil
+		case end.After(never):
+			return out, never, nil
+		case end.After(o.now):
+			return out, end, nil
+		case len(out) == budget:
+			return out, time.Time{}, nil
 		}
 		out = append(out, r)
 	}
-	return out, nil
 }
 
 // ended returns the counter a lease's end is counted under
@@ -126,8 +155,12 @@ func (o *op) removeLease(ls *leaseRow, counter string) {
 // releases) reports outcome to the engine's breaker when it carries one
 // or is a probe (the writes every backend makes: ledger.Breaker.Advance).
 func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
+	// Both rows are read before either is written: a read of a table this
+	// transaction wrote clones go-memdb's index and drops its cache of the
+	// nodes the transaction copied, so the next write copies them again.
+	e, t := o.engine(ls.Engine), o.tenant(ls.Tenant)
 	o.delete(tableLeases, ls)
-	if e := o.engine(ls.Engine); e != nil {
+	if e != nil {
 		c := *e
 		switch {
 		case counter == ledger.CounterReleases && (outcome != ledger.OutcomeNone || ls.Probe):
@@ -155,7 +188,7 @@ func (o *op) dropLease(ls *leaseRow, counter string, outcome ledger.Outcome) {
 			o.insert(tableEngines, &c)
 		}
 	}
-	if t := o.tenant(ls.Tenant); t != nil {
+	if t != nil {
 		c := *t
 		c.ReservedKV -= ls.KVTokens
 		c.ReservedSlots -= ls.Slots
