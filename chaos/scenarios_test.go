@@ -15,7 +15,8 @@ import (
 )
 
 // TestScenariosShort runs the short (CI) variant of every built-in scenario
-// on the embedded ledger (reserver on memory://) and on Redis, and asserts
+// on the ledger its file names (the embedded ledger, a reserver on
+// memory://, or Redis), and with AllLedgersEnv set on both, and asserts
 // every check passes; compare scenarios must show local admission over
 // capacity and the ledger within it.
 func TestScenariosShort(t *testing.T) {
@@ -23,6 +24,7 @@ func TestScenariosShort(t *testing.T) {
 		t.Skip("chaos: the scenario set runs real processes for ~3 minutes; run without -short")
 	}
 	bins := binaries(t)
+	all := os.Getenv(AllLedgersEnv) != ""
 	start := time.Now()
 	for _, ledger := range []string{LedgerMemory, LedgerRedis} {
 		for _, name := range Names() {
@@ -34,12 +36,21 @@ func TestScenariosShort(t *testing.T) {
 				if sc.Topology.Ledger == LedgerSentinel {
 					t.Skip("a Redis Sentinel topology: TestTopologyScenarios runs it")
 				}
+				if !all && sc.Topology.Ledger != ledger {
+					t.Skipf("runs on %s; every scenario on both ledgers: `make test-scenarios` (sets %s=1)", sc.Topology.Ledger, AllLedgersEnv)
+				}
 				runShort(t, sc, Options{Ledger: ledger, Binaries: bins})
 			})
 		}
 	}
-	t.Logf("every scenario on both ledgers: %.1fs", time.Since(start).Seconds())
+	t.Logf("the scenarios (all on both ledgers: %v): %.1fs", all, time.Since(start).Seconds())
 }
+
+// AllLedgersEnv makes TestScenariosShort run every scenario on both the
+// memory and the Redis ledger, not only on the one its file names. `make
+// test-scenarios` sets it, so that `make test` keeps within its time budget
+// while still running every scenario once.
+const AllLedgersEnv = "LEASEHOLD_TEST_SCENARIOS_ALL"
 
 // TestScenariosShortEtcd runs the short variant of every built-in scenario
 // with the reserver and routers on an embedded etcd (etcd://, a key prefix
