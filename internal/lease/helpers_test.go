@@ -61,13 +61,35 @@ type faultLedger struct {
 	inner       atomic.Pointer[ledger.Ledger]
 	down        atomic.Bool  // every call hangs until ctx ends
 	dropAcquire atomic.Int64 // replies of the next n Acquires are lost
-	acquires    atomic.Int64 // Acquire calls that reached the proxy
-	releases    atomic.Int64 // Release calls that reached the proxy
+	// holdAcquire: the next n Acquires are held in the network: the call
+	// fails as a timeout would, and the request lands on the ledger only
+	// when the test calls deliverHeld. refuseAcquire: the next n Acquires
+	// are answered ErrNoSession without reaching the ledger (a ledger that
+	// has not yet seen the session's renewal).
+	holdAcquire, refuseAcquire atomic.Int64
+	acquires                   atomic.Int64 // Acquire calls that reached the proxy
+	releases                   atomic.Int64 // Release calls that reached the proxy
 
-	// mu guards lastSession and released.
+	// mu guards lastSession, released and held.
 	mu          sync.Mutex
 	lastSession ledger.Session
-	released    []ledger.Usage // what each Release the ledger applied was given
+	released    []ledger.Usage          // what each Release the ledger applied was given
+	held        []ledger.AcquireRequest // Acquires held by holdAcquire, in order
+}
+
+// deliverHeld lands every held Acquire on the ledger, in the order sent,
+// and returns their outcomes' errors.
+func (f *faultLedger) deliverHeld(ctx context.Context) []error {
+	f.mu.Lock()
+	held := f.held
+	f.held = nil
+	f.mu.Unlock()
+	var errs []error
+	for _, r := range held {
+		_, err := f.l().Acquire(ctx, r)
+		errs = append(errs, err)
+	}
+	return errs
 }
 
 var _ ledger.Ledger = (*faultLedger)(nil)
@@ -126,6 +148,15 @@ func (f *faultLedger) Acquire(ctx context.Context, r ledger.AcquireRequest) (led
 	f.acquires.Add(1)
 	if err := f.gate(ctx); err != nil {
 		return ledger.Grant{}, err
+	}
+	if f.holdAcquire.Add(-1) >= 0 {
+		f.mu.Lock()
+		f.held = append(f.held, r)
+		f.mu.Unlock()
+		return ledger.Grant{}, fmt.Errorf("%w: held in the network", errUnreachable)
+	}
+	if f.refuseAcquire.Add(-1) >= 0 {
+		return ledger.Grant{}, fmt.Errorf("fault: %w", ledger.ErrNoSession)
 	}
 	g, err := f.l().Acquire(ctx, r)
 	if err == nil && f.dropAcquire.Add(-1) >= 0 {

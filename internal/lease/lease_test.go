@@ -172,6 +172,35 @@ func TestAcquireRetriesLostReplyOnce(t *testing.T) {
 	})
 }
 
+// An Acquire whose first send was held in the network and whose retry was
+// refused still leaves no reservation behind once the held send lands: a
+// refusal of one attempt says nothing of an earlier one still on its way
+// (the partition chaos scenario: a router's bytes held while its session
+// expired, delivered after the session was renewed).
+func TestHeldAcquireLandingAfterARefusalIsReleased(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fx *fixture) {
+		cfg := fx.fastConfig()
+		cfg.LeaseTTL = time.Minute // the late grant must be released, not left to expire
+		m := newManager(t, cfg)
+		fx.fault.holdAcquire.Store(1)
+		fx.fault.refuseAcquire.Store(1)
+		if _, err := m.Acquire(ctxT(t, 5*time.Second), request(100)); !errors.Is(err, ledger.ErrNoSession) {
+			t.Fatalf("Acquire = %v, want the retry's ErrNoSession", err)
+		}
+		for i, err := range fx.fault.deliverHeld(ctxT(t, 5*time.Second)) {
+			if err != nil {
+				t.Fatalf("held Acquire %d landing: %v, want a grant", i, err)
+			}
+		}
+		if got := ledgerStats(t, fx.fault).Leases; got != 1 {
+			t.Fatalf("ledger leases once the held send landed = %d, want 1", got)
+		}
+		poll.Eventually(t, 10*time.Second, "late grant released well before its lease TTL", func() bool {
+			return ledgerStats(t, fx.fault).Leases == 0
+		})
+	})
+}
+
 // An Acquire abandoned with its outcome unknown (every reply lost) leaves
 // no reservation behind: the manager finds the grant by request id and
 // releases it in the background.

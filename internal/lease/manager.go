@@ -161,6 +161,7 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 		g         ledger.Grant
 		send      time.Time
 		firstSend = m.clock.Now()
+		uncertain bool // some attempt's outcome is unknown
 	)
 	for attempt := 1; ; attempt++ {
 		if attempt > 1 {
@@ -171,6 +172,7 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 		actx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 		g, err = m.l.Acquire(actx, req)
 		cancel()
+		uncertain = uncertain || unknownOutcome(err)
 		if err == nil || !unknownOutcome(err) || ctx.Err() != nil || attempt >= m.cfg.AcquireAttempts {
 			break
 		}
@@ -186,8 +188,12 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 		default:
 			m.cnt.reject(RejectError)
 		}
-		if unknownOutcome(err) {
+		if uncertain {
 			// The ledger may have granted it: find and release it later.
+			// A later attempt's refusal does not rule that out: an
+			// earlier send held up in the network (a partition that
+			// holds bytes, then heals) can still land after it, once the
+			// refusal's cause (no live session, no capacity) is gone.
 			m.addOrphan(orphan{
 				ref: ledger.LeaseRef{Pool: req.Pool, Holder: holder}, requestID: req.RequestID,
 				until: send.Add(req.TTL),
