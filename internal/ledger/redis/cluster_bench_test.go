@@ -67,14 +67,23 @@ func clusterPool(name ledger.PoolID) ledger.PoolSpec {
 	return s
 }
 
+// clusterCandidates[k] lists a clusterPool's 10 engines starting at gpu-k:
+// the candidate lists clusterRequest rotates through, built once (callers
+// only read them).
+var clusterCandidates = func() (out [10][]ledger.EngineID) {
+	for k := range out {
+		for i := range 10 {
+			out[k] = append(out[k], ledger.EngineID(fmt.Sprintf("gpu-%d", (k+i)%10)))
+		}
+	}
+	return out
+}()
+
 // clusterRequest is benchkit.BenchRequest on a clusterPool, every engine a
 // candidate, the first one rotating.
 func clusterRequest(pool ledger.PoolID, c, seq int, tag string) ledger.AcquireRequest {
 	r := benchkit.BenchRequest(pool, c, seq, tag)
-	r.Candidates = make([]ledger.EngineID, 10)
-	for i := range r.Candidates {
-		r.Candidates[i] = ledger.EngineID(fmt.Sprintf("gpu-%d", (seq+i)%10))
-	}
+	r.Candidates = clusterCandidates[seq%10]
 	return r
 }
 
@@ -106,17 +115,11 @@ type clusterRawLoad struct {
 	led   *Ledger
 	pools []ledger.PoolID
 	conns []*respConn
-	cands [10][]ledger.EngineID // the candidate lists clusterRequest rotates through
 }
 
 func newClusterRawLoad(ctx context.Context, tb testing.TB, led *Ledger, c *redisserver.Cluster, cc *goredis.ClusterClient, pools []ledger.PoolID, callers int) *clusterRawLoad {
 	tb.Helper()
 	l := &clusterRawLoad{led: led, pools: pools}
-	for i := range l.cands {
-		for j := range 10 {
-			l.cands[i] = append(l.cands[i], ledger.EngineID(fmt.Sprintf("gpu-%d", (i+j)%10)))
-		}
-	}
 	for i := range callers {
 		keys, _ := keySchema(led.s.opts.Prefix, pools[i%len(pools)])
 		slot, err := cc.ClusterKeySlot(ctx, keys.State).Result()
@@ -145,46 +148,21 @@ func (l *clusterRawLoad) op(tag string) benchkit.Op {
 		acq := s.heads.get(s.opts.Prefix, s.scripts.acquire, pool).head
 		rel := s.heads.get(s.opts.Prefix, s.scripts.release, pool).head
 		for i := range clusterBatch {
-			n := seq*clusterBatch + i
-			r := benchkit.BenchRequest(pool, c, n, tag)
-			r.Candidates = l.cands[n%10]
+			r := clusterRequest(pool, c, seq*clusterBatch+i, tag)
 			if err := rc.add(acq, append([]any{argv1}, acquireArgv(r)...)...); err != nil {
 				return err
 			}
 		}
-		if err := rc.flush(); err != nil {
-			return err
-		}
-		for range clusterBatch {
-			v, err := rc.read()
-			if err != nil {
-				return err
-			}
-			r, err := decodeReply(v)
-			if err != nil {
-				return err
-			}
+		if err := rc.exchange(clusterBatch, func(r reply) error {
 			g, err := decodeLease(pool, r.rest)
 			if err != nil {
 				return err
 			}
-			if err := rc.add(rel, argv1, string(g.ID), string(g.Holder), "500", "200", "", ""); err != nil {
-				return err
-			}
-		}
-		if err := rc.flush(); err != nil {
+			return rc.add(rel, argv1, string(g.ID), string(g.Holder), "500", "200", "", "")
+		}); err != nil {
 			return err
 		}
-		for range clusterBatch {
-			v, err := rc.read()
-			if err != nil {
-				return err
-			}
-			if _, err := decodeReply(v); err != nil {
-				return err
-			}
-		}
-		return nil
+		return rc.exchange(clusterBatch, func(reply) error { return nil })
 	}
 }
 

@@ -84,6 +84,29 @@ func (rc *respConn) flush() error {
 	return err
 }
 
+// exchange writes every added command and reads n script replies back,
+// each checked by decodeReply and handed to each (which may add the next
+// round's commands: they go out at the next exchange).
+func (rc *respConn) exchange(n int, each func(reply) error) error {
+	if err := rc.flush(); err != nil {
+		return err
+	}
+	for range n {
+		v, err := rc.read()
+		if err != nil {
+			return err
+		}
+		r, err := decodeReply(v)
+		if err != nil {
+			return err
+		}
+		if err := each(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // errReply is a RESP error reply ("-ERR ...").
 type errReply string
 
