@@ -172,8 +172,9 @@ func (m *Manager) Acquire(ctx context.Context, req ledger.AcquireRequest) (*Held
 		actx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 		g, err = m.l.Acquire(actx, req)
 		cancel()
-		uncertain = uncertain || unknownOutcome(err)
-		if err == nil || !unknownOutcome(err) || ctx.Err() != nil || attempt >= m.cfg.AcquireAttempts {
+		unknown := unknownOutcome(err)
+		uncertain = uncertain || unknown
+		if !unknown || ctx.Err() != nil || attempt >= m.cfg.AcquireAttempts {
 			break
 		}
 		m.cnt.acquireRetries.Add(1)
