@@ -11,13 +11,15 @@ test: tools
 
 ## test-scenarios: the slower scenario tests .ci/run runs after test: every
 ## chaos scenario on the memory and Redis ledgers both (make test runs each
-## on the one its file names) and on an etcd ledger, token-rate in full (2 minutes) on the
+## on the one its file names) and on an etcd ledger, the conformance suite
+## through a reserver on Redis, token-rate in full (2 minutes) on the
 ## reserver, Redis and etcd, and the store topologies under load (Redis
 ## Sentinel failovers, a sharded Redis Cluster, a three-member etcd: the
 ## TestTopology* tests, behind LEASEHOLD_TEST_TOPOLOGIES)
 TOPOLOGY_PKGS ?= ./chaos/ ./internal/ledger/redis/ ./internal/ledger/etcd/ ./internal/testutil/redisserver/ ./internal/testutil/etcdserver/
 test-scenarios: tools
 	LEASEHOLD_TEST_SCENARIOS_ALL=1 LEASEHOLD_TEST_SCENARIOS_ETCD=1 $(GO) test -race -count=1 -timeout 40m -run '^(TestScenariosShort|TestScenariosShortEtcd|TestTokenRateFull)$$' ./chaos/
+	LEASEHOLD_TEST_SCENARIOS_ALL=1 $(GO) test -race -count=1 -timeout 20m -run '^TestConformanceRedis$$' ./internal/reserver/rpc/roundtrip/
 	LEASEHOLD_TEST_TOPOLOGIES=1 $(GO) test -race -count=1 -p 1 -timeout 30m -run '^TestTopology' $(TOPOLOGY_PKGS)
 
 ## test-short: without the race detector, for quick iterations

@@ -3,6 +3,7 @@ package roundtrip
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,9 +24,17 @@ func newPrefix() string { return fmt.Sprintf("remote-t%d", prefixSeq.Add(1)) }
 // TestConformanceRedis runs the shared suite against a reserver whose
 // ledger is the Redis backend on a real redis-server. Subtests run one after
 // another, so losing a ledger can flush the whole server.
+//
+// make test-scenarios runs it (LEASEHOLD_TEST_SCENARIOS_ALL=1): make test
+// already runs the suite on the Redis ledger itself (package redis) and on
+// a reserver over gRPC (TestConformance), and this crossing of the two
+// took some 40 s of a make test at its ten-minute line.
 func TestConformanceRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the Redis conformance run")
+	}
+	if os.Getenv("LEASEHOLD_TEST_SCENARIOS_ALL") == "" {
+		t.Skip("set LEASEHOLD_TEST_SCENARIOS_ALL=1 (make test-scenarios) to run the suite through a reserver on Redis")
 	}
 	srv := redisserver.Start(t)
 	client := srv.Client()
