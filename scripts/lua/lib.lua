@@ -1,6 +1,6 @@
--- lib.lua: helpers shared by every ledger script. lua.go prepends this file
--- (and lib_admit.lua for the scripts that admit) to each operation's script,
--- so a script is one self-contained EVAL body.
+-- lib.lua: helpers shared by every ledger operation. lua.go puts this file,
+-- lib_admit.lua and lib_rate.lua at the top of one Redis function library,
+-- then each operation's file as the body of its function.
 --
 -- KEYS (identical for every pool script, built by keys.go in Go):
 --   1 state      HASH  the pool's state, fields below
@@ -81,12 +81,23 @@
 -- to Redis or returned goes through int() so large values never reach
 -- Redis's own number formatting; replies are strings or small integers.
 
-local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLUSTER =
-  string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
-CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
+-- The call's keys and options: the library's functions run one at a time,
+-- each starting with open_call, which sets these for the helpers below.
+local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES, K_HOLDERS, K_REQ, K_LEASES, P_HOLDER
+local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLUSTER
+local OPTIONS -- the ARGV[1] the six options were parsed from
+
+-- open_call starts a call with KEYS and ARGV: it sets the keys, and the
+-- options when ARGV[1] differs from the last call's (a router sends the
+-- same one on every call).
+local function open_call(keys, argv)
+  K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = keys[1], keys[2], keys[3], keys[4]
+  K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = keys[5], keys[6], keys[7], keys[8]
+  if argv[1] == OPTIONS then return end
+  local sb, oh, cw, cg, op, cl = string.match(argv[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(sb), tonumber(oh), tonumber(cw), tonumber(cg)
+  ON_PROMOTION, CLUSTER, OPTIONS = op, cl, argv[1]
+end
 local HASHTABLE = 'this value is longer than hash-max-listpack-value, so Redis keeps the ledger state hash a hash table'
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
