@@ -129,15 +129,40 @@ local function clock()
   return tonum(t[1]) * 1000 + floor(tonum(t[2]) / 1000), t
 end
 
+-- memo returns parse with its results kept, by the string parsed, in the
+-- library's state between calls: for the fields a call parses every time
+-- and that change only when the pool is configured or an engine drained (a
+-- pool's meta, an engine's or a tenant's spec). parse must be a function of
+-- the string alone and its results are shared: read-only. The cache starts
+-- over once it holds 256 strings, so it stays small (the garbage collector
+-- walks it on every cycle).
+local function memo(parse)
+  local cache, n = {}, 0
+  return function(s)
+    local r = cache[s]
+    if r == nil then
+      r = parse(s)
+      if n >= 256 then cache, n = {}, 0 end
+      cache[s], n = r, n + 1
+    end
+    return r
+  end
+end
+
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
 -- m.elastic is false in a worst_case pool; m.headroom is the pool's growth
 -- headroom (ledger.PoolSpec.GrowthHeadroom).
+local meta_spec = memo(function(s)
+  local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  return {epoch = epoch, ru = tonum(ru), cap_kv = tonum(ckv), cap_slots = tonum(cs), retry = tonum(retry),
+    reserve = reserve, elastic = reserve ~= 'worst_case', headroom = num(headroom)}
+end)
+
 local function meta(s, sweep_at)
   if not s then return nil end
-  local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  return {epoch = epoch, ru = tonum(ru), cap_kv = tonum(ckv), cap_slots = tonum(cs),
-    retry = tonum(retry), sweep_at = num(sweep_at), reserve = reserve,
-    elastic = reserve ~= 'worst_case', headroom = num(headroom)}
+  local c = meta_spec(s)
+  return {epoch = c.epoch, ru = c.ru, cap_kv = c.cap_kv, cap_slots = c.cap_slots, retry = c.retry,
+    sweep_at = num(sweep_at), reserve = c.reserve, elastic = c.elastic, headroom = c.headroom}
 end
 
 -- triple parses "a b c" (reservations, corrections, orphan charges) into
@@ -148,7 +173,16 @@ local function triple(s)
   return tonum(a), tonum(b), tonum(c)
 end
 
-local function fmt3(a, b, c) return int(a) .. ' ' .. int(b) .. ' ' .. int(c) end
+-- fmt3 is int(a) .. ' ' .. int(b) .. ' ' .. int(c), in one format when
+-- all three are whole and below 2^53 (always, for the amounts and counts
+-- it formats).
+local function fmt3(a, b, c)
+  if a % 1 == 0 and b % 1 == 0 and c % 1 == 0 and a < 9007199254740992 and b < 9007199254740992
+    and c < 9007199254740992 and a > -9007199254740992 and b > -9007199254740992 and c > -9007199254740992 then
+    return format('%d %d %d', a, b, c)
+  end
+  return int(a) .. ' ' .. int(b) .. ' ' .. int(c)
+end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
 -- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
@@ -568,12 +602,17 @@ end
 
 -- engine parses a configured engine's e:<id> field; nil when the engine is
 -- unknown or removed (with removed, a removed engine's last spec).
+local engine_spec = memo(function(s)
+  local cfg, kv, slots, stale_ns, policy, draining = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  return {configured = cfg == '1', kv = tonum(kv), slots = tonum(slots), stale_ns = tonum(stale_ns), policy = policy,
+    draining = draining == '1'}
+end)
+
 local function engine(id, s, removed)
   if not s then return nil end
-  local cfg, kv, slots, stale_ns, policy, draining = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  if cfg ~= '1' and not removed then return nil end
-  return {id = id, kv = tonum(kv), slots = tonum(slots), stale_ns = tonum(stale_ns),
-    policy = policy, draining = draining == '1'}
+  local c = engine_spec(s)
+  if not c.configured and not removed then return nil end
+  return {id = id, kv = c.kv, slots = c.slots, stale_ns = c.stale_ns, policy = c.policy, draining = c.draining}
 end
 
 -- Tenants -------------------------------------------------------------------
@@ -581,11 +620,16 @@ end
 -- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
 -- when the tenant is unknown or removed (with removed, a removed tenant's
 -- last spec). t.tpm and t.rpm are its rate budgets (0: none).
+local tenant_spec = memo(function(s)
+  local cfg, kvs, ss, tpm, rpm = match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  return {configured = cfg == '1', kv_share = tonum(kvs), slot_share = tonum(ss), tpm = num(tpm), rpm = num(rpm)}
+end)
+
 local function tenant(name, s, r, removed)
   if not s then return nil end
-  local cfg, kvs, ss, tpm, rpm = match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  if cfg ~= '1' and not removed then return nil end
-  local t = {name = name, kv_share = tonum(kvs), slot_share = tonum(ss), tpm = num(tpm), rpm = num(rpm)}
+  local c = tenant_spec(s)
+  if not c.configured and not removed then return nil end
+  local t = {name = name, kv_share = c.kv_share, slot_share = c.slot_share, tpm = c.tpm, rpm = c.rpm}
   t.rkv, t.rslots, t.n = triple(r)
   return t
 end
