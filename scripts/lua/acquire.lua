@@ -32,21 +32,21 @@
 -- cannot hold the request at all. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
-local kv, slots, ttl, n = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local kv, slots, ttl, n = tonum(ARGV[4]), tonum(ARGV[5]), tonum(ARGV[8]), tonum(ARGV[9])
 local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
 local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c',
   ef1 .. ':o', ef1 .. ':b', ef1 .. ':obs', ef1}
 local F_SPECS = 13
 for j = 2, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
-local v = redis.call('HMGET', K_STATE, unpack(fields))
-if failover_seen(v[1], v[5]) then v = redis.call('HMGET', K_STATE, unpack(fields)) end
+local v = rcall('HMGET', K_STATE, unpk(fields))
+if failover_seen(v[1], v[5]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
 local state = holder_state(holder, now)
 if now >= m.sweep_at then
   sweep(now, SWEEP_BATCH)
-  v = redis.call('HMGET', K_STATE, unpack(fields))
+  v = rcall('HMGET', K_STATE, unpk(fields))
   m = meta(v[1], v[2])
 end
 if state == 'dead' then return {'session_expired', m.epoch} end
@@ -54,35 +54,35 @@ if state == 'none' then return {'no_session', m.epoch} end
 
 -- Idempotence: the same (holder, request id) returns its outstanding lease.
 local rkey = holder .. ' ' .. req
-local prev = redis.call('HGET', K_REQ, rkey)
+local prev = rcall('HGET', K_REQ, rkey)
 if prev then
   local l = get_lease(prev)
   if l and num(l[L_DEADLINE]) > now then
-    redis.call('HINCRBY', K_STATE, 'c:replays', 1)
-    return {'replayed', m.epoch, unpack(l, 1, L_N)}
+    rcall('HINCRBY', K_STATE, 'c:replays', 1)
+    return {'replayed', m.epoch, unpk(l, 1, L_N)}
   end
   if l then
     drop_lease(l, {'expired', 1}, now)
-    v = redis.call('HMGET', K_STATE, unpack(fields))
+    v = rcall('HMGET', K_STATE, unpk(fields))
   else
-    redis.call('HDEL', K_REQ, rkey)
+    rcall('HDEL', K_REQ, rkey)
   end
 end
 
 local t = tenant(tenant_name, v[6], v[7])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-local maxfill = tonumber(v[8])
+local maxfill = tonum(v[8])
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
   local s = v[F_SPECS + j]
-  if not s or string.byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
+  if not s or byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local created -- the pool's created field, read once the recovery window needs it
 local e1 = engine(ARGV[10], v[F_SPECS + 1])
 usage(e1, v[9], v[10], v[11], v[13])
 if now < m.ru then
-  created = redis.call('HGET', K_STATE, 'created')
+  created = rcall('HGET', K_STATE, 'created')
   recovery(e1, m, now, created)
 end
 e1.braw = v[12]
@@ -92,14 +92,14 @@ local obs = {v[13]} -- candidates' last observations, read as needed
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
-local tokens = tonumber(ARGV[10 + n])
+local tokens = tonum(ARGV[10 + n])
 if t.tpm > 0 and tokens > t.tpm then return reject(m, 'too_large', '', 0) end
 local fits = false
 for j = 1, n do
   local s = cands[j]
   if not s then
     s = engine(ARGV[9 + j], v[F_SPECS + j])
-    if obs[j] == nil then obs[j] = redis.call('HGET', K_STATE, 'e:' .. s.id .. ':obs') or false end
+    if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, 'e:' .. s.id .. ':obs') or false end
     capacity(s, obs[j] or nil)
   end
   if kv <= admissible(s, maxfill, m.headroom) and slots <= fill(s.slots, maxfill) then
@@ -123,11 +123,11 @@ for j = 1, n do
   if not e then
     e = engine(ARGV[9 + j], v[F_SPECS + j])
     local ef = 'e:' .. e.id
-    local u = redis.call('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
+    local u = rcall('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
     obs[j] = u[5]
     usage(e, u[1], u[2], u[3], u[5])
     if now < m.ru then
-      created = created or redis.call('HGET', K_STATE, 'created')
+      created = created or rcall('HGET', K_STATE, 'created')
       recovery(e, m, now, created)
     end
     e.braw = u[4]
@@ -137,7 +137,7 @@ for j = 1, n do
   if e.draining then
     r = 'draining'
   elseif e.braw then
-    bspec = bspec or breaker_spec(redis.call('HGET', K_STATE, 'breaker'))
+    bspec = bspec or breaker_spec(rcall('HGET', K_STATE, 'breaker'))
     r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
   else
     -- No breaker stored: it reads closed under any spec (breaker_at), and
@@ -158,7 +158,7 @@ if seq >= MAX_SEQ then
   return {'fence_exhausted', m.epoch, 'the pool\'s fencing sequence ' .. int(seq) .. ' reached its maximum ' .. int(MAX_SEQ)}
 end
 seq = seq + 1
-local id = string.format('%x-%x', tonumber(m.epoch), seq)
+local id = format('%x-%x', tonum(m.epoch), seq)
 local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
 local probe = chosen.braw and chosen.breaker.state == 'half_open'
@@ -168,13 +168,13 @@ local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
 l[L_SINCE], l[L_TOKENS] = '0', '0'
 if rates then l[L_TOKENS] = int(tokens) end
 -- put_lease, with the check that no lease holds id in the same HSETNX.
-l[L_OWNS] = redis.call('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
-if redis.call('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
-  if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, rkey) end
+l[L_OWNS] = rcall('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
+if rcall('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
+  if l[L_OWNS] == '1' then rcall('HDEL', K_REQ, rkey) end
   return {'fence_exhausted', m.epoch, 'lease id ' .. id .. ' of the next sequence is held by ' .. get_lease(id)[L_HOLDER]}
 end
-redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
-redis.call('SADD', P_HOLDER .. holder, id)
+rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
+rcall('SADD', P_HOLDER .. holder, id)
 local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
   'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
   tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
@@ -184,10 +184,10 @@ if rates then
   w[#w + 1] = rate_fmt(rates)
 end
 if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end
-if chosen.bt then redis.call('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
+if chosen.bt then rcall('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
 if deadline < m.sweep_at then
   w[#w + 1] = 'sweep_at'
   w[#w + 1] = int(deadline)
 end
-redis.call('HSET', K_STATE, unpack(w))
-return {'ok', m.epoch, unpack(l, 1, L_N)}
+rcall('HSET', K_STATE, unpk(w))
+return {'ok', m.epoch, unpk(l, 1, L_N)}

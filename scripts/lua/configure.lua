@@ -24,13 +24,13 @@
 -- prefix .. name) that the spec left out of keep: one still holding leases
 -- is marked unconfigured, one without is forgotten.
 local function retire(set, prefix, keep, forget)
-  for _, name in ipairs(redis.call('SMEMBERS', set)) do
+  for _, name in ipairs(rcall('SMEMBERS', set)) do
     if not keep[name] then
       local f = prefix .. name
-      local x = redis.call('HMGET', K_STATE, f, f .. ':r')
+      local x = rcall('HMGET', K_STATE, f, f .. ':r')
       local _, _, leases = triple(x[2])
       if leases > 0 and x[1] then
-        redis.call('HSET', K_STATE, f, (string.gsub(x[1], '^%S+', '0')))
+        rcall('HSET', K_STATE, f, (gsub(x[1], '^%S+', '0')))
       else
         forget(name)
       end
@@ -41,62 +41,62 @@ end
 failover()
 local now, t = clock()
 local created = 0
-local v = redis.call('HMGET', K_STATE, 'meta', 'order')
+local v = rcall('HMGET', K_STATE, 'meta', 'order')
 local epoch, ru
 if v[1] then
-  epoch, ru = string.match(v[1], '^(%S+) (%S+)')
+  epoch, ru = match(v[1], '^(%S+) (%S+)')
 else
-  epoch = t[1] .. string.format('%06d', tonumber(t[2]))
-  local window = tonumber(ARGV[2])
+  epoch = t[1] .. format('%06d', tonum(t[2]))
+  local window = tonum(ARGV[2])
   ru = '0'
   if window > 0 then ru = int(now + window) end
-  redis.call('HSET', K_STATE, 'seq', 0, 'created', int(now))
+  rcall('HSET', K_STATE, 'seq', 0, 'created', int(now))
   created = 1
 end
 sweep(now, SWEEP_BATCH)
 
 local i = 8
-local n = tonumber(ARGV[i]); i = i + 1
+local n = tonum(ARGV[i]); i = i + 1
 local keep, cap_kv, cap_slots = {}, 0, 0
 for _ = 1, n do
   local id, url, kv, slots, stale_ns, policy = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   i = i + 6
   keep[id] = true
-  cap_kv = cap_kv + tonumber(kv)
-  cap_slots = cap_slots + tonumber(slots)
+  cap_kv = cap_kv + tonum(kv)
+  cap_slots = cap_slots + tonum(slots)
   if policy == '' then policy = '-' end
   local f = 'e:' .. id
-  local old = redis.call('HGET', K_STATE, f)
-  local draining = old and string.match(old, '(%S+)$') or '0'
-  redis.call('SADD', K_ENGINES, id)
-  redis.call('HSET', K_STATE, f, table.concat({'1', kv, slots, stale_ns, policy, draining}, ' '), f .. ':url', url)
+  local old = rcall('HGET', K_STATE, f)
+  local draining = old and match(old, '(%S+)$') or '0'
+  rcall('SADD', K_ENGINES, id)
+  rcall('HSET', K_STATE, f, concat({'1', kv, slots, stale_ns, policy, draining}, ' '), f .. ':url', url)
 end
 retire(K_ENGINES, 'e:', keep, forget_engine)
 
-n = tonumber(ARGV[i]); i = i + 1
+n = tonum(ARGV[i]); i = i + 1
 keep = {}
 for _ = 1, n do
   local name, kv_share, slot_share, tpm, rpm = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
   keep[name] = true
-  redis.call('SADD', K_TENANTS, name)
-  redis.call('HSET', K_STATE, 't:' .. name, table.concat({'1', kv_share, slot_share, tpm, rpm}, ' '))
+  rcall('SADD', K_TENANTS, name)
+  rcall('HSET', K_STATE, 't:' .. name, concat({'1', kv_share, slot_share, tpm, rpm}, ' '))
 end
 retire(K_TENANTS, 't:', keep, forget_tenant)
 
-for name in string.gmatch(v[2] or '', '%S+') do redis.call('HDEL', K_STATE, 'p:' .. name) end
-n = tonumber(ARGV[i]); i = i + 1
+for name in gmatch(v[2] or '', '%S+') do rcall('HDEL', K_STATE, 'p:' .. name) end
+n = tonum(ARGV[i]); i = i + 1
 for _ = 1, n do
-  redis.call('HSET', K_STATE, 'p:' .. ARGV[i], ARGV[i + 1])
+  rcall('HSET', K_STATE, 'p:' .. ARGV[i], ARGV[i + 1])
   i = i + 2
 end
-if tonumber(ARGV[i]) > 0 then
-  redis.call('HSET', K_STATE, 'rate_window', ARGV[i])
+if tonum(ARGV[i]) > 0 then
+  rcall('HSET', K_STATE, 'rate_window', ARGV[i])
 else
-  redis.call('HDEL', K_STATE, 'rate_window')
+  rcall('HDEL', K_STATE, 'rate_window')
 end
 
-redis.call('HSET', K_STATE, 'meta', table.concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
+rcall('HSET', K_STATE, 'meta', concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' '),
   'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2], 'hashtable', HASHTABLE)
 if created == 1 then failover() end -- records this server (see lib.lua)
 return {'ok', epoch, created}

@@ -7,7 +7,7 @@
 local m = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id = ARGV[2]
-local spec = redis.call('HGET', K_STATE, 'e:' .. id)
+local spec = rcall('HGET', K_STATE, 'e:' .. id)
 if not engine(id, spec) then return {'unknown_engine', m.epoch, id} end
-redis.call('HSET', K_STATE, 'e:' .. id, (string.gsub(spec, '%S+$', ARGV[3])))
+rcall('HSET', K_STATE, 'e:' .. id, (gsub(spec, '%S+$', ARGV[3])))
 return {'ok', m.epoch}

@@ -22,7 +22,7 @@
 -- quota (not merely grew a lease flagged before), overgrowths. The
 -- deadline does not change.
 
-local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- One HMGET reads the pool with what the checks and the charge need,
 -- counters included (open_lease); one HSET writes the charge (charge's,
 -- without its reads).
@@ -53,7 +53,7 @@ if newkv > e.cap then
     ' kv_tokens, more than engine ' .. e.id .. ' holds in all (' .. int(e.cap) .. ')'}
 end
 local delta = newkv - have
-if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
+if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local t = tenant(l[L_TENANT], v[9], v[10], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
@@ -66,5 +66,5 @@ if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
 end
 l[L_KV] = ARGV[4]
 set_lease(l)
-redis.call('HSET', K_STATE, unpack(w))
-return {'ok', m.epoch, unpack(l, 1, L_N)}
+rcall('HSET', K_STATE, unpk(w))
+return {'ok', m.epoch, unpk(l, 1, L_N)}

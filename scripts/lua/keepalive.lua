@@ -13,7 +13,7 @@
 -- is dead, so the holder's state is only read when a sweep is due.
 
 failover()
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at')
+local v = rcall('HMGET', K_STATE, 'meta', 'sweep_at')
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -24,18 +24,18 @@ if now >= m.sweep_at then
   _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
   if state == 'dead' then return {'session_expired', m.epoch} end
 end
-local expires = now + tonumber(ARGV[3])
-redis.call('ZADD', K_HOLDERS, int(expires), holder)
-if expires < m.sweep_at then redis.call('HSET', K_STATE, 'sweep_at', int(expires)) end
-local live = redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf')
+local expires = now + tonum(ARGV[3])
+rcall('ZADD', K_HOLDERS, int(expires), holder)
+if expires < m.sweep_at then rcall('HSET', K_STATE, 'sweep_at', int(expires)) end
+local live = rcall('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf')
 -- While the recovery window is open, how many configured engines have
 -- recovered (lib_admit.lua's recovered; ledger.Session.Recovered).
 local n_recovered = 0
 if now < m.ru then
-  local since = num(redis.call('HGET', K_STATE, 'created')) + CONFIRM_GRACE
-  for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
+  local since = num(rcall('HGET', K_STATE, 'created')) + CONFIRM_GRACE
+  for _, id in ipairs(rcall('SMEMBERS', K_ENGINES)) do
     local ef = 'e:' .. id
-    local x = redis.call('HMGET', K_STATE, ef, ef .. ':c', ef .. ':obs')
+    local x = rcall('HMGET', K_STATE, ef, ef .. ':c', ef .. ':obs')
     local e = engine(id, x[1])
     if e then
       local _, _, arrived = triple(x[2])

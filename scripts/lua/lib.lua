@@ -1,6 +1,6 @@
--- lib.lua: helpers shared by every ledger script. lua.go prepends this file
--- (and lib_admit.lua for the scripts that admit) to each operation's script,
--- so a script is one self-contained EVAL body.
+-- lib.lua: helpers shared by every ledger operation. lua.go puts this file,
+-- lib_admit.lua and lib_rate.lua at the top of one Redis function library,
+-- then each operation's file as the body of its function.
 --
 -- KEYS (identical for every pool script, built by keys.go in Go):
 --   1 state      HASH  the pool's state, fields below
@@ -81,12 +81,33 @@
 -- to Redis or returned goes through int() so large values never reach
 -- Redis's own number formatting; replies are strings or small integers.
 
-local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLUSTER =
-  string.match(ARGV[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-SWEEP_BATCH, ORPHAN_HOLD = tonumber(SWEEP_BATCH), tonumber(ORPHAN_HOLD)
-CONFIRM_WITHIN, CONFIRM_GRACE = tonumber(CONFIRM_WITHIN), tonumber(CONFIRM_GRACE)
+-- The call's keys and options: the library's functions run one at a time,
+-- each starting with open_call, which sets these for the helpers below.
+local K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES, K_HOLDERS, K_REQ, K_LEASES, P_HOLDER
+local SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE, ON_PROMOTION, CLUSTER
+local OPTIONS -- the ARGV[1] the six options were parsed from
+-- The Lua and Redis functions the code calls, as upvalues: one lookup a
+-- call where a global such as string.format takes two. Redis offers none
+-- of them where the library's top level runs (FUNCTION LOAD), so the
+-- first open_call sets them.
+local rcall, tonum, unpk, floor, min, max, format, match, byte, sub, find, gmatch, gsub, concat
+
+-- open_call starts a call with KEYS and ARGV: it sets the keys, and the
+-- options when ARGV[1] differs from the last call's (a router sends the
+-- same one on every call).
+local function open_call(keys, argv)
+  if not rcall then
+    rcall, tonum, unpk, floor, min, max = redis.call, tonumber, unpack, math.floor, math.min, math.max
+    format, match, byte, sub, find = string.format, string.match, string.byte, string.sub, string.find
+    gmatch, gsub, concat = string.gmatch, string.gsub, table.concat
+  end
+  K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = keys[1], keys[2], keys[3], keys[4]
+  K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = keys[5], keys[6], keys[7], keys[8]
+  if argv[1] == OPTIONS then return end
+  local sb, oh, cw, cg, op, cl = match(argv[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  SWEEP_BATCH, ORPHAN_HOLD, CONFIRM_WITHIN, CONFIRM_GRACE = tonum(sb), tonum(oh), tonum(cw), tonum(cg)
+  ON_PROMOTION, CLUSTER, OPTIONS = op, cl, argv[1]
+end
 local HASHTABLE = 'this value is longer than hash-max-listpack-value, so Redis keeps the ledger state hash a hash table'
 local NEVER = 9007199254740992 -- sweep_at when nothing is outstanding (2^53)
 local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
@@ -96,38 +117,72 @@ local MAX_SEQ = 9007199254740991 -- ledger.MaxFenceSeq, 2^53-1: exact here
 -- long): the same digits, and glibc formats a long several times faster
 -- than a double; -0 gives '0'.
 local function int(x)
-  if x == math.floor(x) and x < 9007199254740992 and x > -9007199254740992 then return string.format('%d', x) end
-  return string.format('%.0f', x)
+  if x == floor(x) and x < 9007199254740992 and x > -9007199254740992 then return format('%d', x) end
+  return format('%.0f', x)
 end
-local function num(s) return tonumber(s) or 0 end
-local function fill(cap, f) return math.floor(cap * f) end
+local function num(s) return tonum(s) or 0 end
+local function fill(cap, f) return floor(cap * f) end
 
 -- clock returns the ledger time in ms and the raw TIME reply.
 local function clock()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+  local t = rcall('TIME')
+  return tonum(t[1]) * 1000 + floor(tonum(t[2]) / 1000), t
+end
+
+-- memo returns parse with its results kept, by the string parsed, in the
+-- library's state between calls: for the fields a call parses every time
+-- and that change only when the pool is configured or an engine drained (a
+-- pool's meta, an engine's or a tenant's spec). parse must be a function of
+-- the string alone and its results are shared: read-only. The cache starts
+-- over once it holds 256 strings, so it stays small (the garbage collector
+-- walks it on every cycle).
+local function memo(parse)
+  local cache, n = {}, 0
+  return function(s)
+    local r = cache[s]
+    if r == nil then
+      r = parse(s)
+      if n >= 256 then cache, n = {}, 0 end
+      cache[s], n = r, n + 1
+    end
+    return r
+  end
 end
 
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
 -- m.elastic is false in a worst_case pool; m.headroom is the pool's growth
 -- headroom (ledger.PoolSpec.GrowthHeadroom).
+local meta_spec = memo(function(s)
+  local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  return {epoch = epoch, ru = tonum(ru), cap_kv = tonum(ckv), cap_slots = tonum(cs), retry = tonum(retry),
+    reserve = reserve, elastic = reserve ~= 'worst_case', headroom = num(headroom)}
+end)
+
 local function meta(s, sweep_at)
   if not s then return nil end
-  local epoch, ru, ckv, cs, retry, reserve, headroom = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  return {epoch = epoch, ru = tonumber(ru), cap_kv = tonumber(ckv), cap_slots = tonumber(cs),
-    retry = tonumber(retry), sweep_at = num(sweep_at), reserve = reserve,
-    elastic = reserve ~= 'worst_case', headroom = num(headroom)}
+  local c = meta_spec(s)
+  return {epoch = c.epoch, ru = c.ru, cap_kv = c.cap_kv, cap_slots = c.cap_slots, retry = c.retry,
+    sweep_at = num(sweep_at), reserve = c.reserve, elastic = c.elastic, headroom = c.headroom}
 end
 
 -- triple parses "a b c" (reservations, corrections, orphan charges) into
 -- numbers.
 local function triple(s)
   if not s then return 0, 0, 0 end
-  local a, b, c = string.match(s, '^(%S+) (%S+) (%S+)$')
-  return tonumber(a), tonumber(b), tonumber(c)
+  local a, b, c = match(s, '^(%S+) (%S+) (%S+)$')
+  return tonum(a), tonum(b), tonum(c)
 end
 
-local function fmt3(a, b, c) return int(a) .. ' ' .. int(b) .. ' ' .. int(c) end
+-- fmt3 is int(a) .. ' ' .. int(b) .. ' ' .. int(c), in one format when
+-- all three are whole and below 2^53 (always, for the amounts and counts
+-- it formats).
+local function fmt3(a, b, c)
+  if a % 1 == 0 and b % 1 == 0 and c % 1 == 0 and a < 9007199254740992 and b < 9007199254740992
+    and c < 9007199254740992 and a > -9007199254740992 and b > -9007199254740992 and c > -9007199254740992 then
+    return format('%d %d %d', a, b, c)
+  end
+  return int(a) .. ' ' .. int(b) .. ' ' .. int(c)
+end
 
 -- Leases: a lease is a table of the L_N fields every reply lists, in the
 -- order scripts.go decodes (unconfirmed is '1' while L_SINCE is not '0';
@@ -149,7 +204,7 @@ local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%
 -- parse_lease reads a lease record; nil when s is.
 local function parse_lease(s)
   if not s then return nil end
-  local l = {string.match(s, LEASE_PATTERN)}
+  local l = {match(s, LEASE_PATTERN)}
   l[L_OVERGROWN], l[L_OWNS], l[L_SINCE], l[L_PROBE], l[L_TOKENS] = l[15], l[14], l[16], l[17], l[18]
   if l[L_OVERGROWN] ~= '1' then l[L_OVERGROWN] = '0' end
   if num(l[L_SINCE]) <= 0 then l[L_SINCE] = '0' end
@@ -159,36 +214,36 @@ local function parse_lease(s)
   return l
 end
 
-local function get_lease(id) return parse_lease(redis.call('HGET', K_LEASES, id)) end
+local function get_lease(id) return parse_lease(rcall('HGET', K_LEASES, id)) end
 
 -- lease_record is lease l's record.
 local function lease_record(l)
-  return table.concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
+  return concat(l, ' ', 1, 13) .. ' ' .. l[L_OWNS] .. ' ' .. l[L_OVERGROWN] .. ' ' .. l[L_SINCE] .. ' ' .. l[L_PROBE]
     .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or '')
 end
 
-local function set_lease(l) redis.call('HSET', K_LEASES, l[L_ID], lease_record(l)) end
+local function set_lease(l) rcall('HSET', K_LEASES, l[L_ID], lease_record(l)) end
 
 -- put_lease stores a new lease (without charging it).
 local function put_lease(l)
   local id = l[L_ID]
-  l[L_OWNS] = redis.call('HSETNX', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ], id) == 1 and '1' or '0'
+  l[L_OWNS] = rcall('HSETNX', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ], id) == 1 and '1' or '0'
   set_lease(l)
-  redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
-  redis.call('SADD', P_HOLDER .. l[L_HOLDER], id)
+  rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
+  rcall('SADD', P_HOLDER .. l[L_HOLDER], id)
 end
 
 -- forget removes a removed engine's or tenant's fields with its last lease.
 local function forget_engine(id)
   local f = 'e:' .. id
-  redis.call('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs', f .. ':u', f .. ':b')
-  redis.call('SREM', K_ENGINES, id)
+  rcall('HDEL', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':o', f .. ':obs', f .. ':u', f .. ':b')
+  rcall('SREM', K_ENGINES, id)
 end
 
 local function forget_tenant(name)
   local f = 't:' .. name
-  redis.call('HDEL', K_STATE, f, f .. ':r', f .. ':w')
-  redis.call('SREM', K_TENANTS, name)
+  rcall('HDEL', K_STATE, f, f .. ':r', f .. ':w')
+  rcall('SREM', K_TENANTS, name)
 end
 
 -- charge_fields lists the fields charge reads for lease l and counters
@@ -209,7 +264,7 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
   local ef, tf = 'e:' .. eid, 't:' .. tname
   local f = {ef .. ':r', tf .. ':r'}
   for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
-  local v = pre or redis.call('HMGET', K_STATE, unpack(f))
+  local v = pre or rcall('HMGET', K_STATE, unpk(f))
   local ekv, es, en = triple(v[1])
   local tkv, ts, tn = triple(v[2])
   en, tn = en + n, tn + n
@@ -222,11 +277,11 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
     w[#w + 1] = f[2 + (i + 1) / 2]
     w[#w + 1] = int(num(v[2 + (i + 1) / 2]) + cnt[i + 1])
   end
-  redis.call('HSET', K_STATE, unpack(w))
+  rcall('HSET', K_STATE, unpk(w))
   if n < 0 and (en <= 0 or tn <= 0) then
-    local x = redis.call('HMGET', K_STATE, ef, tf)
-    if en <= 0 and string.sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
-    if tn <= 0 and string.sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
+    local x = rcall('HMGET', K_STATE, ef, tf)
+    if en <= 0 and sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
+    if tn <= 0 and sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
   end
 end
 
@@ -237,9 +292,9 @@ local BREAKER_CLOSED = 'closed 0 0 0 0 0' -- e:<id>:b when absent
 -- breaker_spec parses the pool's breaker field; absent, the defaults
 -- (ledger.DefaultBreaker*).
 local function breaker_spec(s)
-  local f, c, p, n = string.match(s or '', '^(%S+) (%S+) (%S+) (%S+)$')
+  local f, c, p, n = match(s or '', '^(%S+) (%S+) (%S+) (%S+)$')
   if not f then return {failures = 5, cooldown = 10000, probes = 1, successes = 2} end
-  return {failures = tonumber(f), cooldown = tonumber(c), probes = tonumber(p), successes = tonumber(n)}
+  return {failures = tonum(f), cooldown = tonum(c), probes = tonum(p), successes = tonum(n)}
 end
 
 -- breaker_at parses an engine's e:<id>:b and reads it at now with spec s:
@@ -247,8 +302,8 @@ end
 -- reading made ('half_open' when an open breaker's cooldown has passed,
 -- else nil). With the breaker off it reads closed, keeping its probes.
 local function breaker_at(raw, now, s)
-  local st, f, n, at, p, fa = string.match(raw or BREAKER_CLOSED, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$')
-  local b = {state = st, failures = tonumber(f), successes = tonumber(n), opened = tonumber(at), probes = tonumber(p),
+  local st, f, n, at, p, fa = match(raw or BREAKER_CLOSED, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*)$')
+  local b = {state = st, failures = tonum(f), successes = tonum(n), opened = tonum(at), probes = tonum(p),
     failed = num(fa)}
   if s.failures < 0 then
     return {state = 'closed', failures = 0, successes = 0, opened = 0, probes = b.probes, failed = 0}
@@ -289,30 +344,30 @@ end
 -- adds a counter).
 local function drop_lease(l, cnt, now, report, pre)
   local id, ncnt = l[L_ID], #cnt
-  redis.call('SREM', P_HOLDER .. l[L_HOLDER], id)
-  if l[L_OWNS] == '1' then redis.call('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HDEL', K_LEASES, id)
+  rcall('SREM', P_HOLDER .. l[L_HOLDER], id)
+  if l[L_OWNS] == '1' then rcall('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
+  rcall('ZREM', K_DEADLINES, id)
+  rcall('HDEL', K_LEASES, id)
   local extra = {}
   local ef = 'e:' .. l[L_ENGINE]
   local ended = cnt[1] == 'expired' or cnt[1] == 'revoked'
   if ended then
-    local x = redis.call('HMGET', K_STATE, ef .. ':c', ef .. ':o')
+    local x = rcall('HMGET', K_STATE, ef .. ':c', ef .. ':o')
     local _, _, arrived = triple(x[1])
     if arrived > 0 then
       local okv, oslots, until_ms = triple(x[2])
-      extra = {ef .. ':o', fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), math.max(until_ms, now + ORPHAN_HOLD))}
+      extra = {ef .. ':o', fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), max(until_ms, now + ORPHAN_HOLD))}
     end
   end
   if report or (ended and l[L_PROBE] == '1') then
-    local x = redis.call('HMGET', K_STATE, 'breaker', ef .. ':b')
+    local x = rcall('HMGET', K_STATE, 'breaker', ef .. ':b')
     local s = breaker_spec(x[1])
     local b, t = breaker_at(x[2], now, s)
     local t2
     if report then
       t2 = report(b, now, s, l[L_PROBE] == '1')
     else
-      b.probes = math.max(0, b.probes - 1)
+      b.probes = max(0, b.probes - 1)
     end
     breaker_write(extra, l[L_ENGINE], b, x[2])
     for _, tr in ipairs({t or '', t2 or ''}) do
@@ -329,9 +384,9 @@ end
 -- holder_state returns 'live' (and the expiry), 'dead' (expired session not
 -- yet fully swept) or 'none'. A session is live while now < expiry.
 local function holder_state(holder, now)
-  local s = redis.call('ZSCORE', K_HOLDERS, holder)
+  local s = rcall('ZSCORE', K_HOLDERS, holder)
   if not s then return 'none' end
-  s = tonumber(s)
+  s = tonum(s)
   if s <= now then return 'dead', s end
   return 'live', s
 end
@@ -348,7 +403,7 @@ local function end_leases(ids, reason, now, cmd, key)
       drop_lease(l, {reason, 1}, now)
       n = n + 1
     else
-      redis.call(cmd, key, id)
+      rcall(cmd, key, id)
     end
   end
   return n
@@ -367,30 +422,30 @@ end
 local function sweep(now, batch)
   local revoked, holders = 0, 0
   local budget = batch
-  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, budget)
+  local ids = rcall('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, budget)
   local expired = end_leases(ids, 'expired', now, 'ZREM', K_DEADLINES)
   budget = budget - #ids
   if budget > 0 then
-    local dead = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
+    local dead = rcall('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
     for _, h in ipairs(dead) do
       if budget <= 0 then break end
       local hk = P_HOLDER .. h
-      local lids = redis.call('SRANDMEMBER', hk, budget)
+      local lids = rcall('SRANDMEMBER', hk, budget)
       revoked = revoked + end_leases(lids, 'revoked', now, 'SREM', hk)
       budget = budget - #lids
       if #lids == 0 then budget = budget - 1 end
-      if redis.call('SCARD', hk) == 0 then
-        redis.call('ZREM', K_HOLDERS, h)
+      if rcall('SCARD', hk) == 0 then
+        rcall('ZREM', K_HOLDERS, h)
         holders = holders + 1
       end
     end
   end
   local at = NEVER
-  local d = redis.call('ZRANGE', K_DEADLINES, 0, 0, 'WITHSCORES')
-  if d[2] then at = math.min(at, tonumber(d[2])) end
-  d = redis.call('ZRANGE', K_HOLDERS, 0, 0, 'WITHSCORES')
-  if d[2] then at = math.min(at, tonumber(d[2])) end
-  redis.call('HSET', K_STATE, 'sweep_at', int(at))
+  local d = rcall('ZRANGE', K_DEADLINES, 0, 0, 'WITHSCORES')
+  if d[2] then at = min(at, tonum(d[2])) end
+  d = rcall('ZRANGE', K_HOLDERS, 0, 0, 'WITHSCORES')
+  if d[2] then at = min(at, tonum(d[2])) end
+  rcall('HSET', K_STATE, 'sweep_at', int(at))
   return expired, revoked, holders, at
 end
 
@@ -432,41 +487,41 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 -- INFO and one comparison.
 local function failover_seen(meta_s, repl)
   if not meta_s then return false end
-  local info = redis.call('INFO', 'replication')
+  local info = rcall('INFO', 'replication')
   -- A plain find, then a match anchored where the id starts: an unanchored
   -- pattern would be tried at every byte of the reply before it.
-  local at = string.find(info, 'master_replid:', 1, true)
-  local id = at and string.match(info, '^%x+', at + 14)
+  local at = find(info, 'master_replid:', 1, true)
+  local id = at and match(info, '^%x+', at + 14)
   -- repl is "<40 hex> <node>": the same server when it starts with id.
-  if repl and string.byte(repl, 41) == 32 and string.sub(repl, 1, 40) == id then return false end
-  local rid, rnode = string.match(repl or '', '^(%S+) (%S+)$')
+  if repl and byte(repl, 41) == 32 and sub(repl, 1, 40) == id then return false end
+  local rid, rnode = match(repl or '', '^(%S+) (%S+)$')
   local node = '-'
-  if CLUSTER == '1' then node = redis.call('CLUSTER', 'MYID') end
+  if CLUSTER == '1' then node = rcall('CLUSTER', 'MYID') end
   local started = false
   if rid then
-    local promoted = rid == string.match(info, 'master_replid2:(%x+)')
+    local promoted = rid == match(info, 'master_replid2:(%x+)')
     local migrated = CLUSTER == '1' and rnode ~= node and not promoted
     if not migrated and not (promoted and ON_PROMOTION == 'keep') then
       local now, t = clock()
-      local old = string.match(meta_s, '^(%S+)')
-      local epoch = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(old) + 1)
-      local window = tonumber(redis.call('HGET', K_STATE, 'window') or DEFAULT_WINDOW)
+      local old = match(meta_s, '^(%S+)')
+      local epoch = max(tonum(t[1]) * 1000000 + tonum(t[2]), tonum(old) + 1)
+      local window = tonum(rcall('HGET', K_STATE, 'window') or DEFAULT_WINDOW)
       local ru = '0'
       if window > 0 then ru = int(now + window) end
-      redis.call('HSET', K_STATE, 'meta', (string.gsub(meta_s, '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
+      rcall('HSET', K_STATE, 'meta', (gsub(meta_s, '^%S+ %S+', int(epoch) .. ' ' .. ru, 1)), 'seq', 0,
         'created', int(now))
-      redis.call('HINCRBY', K_STATE, 'c:failovers', 1)
+      rcall('HINCRBY', K_STATE, 'c:failovers', 1)
       started = true
     end
   end
-  redis.call('HSET', K_STATE, 'repl', id .. ' ' .. node)
+  rcall('HSET', K_STATE, 'repl', id .. ' ' .. node)
   return started
 end
 
 -- failover reads the pool's meta and repl and runs failover_seen: for the
 -- scripts that read the pool only after it.
 local function failover()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'repl')
+  local v = rcall('HMGET', K_STATE, 'meta', 'repl')
   failover_seen(v[1], v[2])
 end
 
@@ -475,8 +530,8 @@ end
 -- something may have expired. It returns nil for an unknown pool, else the
 -- meta and now.
 local function open_pool()
-  local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'repl')
-  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at') end
+  local v = rcall('HMGET', K_STATE, 'meta', 'sweep_at', 'repl')
+  if failover_seen(v[1], v[3]) then v = rcall('HMGET', K_STATE, 'meta', 'sweep_at') end
   local m = meta(v[1], v[2])
   if not m then return nil end
   local now = clock()
@@ -500,8 +555,8 @@ local function open_lease(id, more)
   if l then
     for _, x in ipairs(more(l)) do f[#f + 1] = x end
   end
-  local v = redis.call('HMGET', K_STATE, unpack(f))
-  if failover_seen(v[1], v[3]) then v = redis.call('HMGET', K_STATE, unpack(f)) end
+  local v = rcall('HMGET', K_STATE, unpk(f))
+  if failover_seen(v[1], v[3]) then v = rcall('HMGET', K_STATE, unpk(f)) end
   local m = meta(v[1], v[2])
   if not m then return nil end
   local now = clock()
@@ -513,7 +568,7 @@ local function open_lease(id, more)
     if l then
       for _, x in ipairs(more(l)) do f[#f + 1] = x end
     end
-    v = redis.call('HMGET', K_STATE, unpack(f))
+    v = rcall('HMGET', K_STATE, unpk(f))
   end
   return m, now, l, v
 end
@@ -547,12 +602,17 @@ end
 
 -- engine parses a configured engine's e:<id> field; nil when the engine is
 -- unknown or removed (with removed, a removed engine's last spec).
+local engine_spec = memo(function(s)
+  local cfg, kv, slots, stale_ns, policy, draining = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  return {configured = cfg == '1', kv = tonum(kv), slots = tonum(slots), stale_ns = tonum(stale_ns), policy = policy,
+    draining = draining == '1'}
+end)
+
 local function engine(id, s, removed)
   if not s then return nil end
-  local cfg, kv, slots, stale_ns, policy, draining = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  if cfg ~= '1' and not removed then return nil end
-  return {id = id, kv = tonumber(kv), slots = tonumber(slots), stale_ns = tonumber(stale_ns),
-    policy = policy, draining = draining == '1'}
+  local c = engine_spec(s)
+  if not c.configured and not removed then return nil end
+  return {id = id, kv = c.kv, slots = c.slots, stale_ns = c.stale_ns, policy = c.policy, draining = c.draining}
 end
 
 -- Tenants -------------------------------------------------------------------
@@ -560,11 +620,16 @@ end
 -- tenant parses a configured tenant's t:<name> and t:<name>:r fields; nil
 -- when the tenant is unknown or removed (with removed, a removed tenant's
 -- last spec). t.tpm and t.rpm are its rate budgets (0: none).
+local tenant_spec = memo(function(s)
+  local cfg, kvs, ss, tpm, rpm = match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  return {configured = cfg == '1', kv_share = tonum(kvs), slot_share = tonum(ss), tpm = num(tpm), rpm = num(rpm)}
+end)
+
 local function tenant(name, s, r, removed)
   if not s then return nil end
-  local cfg, kvs, ss, tpm, rpm = string.match(s, '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  if cfg ~= '1' and not removed then return nil end
-  local t = {name = name, kv_share = tonumber(kvs), slot_share = tonumber(ss), tpm = num(tpm), rpm = num(rpm)}
+  local c = tenant_spec(s)
+  if not c.configured and not removed then return nil end
+  local t = {name = name, kv_share = c.kv_share, slot_share = c.slot_share, tpm = c.tpm, rpm = c.rpm}
   t.rkv, t.rslots, t.n = triple(r)
   return t
 end

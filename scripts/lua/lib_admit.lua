@@ -7,7 +7,7 @@
 -- tokens, or the total the last applied observation reported (the second
 -- value of e:<id>:obs) when that is smaller.
 local function capacity(e, obs)
-  local total = num(obs and string.match(obs, '^%S+ (%S+)'))
+  local total = num(obs and match(obs, '^%S+ (%S+)'))
   e.cap = e.kv
   if total > 0 and total < e.kv then e.cap = total end
 end
@@ -48,9 +48,9 @@ end
 -- a whole-ms since is the exact comparison.
 local function recovered(e, now, since, elastic)
   if e.obs <= 0 or e.obs < since or stale(e, now) then return false end
-  local _, _, running, waiting, s, ns = string.match(e.oraw or '', '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
-  if not s or tonumber(s) * 1000 + math.floor(tonumber(ns) / 1000000) < since then return false end
-  return elastic or tonumber(running) + tonumber(waiting) == 0
+  local _, _, running, waiting, s, ns = match(e.oraw or '', '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  if not s or tonum(s) * 1000 + floor(tonum(ns) / 1000000) < since then return false end
+  return elastic or tonum(running) + tonum(waiting) == 0
 end
 
 -- recovery sets e.recovering (ledger.Admission.recovering): pool m's
@@ -64,7 +64,7 @@ end
 -- (ledger.Admission.recoveryHint): for 'recovering' the pool's hint or the
 -- rest of the window, whichever is shorter.
 local function hint(m, r, now)
-  if r == 'recovering' then return math.min(m.retry, m.ru - now) end
+  if r == 'recovering' then return min(m.retry, m.ru - now) end
   return m.retry
 end
 
@@ -107,7 +107,7 @@ end
 
 -- reject counts a rejection and builds the reply.
 local function reject(m, reason, engine_id, retry)
-  redis.call('HINCRBY', K_STATE, 'c:rejections', 1)
-  redis.call('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
+  rcall('HINCRBY', K_STATE, 'c:rejections', 1)
+  rcall('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
   return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end

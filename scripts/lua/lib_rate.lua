@@ -16,15 +16,15 @@ local RATE_BUCKETS = 60 -- ledger.RateBuckets
 -- rate_open reads the pool's window and tenant field tf's buckets still
 -- counted at now: {win, width, buckets = {{at, tokens, requests}...}}.
 local function rate_open(tf, now)
-  local x = redis.call('HMGET', K_STATE, 'rate_window', tf .. ':w')
+  local x = rcall('HMGET', K_STATE, 'rate_window', tf .. ':w')
   local win = num(x[1])
   if win <= 0 then win = 60000 end
   local width = win / RATE_BUCKETS
   local from = now - now % width - win
   local bs = {}
-  for at, tok, req in string.gmatch(x[2] or '', '(%S+) (%S+) (%S+)') do
-    at = tonumber(at)
-    if at >= from then bs[#bs + 1] = {at, tonumber(tok), tonumber(req)} end
+  for at, tok, req in gmatch(x[2] or '', '(%S+) (%S+) (%S+)') do
+    at = tonum(at)
+    if at >= from then bs[#bs + 1] = {at, tonum(tok), tonum(req)} end
   end
   return {win = win, width = width, buckets = bs}
 end
@@ -33,7 +33,7 @@ end
 local function rate_fmt(w)
   local out = {}
   for _, b in ipairs(w.buckets) do out[#out + 1] = fmt3(b[1], b[2], b[3]) end
-  return table.concat(out, ' ')
+  return concat(out, ' ')
 end
 
 -- rate_frees is ledger.rateFrees: ms after now when enough of w's buckets
@@ -58,7 +58,7 @@ local function rate_reason(w, now, t, tokens)
   end
   if t.rpm > 0 and ur + 1 > t.rpm then
     reason = reason or 'tenant_request_rate'
-    retry = math.max(retry, rate_frees(w, now, ur, 1, t.rpm, 3))
+    retry = max(retry, rate_frees(w, now, ur, 1, t.rpm, 3))
   end
   return reason, retry
 end
@@ -90,12 +90,12 @@ local function rate_true_up(l, now, prompt, completion)
   local created = num(l[L_CREATED])
   local at = created - created % w.width
   for _, b in ipairs(w.buckets) do
-    if b[1] == at then b[2] = math.max(0, b[2] + delta) end
+    if b[1] == at then b[2] = max(0, b[2] + delta) end
   end
   local f = rate_fmt(w)
   if f == '' then
-    redis.call('HDEL', K_STATE, tf .. ':w')
+    rcall('HDEL', K_STATE, tf .. ':w')
   else
-    redis.call('HSET', K_STATE, tf .. ':w', f)
+    rcall('HSET', K_STATE, tf .. ':w', f)
   end
 end

@@ -1,21 +1,23 @@
-// Package lua holds the Redis scripts of the redis ledger backend, one per
-// ledger operation, embedded so the binary carries them.
+// Package lua holds the Redis ledger's Lua code: one Redis function
+// library (FUNCTION LOAD, FCALL) with one function per ledger operation,
+// embedded so the binary carries it.
 //
 // Each operation's file starts with a comment listing its KEYS, ARGV and
-// reply shape. lib.lua holds what every script shares (key layout, sweep,
-// lease bookkeeping), lib_admit.lua the admission rule's helpers and
-// lib_rate.lua tenants' rate windows. Source assembles one self-contained
-// EVAL body per operation from them: Lua runs a script's whole chunk on
-// every call, so each local a script defines (a function's closure, a
-// constant) costs every call of it, used or not. Source therefore keeps
-// only the top-level definitions of the lib files that op.lua uses,
-// directly or through other kept definitions, writes number constants as
-// literals, and defines each lib function only when a call first reaches
-// it (lazy): a script refers to lib function f as LIB.f.
+// reply shape. lib.lua holds what every operation shares (key layout,
+// sweep, lease bookkeeping), lib_admit.lua the admission rule's helpers and
+// lib_rate.lua tenants' rate windows. Library assembles them: the lib
+// files at the top of the library, where Redis runs them once, when it
+// loads the library, then each operation's file as the body of the
+// function it registers. A call runs only its operation's body: the
+// helpers are defined already (an EVAL script defines each helper it
+// holds, as a closure, on every call). Number constants are written as
+// literals, so the functions capture fewer upvalues.
 package lua
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -24,7 +26,7 @@ import (
 //go:embed *.lua
 var files embed.FS
 
-// Operations lists the scripts Source serves.
+// Operations lists the operations the library registers a function for.
 var Operations = []string{
 	"configure", "drain", "keepalive", "acquire", "renew", "resize", "grow",
 	"release", "reassert", "observe", "sweep", "stats", "list", "totals",
@@ -34,97 +36,60 @@ var Operations = []string{
 // another's.
 var libs = []string{"lib.lua", "lib_admit.lua", "lib_rate.lua"}
 
-// Source returns the script for op: the definitions of the lib files that
-// op.lua needs, in file order, then op.lua.
-func Source(op string) (string, error) {
-	body, err := files.ReadFile(op + ".lua")
-	if err != nil {
-		return "", fmt.Errorf("script %s: read %s.lua: %w", op, op, err)
-	}
-	var defs []def
+// Lib is the assembled library.
+type Lib struct {
+	Name      string            // the library's name: leasehold_<version>
+	Source    string            // FUNCTION LOAD's argument
+	Functions map[string]string // operation -> its function's name
+}
+
+// Library returns the library. Its name and its functions' names carry a
+// hash of its source, so routers of two versions sharing a Redis each call
+// their own (Redis function names are global across libraries).
+func Library() (Lib, error) {
+	var lib, head strings.Builder
+	rename := map[string]string{}
 	for _, name := range libs {
 		b, err := files.ReadFile(name)
 		if err != nil {
-			return "", fmt.Errorf("script %s: read %s: %w", op, name, err)
+			return Lib{}, fmt.Errorf("library: read %s: %w", name, err)
 		}
-		defs = append(defs, split(string(b))...)
-	}
-	// Walk the definitions backwards: a definition can use only those
-	// before it, so one pass from the script up finds every one it needs.
-	need := names(string(body))
-	keep := make([]bool, len(defs))
-	for i := len(defs) - 1; i >= 0; i-- {
-		for _, n := range defs[i].defines {
-			if need[n] {
-				keep[i] = true
+		for _, d := range split(string(b)) {
+			if c := constants(d); c != nil {
+				for n, v := range c {
+					rename[n] = v
+				}
+				continue
 			}
-		}
-		if keep[i] {
-			for n := range names(defs[i].text) {
-				need[n] = true
-			}
+			head.WriteString(d.text)
 		}
 	}
-	// A constant is a local like any other, and each function that uses
-	// it captures it as an upvalue when the chunk runs: its literal costs
-	// nothing. A function is defined only when the call first reaches it
-	// (see lazy).
-	rename := map[string]string{}
-	var head strings.Builder
-	var funcs []def
-	for i, d := range defs {
-		if !keep[i] {
-			continue
+	lib.WriteString(head.String())
+	bodies := make([]string, len(Operations))
+	for i, op := range Operations {
+		body, err := files.ReadFile(op + ".lua")
+		if err != nil {
+			return Lib{}, fmt.Errorf("library: read %s.lua: %w", op, err)
 		}
-		if c := constants(d); c != nil {
-			for n, v := range c {
-				rename[n] = v
-			}
-			continue
-		}
-		if localFunc.MatchString(code(d.text)) {
-			funcs = append(funcs, d)
-			rename[d.defines[0]] = "LIB." + d.defines[0]
-			continue
-		}
-		head.WriteString(d.text)
+		bodies[i] = string(body)
 	}
-	for n := range names(head.String()) {
-		if strings.HasPrefix(rename[n], "LIB.") {
-			return "", fmt.Errorf("script %s: a top-level value uses function %s, which lua.go defines lazily", op, n)
-		}
+	sum := sha1.New()
+	sum.Write([]byte(lib.String()))
+	for _, b := range bodies {
+		sum.Write([]byte(b))
 	}
+	version := hex.EncodeToString(sum.Sum(nil))[:12]
+	out := Lib{Name: "leasehold_" + version, Functions: map[string]string{}}
 	var src strings.Builder
-	src.WriteString(head.String())
-	src.WriteString(lazy(funcs))
-	src.Write(body)
-	src.WriteByte('\n')
-	return inline(src.String(), rename), nil
-}
-
-// lazy returns the table LIB that defines each of funcs on first use: a
-// function defined at the top of a script costs a closure, and a search
-// for each upvalue it captures, on every call, whether the call reaches it
-// or not. Calls use LIB.name (Source renames them); the first one runs the
-// __index branch that defines name in LIB, the later ones find it there.
-func lazy(funcs []def) string {
-	var b strings.Builder
-	b.WriteString("local LIB = {}\nsetmetatable(LIB, {__index = function(_, k)\n")
-	for i, d := range funcs {
-		if i == 0 {
-			b.WriteString("  if")
-		} else {
-			b.WriteString("  elseif")
-		}
-		name := d.defines[0]
-		fmt.Fprintf(&b, " k == '%s' then\n", name)
-		b.WriteString(strings.Replace(code(d.text), "local function "+name+"(", "function LIB."+name+"(", 1))
+	fmt.Fprintf(&src, "#!lua name=%s\n", out.Name)
+	src.WriteString(lib.String())
+	for i, op := range Operations {
+		fn := "lh_" + version + "_" + op
+		out.Functions[op] = fn
+		fmt.Fprintf(&src, "\nredis.register_function('%s', function(KEYS, ARGV)\nopen_call(KEYS, ARGV)\n%s\nend)\n", fn, bodies[i])
 	}
-	if len(funcs) > 0 {
-		b.WriteString("  end\n")
-	}
-	b.WriteString("  return rawget(LIB, k)\nend})\n")
-	return b.String()
+	out.Source = inline(src.String(), rename)
+	return out, nil
 }
 
 // code is a definition's text without the comment lines above it.

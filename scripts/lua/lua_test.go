@@ -24,52 +24,80 @@ func libNames(t *testing.T) map[string]bool {
 	return out
 }
 
-// TestSourceDefinesWhatItUses checks every assembled script defines each
-// lib name its code refers to: a function as a branch of LIB's __index
-// (lazy), anything else as a local above the code. A name the script also
-// binds as a parameter or loop variable somewhere is left to the
-// conformance suite, which runs the scripts on Redis (where an undefined
+// TestLibraryDefinesWhatItUses checks the library defines, at its top,
+// every lib name its code refers to, and that no constant's name is left
+// once Library has written the literals in. A misspelt name is left to the
+// conformance suite, which runs the library on Redis (where an undefined
 // global is an error).
-func TestSourceDefinesWhatItUses(t *testing.T) {
+func TestLibraryDefinesWhatItUses(t *testing.T) {
 	lib := libNames(t)
+	l, err := Library()
+	if err != nil {
+		t.Fatalf("Library: %v", err)
+	}
 	def := regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][A-Za-z0-9_, ]*)`)
-	params := regexp.MustCompile(`function[A-Za-z0-9_. ]*\(([A-Za-z0-9_, ]*)\)|for ([A-Za-z0-9_, ]*) (?:in|=)`)
-	lazyUse := regexp.MustCompile(`LIB\.([A-Za-z_][A-Za-z0-9_]*)`)
-	for _, op := range Operations {
-		t.Run(op, func(t *testing.T) {
-			src, err := Source(op)
-			if err != nil {
-				t.Fatalf("Source(%s): %v", op, err)
-			}
-			defined := map[string]bool{}
-			for _, m := range def.FindAllStringSubmatch(src, -1) {
-				for _, n := range strings.Split(m[1], ",") {
-					defined[strings.TrimSpace(n)] = true
-				}
-			}
-			for _, m := range params.FindAllStringSubmatch(src, -1) {
-				for _, n := range strings.Split(m[1]+m[2], ",") {
-					defined[strings.TrimSpace(n)] = true
-				}
-			}
-			for n := range names(src) {
-				if lib[n] && !defined[n] {
-					t.Errorf("script %s uses %s, which it does not define", op, n)
-				}
-			}
-			for _, m := range lazyUse.FindAllStringSubmatch(src, -1) {
-				if !strings.Contains(src, "function LIB."+m[1]+"(") || !strings.Contains(src, "k == '"+m[1]+"' then") {
-					t.Errorf("script %s calls LIB.%s, which its LIB does not define", op, m[1])
-				}
-			}
-		})
+	defined := map[string]bool{}
+	for _, m := range def.FindAllStringSubmatch(l.Source, -1) {
+		for _, n := range strings.Split(m[1], ",") {
+			defined[strings.TrimSpace(n)] = true
+		}
+	}
+	for n := range names(l.Source) {
+		if lib[n] && isConst(t, n) && !isValue(n) {
+			t.Errorf("the library still names constant %s", n)
+		} else if lib[n] && !defined[n] {
+			t.Errorf("the library uses %s, which it does not define", n)
+		}
 	}
 }
 
-// TestLibNamesAreNotRebound checks no lib function's name is also a
+// isValue reports whether lib constant n is a value other than a number
+// (a string, a table): Library keeps those as locals.
+func isValue(n string) bool {
+	for _, name := range libs {
+		b, _ := files.ReadFile(name)
+		for _, d := range split(string(b)) {
+			for _, x := range d.defines {
+				if x == n {
+					return constants(d) == nil
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestLibraryRegistersEveryOperation checks the library registers one
+// function per operation, named with the library's version, and that
+// Library is deterministic (routers of one build load one library).
+func TestLibraryRegistersEveryOperation(t *testing.T) {
+	l, err := Library()
+	if err != nil {
+		t.Fatalf("Library: %v", err)
+	}
+	if !strings.HasPrefix(l.Source, "#!lua name="+l.Name+"\n") {
+		t.Errorf("library source starts %q, want the shebang naming %s", l.Source[:40], l.Name)
+	}
+	version := strings.TrimPrefix(l.Name, "leasehold_")
+	for _, op := range Operations {
+		fn := l.Functions[op]
+		if fn != "lh_"+version+"_"+op {
+			t.Errorf("function of %s = %q, want lh_%s_%s", op, fn, version, op)
+		}
+		if strings.Count(l.Source, "redis.register_function('"+fn+"', function(KEYS, ARGV)\nopen_call(KEYS, ARGV)\n") != 1 {
+			t.Errorf("the library does not register %s once, opening the call", fn)
+		}
+	}
+	again, err := Library()
+	if err != nil || again.Source != l.Source || again.Name != l.Name {
+		t.Errorf("Library is not deterministic")
+	}
+}
+
+// TestLibNamesAreNotRebound checks no lib constant's name is also a
 // parameter, loop variable, local or table key anywhere in the scripts:
-// Source renames every use of such a name to LIB.name, which would break
-// those.
+// Library writes the constant's literal in place of every use of its name,
+// which would break those.
 func TestLibNamesAreNotRebound(t *testing.T) {
 	lib := libNames(t)
 	entries, err := files.ReadDir(".")
@@ -98,14 +126,20 @@ func TestLibNamesAreNotRebound(t *testing.T) {
 			for _, re := range binds {
 				for _, m := range re.FindAllStringSubmatch(line, -1) {
 					for _, n := range strings.Split(m[1], ",") {
-						if n = strings.TrimSpace(n); lib[n] && !isConst(t, n) {
-							t.Errorf("%s:%d binds %s, a lib function's name: %s", e.Name(), i+1, n, line)
+						if n = strings.TrimSpace(n); lib[n] && isConst(t, n) && !isValue(n) && !isConstDef(line) {
+							t.Errorf("%s:%d binds %s, a lib constant's name: %s", e.Name(), i+1, n, line)
 						}
 					}
 				}
 			}
 		}
 	}
+}
+
+// isConstDef reports whether line defines number constants.
+func isConstDef(line string) bool {
+	ds := split(line + "\n")
+	return len(ds) == 1 && constants(ds[0]) != nil
 }
 
 // isConst reports whether lib name n is a value rather than a function.
@@ -118,38 +152,6 @@ func isConst(t *testing.T, n string) bool {
 		}
 	}
 	return true
-}
-
-// TestSourceLeavesOutUnused checks scripts carry no definition they never
-// use: a script that charges no rate window defines none of lib_rate.lua.
-func TestSourceLeavesOutUnused(t *testing.T) {
-	for _, tc := range []struct {
-		op       string
-		want     []string
-		wantNone []string
-	}{
-		{op: "acquire", want: []string{"rate_open", "rate_charge", "engine_reason", "failover_seen"}},
-		{op: "release", want: []string{"rate_true_up", "drop_lease"}, wantNone: []string{"engine_reason", "rate_charge"}},
-		{op: "renew", want: []string{"held_lease"}, wantNone: []string{"rate_open", "engine_reason", "quota"}},
-		{op: "stats", wantNone: []string{"rate_open", "engine_reason", "failover"}},
-	} {
-		t.Run(tc.op, func(t *testing.T) {
-			src, err := Source(tc.op)
-			if err != nil {
-				t.Fatalf("Source(%s): %v", tc.op, err)
-			}
-			for _, n := range tc.want {
-				if !strings.Contains(src, "function LIB."+n+"(") {
-					t.Errorf("script %s does not define %s, want it", tc.op, n)
-				}
-			}
-			for _, n := range tc.wantNone {
-				if strings.Contains(src, "function LIB."+n+"(") || strings.Contains(src, "local function "+n+"(") {
-					t.Errorf("script %s defines %s, which it never uses", tc.op, n)
-				}
-			}
-		})
-	}
 }
 
 func TestNames(t *testing.T) {

@@ -26,30 +26,30 @@ local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id = ARGV[2]
 local ef = 'e:' .. id
-local x = redis.call('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o', ef .. ':u')
+local x = rcall('HMGET', K_STATE, ef, ef .. ':r', ef .. ':obs', ef .. ':o', ef .. ':u')
 if not engine(id, x[1]) then return {'unknown_engine', m.epoch, id} end
 if x[3] then
-  local ls, lns = string.match(x[3], '(%S+) (%S+)$')
-  ls, lns = tonumber(ls), tonumber(lns)
-  local s, ns = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local ls, lns = match(x[3], '(%S+) (%S+)$')
+  ls, lns = tonum(ls), tonum(lns)
+  local s, ns = tonum(ARGV[7]), tonum(ARGV[8])
   if s < ls or (s == ls and ns <= lns) then return {'ok', m.epoch, 0} end
 end
 local rkv, rslots = triple(x[2])
-local ckv = math.max(0, tonumber(ARGV[3]) - rkv)
-local cslots = math.max(0, tonumber(ARGV[5]) - rslots)
+local ckv = max(0, tonum(ARGV[3]) - rkv)
+local cslots = max(0, tonum(ARGV[5]) - rslots)
 if now < m.ru then -- ledger.CorrectionOf in the recovery window: all it shows
-  ckv, cslots = tonumber(ARGV[3]), tonumber(ARGV[5]) + tonumber(ARGV[6])
+  ckv, cslots = tonum(ARGV[3]), tonum(ARGV[5]) + tonum(ARGV[6])
 end
-redis.call('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
-  ef .. ':obs', table.concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' '))
+rcall('HSET', K_STATE, ef .. ':c', fmt3(ckv, cslots, now),
+  ef .. ':obs', concat({ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, ' '))
 if x[4] then
   local _, _, until_ms = triple(x[4])
-  if now >= until_ms then redis.call('HDEL', K_STATE, ef .. ':o') end
+  if now >= until_ms then rcall('HDEL', K_STATE, ef .. ':o') end
 end
 if x[5] then
   local expected, pending = 0, {}
   local by = now - CONFIRM_GRACE
-  for _, rec in ipairs(redis.call('HVALS', K_LEASES)) do
+  for _, rec in ipairs(rcall('HVALS', K_LEASES)) do
     local l = parse_lease(rec)
     if l[L_ENGINE] == id then
       if l[L_REASSERTED] == '1' or num(l[L_CREATED]) <= by then expected = expected + num(l[L_SLOTS]) end
@@ -57,7 +57,7 @@ if x[5] then
     end
   end
   local left = #pending > 0
-  if left and tonumber(ARGV[5]) + tonumber(ARGV[6]) >= expected then
+  if left and tonum(ARGV[5]) + tonum(ARGV[6]) >= expected then
     left = false
     for _, l in ipairs(pending) do
       if num(l[L_SINCE]) <= by then
@@ -68,6 +68,6 @@ if x[5] then
       end
     end
   end
-  if not left then redis.call('HDEL', K_STATE, ef .. ':u') end
+  if not left then rcall('HDEL', K_STATE, ef .. ':u') end
 end
 return {'ok', m.epoch, 1}

@@ -25,7 +25,7 @@
 local MAX_AHEAD = 1048576 -- ledger.MaxReassertAhead
 
 failover()
-local v = redis.call('HMGET', K_STATE, 'meta', 'sweep_at', 'seq')
+local v = rcall('HMGET', K_STATE, 'meta', 'sweep_at', 'seq')
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -42,15 +42,15 @@ local prev = get_lease(id)
 if prev then
   if prev[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
   if num(prev[L_DEADLINE]) > now then
-    redis.call('HINCRBY', K_STATE, 'c:replays', 1)
-    return {'replayed', m.epoch, unpack(prev, 1, L_N)}
+    rcall('HINCRBY', K_STATE, 'c:replays', 1)
+    return {'replayed', m.epoch, unpk(prev, 1, L_N)}
   end
   drop_lease(prev, {'expired', 1}, now)
 end
 
 local engine_id, tenant_name, prio = ARGV[4], ARGV[5], ARGV[6]
 local ef, tf = 'e:' .. engine_id, 't:' .. tenant_name
-local x = redis.call('HMGET', K_STATE, ef, tf, 'p:' .. prio, ef .. ':obs', ef .. ':c')
+local x = rcall('HMGET', K_STATE, ef, tf, 'p:' .. prio, ef .. ':obs', ef .. ':c')
 local e = engine(engine_id, x[1])
 if not e then return {'unknown_engine', m.epoch, engine_id} end
 if not tenant(tenant_name, x[2]) then return {'unknown_tenant', m.epoch, tenant_name} end
@@ -58,7 +58,7 @@ if not x[3] then return {'unknown_priority', m.epoch, prio} end
 
 -- ledger.CheckReassert. Epochs are decimal strings of up to 16 digits and
 -- sequences at most MAX_SEQ: both exact as Lua numbers.
-local fepoch, fseq, epoch = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(m.epoch)
+local fepoch, fseq, epoch = tonum(ARGV[11]), tonum(ARGV[12]), tonum(m.epoch)
 local seq = num(v[3])
 local function invalid(why) return {'invalid_argument', m.epoch, why} end
 if fepoch > epoch then
@@ -70,12 +70,12 @@ if fepoch == epoch and fseq > seq + MAX_AHEAD then
     int(seq) .. ' in the current epoch, more than ' .. MAX_AHEAD .. ' (MaxReassertAhead)')
 end
 local cap = e.kv
-local total = num(x[4] and string.match(x[4], '^%S+ (%S+)'))
+local total = num(x[4] and match(x[4], '^%S+ (%S+)'))
 if total > 0 and total < cap then cap = total end
-if tonumber(ARGV[7]) > cap then
+if tonum(ARGV[7]) > cap then
   return invalid('kv_tokens = ' .. ARGV[7] .. ', more than engine ' .. engine_id .. '\'s capacity ' .. int(cap))
 end
-if tonumber(ARGV[8]) > e.slots then
+if tonum(ARGV[8]) > e.slots then
   return invalid('slots = ' .. ARGV[8] .. ', more than engine ' .. engine_id .. '\'s ' .. int(e.slots))
 end
 
@@ -87,10 +87,10 @@ local created = ARGV[10]
 if created == '0' then created = int(now) end
 local _, _, arrived = triple(x[5])
 local checked = arrived > 0
-local deadline = now + tonumber(ARGV[13])
+local deadline = now + tonum(ARGV[13])
 local since = '0'
 if checked then
-  deadline = math.min(deadline, now + CONFIRM_WITHIN)
+  deadline = min(deadline, now + CONFIRM_WITHIN)
   since = int(now)
   extra[#extra + 1] = ef .. ':u'
   extra[#extra + 1] = since
@@ -104,4 +104,4 @@ if deadline < m.sweep_at then
   extra[#extra + 1] = int(deadline)
 end
 charge(engine_id, tenant_name, num(ARGV[7]), num(ARGV[8]), 1, {'reasserts', 1}, extra)
-return {'ok', m.epoch, unpack(l, 1, L_N)}
+return {'ok', m.epoch, unpk(l, 1, L_N)}

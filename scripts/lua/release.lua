@@ -23,7 +23,7 @@
 -- lease was granted in a later millisecond than the latest counted
 -- failure (ledger.Breaker.Fresh; failed 0: none counted).
 local function breaker_report(b, now, s, created, probe, o)
-  if probe then b.probes = math.max(0, b.probes - 1) end
+  if probe then b.probes = max(0, b.probes - 1) end
   if s.failures < 0 or o == '' then return nil end
   local failed = o ~= 'ok'
   if b.state == 'closed' then
@@ -54,7 +54,7 @@ local id, holder = ARGV[2], ARGV[3]
 -- counts lists the counters a release by the holder adds (drop_lease).
 local function counts(x)
   local c = {'releases', 1, 'released_kv_tokens', num(x[L_KV]),
-    'actual_prompt_tokens', tonumber(ARGV[4]), 'actual_completion_tokens', tonumber(ARGV[5])}
+    'actual_prompt_tokens', tonum(ARGV[4]), 'actual_completion_tokens', tonum(ARGV[5])}
   if ARGV[6] ~= '' then
     c[#c + 1] = ARGV[6]
     c[#c + 1] = 1
@@ -81,6 +81,6 @@ local outcome, report = ARGV[7], nil
 if outcome ~= '' or l[L_PROBE] == '1' then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
-rate_true_up(l, now, tonumber(ARGV[4]), tonumber(ARGV[5]))
-drop_lease(l, counts(l), now, report, {unpack(v, 4)})
+rate_true_up(l, now, tonum(ARGV[4]), tonum(ARGV[5]))
+drop_lease(l, counts(l), now, report, {unpk(v, 4)})
 return {'ok', m.epoch, 1}

@@ -15,10 +15,10 @@ if not m then return {'unknown_pool', ''} end
 local id, holder = ARGV[2], ARGV[3]
 local l, status = held_lease(m, now, id, holder)
 if not l then return {status, m.epoch} end
-local deadline = now + tonumber(ARGV[4])
-if l[L_SINCE] ~= '0' then deadline = math.min(deadline, num(l[L_SINCE]) + CONFIRM_WITHIN) end
+local deadline = now + tonum(ARGV[4])
+if l[L_SINCE] ~= '0' then deadline = min(deadline, num(l[L_SINCE]) + CONFIRM_WITHIN) end
 l[L_DEADLINE] = int(deadline)
 set_lease(l)
-redis.call('ZADD', K_DEADLINES, l[L_DEADLINE], id)
-if deadline < m.sweep_at then redis.call('HSET', K_STATE, 'sweep_at', l[L_DEADLINE]) end
-return {'ok', m.epoch, unpack(l, 1, L_N)}
+rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
+if deadline < m.sweep_at then rcall('HSET', K_STATE, 'sweep_at', l[L_DEADLINE]) end
+return {'ok', m.epoch, unpk(l, 1, L_N)}

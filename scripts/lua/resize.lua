@@ -12,7 +12,7 @@
 -- floor(cap*growth_headroom)), tenant KV quota, then the engine rule for
 -- the difference (slots unchanged; recovery while the window is open).
 
-local id, holder, newkv = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- One HMGET reads the pool with what the checks and the charge need
 -- (open_lease; the lease's fields from v[4]).
 local m, now, l, v = open_lease(id, function(x)
@@ -24,7 +24,7 @@ local status
 l, status = held(m, now, l, holder)
 if not l then return {status, m.epoch} end
 local delta = newkv - num(l[L_KV])
-if delta == 0 then return {'ok', m.epoch, unpack(l, 1, L_N)} end
+if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
 if delta > 0 then
   local e = engine(l[L_ENGINE], v[6])
@@ -33,7 +33,7 @@ if delta > 0 then
   recovery(e, m, now, v[12])
   local t = tenant(l[L_TENANT], v[8], v[5])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
-  local maxfill = tonumber(v[9])
+  local maxfill = tonum(v[9])
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
   local qkv = quota(t, m)
   if newkv > qkv or newkv > admissible(e, maxfill, m.headroom) then return reject(m, 'too_large', '', 0) end
@@ -43,7 +43,7 @@ if delta > 0 then
 end
 local ekv, es, en = triple(v[4])
 local tkv, ts, tn = triple(v[5])
-redis.call('HSET', K_STATE, ef .. ':r', fmt3(ekv + delta, es, en), tf .. ':r', fmt3(tkv + delta, ts, tn))
+rcall('HSET', K_STATE, ef .. ':r', fmt3(ekv + delta, es, en), tf .. ':r', fmt3(tkv + delta, ts, tn))
 l[L_KV] = ARGV[4]
 set_lease(l)
-return {'ok', m.epoch, unpack(l, 1, L_N)}
+return {'ok', m.epoch, unpk(l, 1, L_N)}

@@ -14,18 +14,18 @@
 -- Each engine's breaker is its raw e:<id>:b (field breaker, absent when
 -- never written): Go reads it at now with the pool's spec.
 
-local v = redis.call('HMGET', K_STATE, 'meta', 'order', 'breaker', 'rate_window')
+local v = rcall('HMGET', K_STATE, 'meta', 'order', 'breaker', 'rate_window')
 local m = meta(v[1])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
 -- Engines and tenants are listed as (name, value) pairs with the field names
 -- of the schema in internal/ledger/redis/doc.go before state was packed.
 local engines = {}
-for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
+for _, id in ipairs(rcall('SMEMBERS', K_ENGINES)) do
   local f = 'e:' .. id
-  local x = redis.call('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs', f .. ':o', f .. ':b')
+  local x = rcall('HMGET', K_STATE, f, f .. ':url', f .. ':r', f .. ':c', f .. ':obs', f .. ':o', f .. ':b')
   if x[1] then
-    local cfg, kv, slots, stale_ns, policy, draining = string.match(x[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+    local cfg, kv, slots, stale_ns, policy, draining = match(x[1], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
     if policy == '-' then policy = '' end
     local rkv, rslots, leases = triple(x[3])
     local h = {'configured', cfg, 'url', x[2] or '', 'kv', kv, 'slots', slots, 'stale_ns', stale_ns,
@@ -45,7 +45,7 @@ for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
     if x[5] then
       local names = {'obs_used', 'obs_total', 'obs_running', 'obs_waiting', 'obs_sec', 'obs_nsec'}
       local j = 0
-      for val in string.gmatch(x[5], '%S+') do
+      for val in gmatch(x[5], '%S+') do
         j = j + 1
         h[#h + 1] = names[j]
         h[#h + 1] = val
@@ -55,11 +55,11 @@ for _, id in ipairs(redis.call('SMEMBERS', K_ENGINES)) do
   end
 end
 local tenants = {}
-for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
+for _, name in ipairs(rcall('SMEMBERS', K_TENANTS)) do
   local f = 't:' .. name
-  local x = redis.call('HMGET', K_STATE, f, f .. ':r', f .. ':w')
+  local x = rcall('HMGET', K_STATE, f, f .. ':r', f .. ':w')
   if x[1] then
-    local cfg, kvs, ss, tpm, rpm = string.match(x[1], '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+    local cfg, kvs, ss, tpm, rpm = match(x[1], '^(%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
     local rkv, rslots, leases = triple(x[2])
     tenants[#tenants + 1] = {name, {'configured', cfg, 'kv_share', kvs, 'slot_share', ss,
       'rkv', int(rkv), 'rslots', int(rslots), 'nleases', int(leases),
@@ -67,19 +67,19 @@ for _, name in ipairs(redis.call('SMEMBERS', K_TENANTS)) do
   end
 end
 local prios = {}
-for name in string.gmatch(v[2] or '', '%S+') do
+for name in gmatch(v[2] or '', '%S+') do
   prios[#prios + 1] = name
-  prios[#prios + 1] = redis.call('HGET', K_STATE, 'p:' .. name) or ''
+  prios[#prios + 1] = rcall('HGET', K_STATE, 'p:' .. name) or ''
 end
 local counters = {}
-local all = redis.call('HGETALL', K_STATE)
+local all = rcall('HGETALL', K_STATE)
 for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 2) == 'c:' then
-    counters[#counters + 1] = string.sub(all[i], 3)
+  if sub(all[i], 1, 2) == 'c:' then
+    counters[#counters + 1] = sub(all[i], 3)
     counters[#counters + 1] = all[i + 1]
   end
 end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),
-  redis.call('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
-  redis.call('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
-  m.reserve, string.format('%.17g', m.headroom), v[3] or '', v[4] or ''}
+  rcall('ZCOUNT', K_HOLDERS, '(' .. int(now), '+inf'),
+  rcall('ZCARD', K_DEADLINES), engines, tenants, v[2] or '', prios, counters,
+  m.reserve, format('%.17g', m.headroom), v[3] or '', v[4] or ''}

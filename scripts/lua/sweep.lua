@@ -5,7 +5,7 @@
 -- Returns: {'ok', epoch, expired, revoked, holders removed} | {'unknown_pool', ''}.
 
 failover()
-local m = meta(redis.call('HGET', K_STATE, 'meta'))
+local m = meta(rcall('HGET', K_STATE, 'meta'))
 if not m then return {'unknown_pool', ''} end
 local now = clock()
 local expired, revoked, holders = sweep(now, SWEEP_BATCH)

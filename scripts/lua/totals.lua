@@ -9,14 +9,14 @@
 --   the sets list or a lease names, then each lease row's amounts. The
 --   caller compares them (ledger.CompareTotals): one script, one instant.
 
-local m = meta(redis.call('HGET', K_STATE, 'meta'))
+local m = meta(rcall('HGET', K_STATE, 'meta'))
 if not m then return {'unknown_pool', ''} end
 local rows, seen = {}, {e = {}, t = {}}
-local names = {e = redis.call('SMEMBERS', K_ENGINES), t = redis.call('SMEMBERS', K_TENANTS)}
+local names = {e = rcall('SMEMBERS', K_ENGINES), t = rcall('SMEMBERS', K_TENANTS)}
 for _, kind in ipairs({'e', 't'}) do
   for _, n in ipairs(names[kind]) do seen[kind][n] = true end
 end
-for _, rec in ipairs(redis.call('HVALS', K_LEASES)) do
+for _, rec in ipairs(rcall('HVALS', K_LEASES)) do
   local l = parse_lease(rec)
   for kind, n in pairs({e = l[L_ENGINE], t = l[L_TENANT]}) do
     if not seen[kind][n] then
@@ -33,7 +33,7 @@ local out = {'ok', m.epoch}
 for _, kind in ipairs({'e', 't'}) do
   local recorded = {}
   for _, n in ipairs(names[kind]) do
-    local kv, slots, leases = triple(redis.call('HGET', K_STATE, kind .. ':' .. n .. ':r'))
+    local kv, slots, leases = triple(rcall('HGET', K_STATE, kind .. ':' .. n .. ':r'))
     recorded[#recorded + 1] = n
     recorded[#recorded + 1] = int(kv)
     recorded[#recorded + 1] = int(slots)

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -9,13 +10,13 @@ import (
 	"github.com/leasehold/leasehold/internal/ledger"
 )
 
-// A script call's fixed part, built once: go-redis's Script.Run boxes every
+// A function call's fixed part, built once: go-redis's FCall boxes every
 // key into the command's arguments and the store formats ARGV[1] on every
 // call, which on the request path (an Acquire and a Release per request)
 // was a dozen allocations a call for values that never change.
 
-// callHead is the command's head for one script on one pool: EVALSHA, the
-// script's hash, the number of keys and the keys.
+// callHead is the command's head for one function on one pool: FCALL, the
+// function's name, the number of keys and the keys.
 type callHead struct {
 	head []any
 	keys []string
@@ -27,12 +28,12 @@ type callHeads struct {
 }
 
 type headKey struct {
-	script *goredis.Script
+	script *fn
 	pool   ledger.PoolID
 }
 
 // get returns the head of script's calls on pool, under prefix.
-func (c *callHeads) get(prefix string, script *goredis.Script, pool ledger.PoolID) *callHead {
+func (c *callHeads) get(prefix string, script *fn, pool ledger.PoolID) *callHead {
 	k := headKey{script, pool}
 	if h, ok := c.m.Load(k); ok {
 		return h.(*callHead)
@@ -40,7 +41,7 @@ func (c *callHeads) get(prefix string, script *goredis.Script, pool ledger.PoolI
 	keys, _ := keySchema(prefix, pool)
 	sk := keys.scriptKeys()
 	h := &callHead{head: make([]any, 0, 3+len(sk)), keys: sk}
-	h.head = append(h.head, "evalsha", script.Hash(), len(sk))
+	h.head = append(h.head, "fcall", script.name, len(sk))
 	for _, key := range sk {
 		h.head = append(h.head, key)
 	}
@@ -48,17 +49,22 @@ func (c *callHeads) get(prefix string, script *goredis.Script, pool ledger.PoolI
 	return got.(*callHead)
 }
 
-// eval runs script on pool's keys with argv1 and args as ARGV: EVALSHA, and
-// EVAL when Redis does not have the script (as Script.Run does).
-func (l *store) eval(ctx context.Context, script *goredis.Script, pool ledger.PoolID, argv1 string, args []any) (any, error) {
+// eval runs script on pool's keys with argv1 and args as ARGV: FCALL, and
+// again once the library is loaded when Redis does not have it.
+func (l *store) eval(ctx context.Context, script *fn, pool ledger.PoolID, argv1 string, args []any) (any, error) {
 	h := l.heads.get(l.opts.Prefix, script, pool)
 	argv := make([]any, 0, len(h.head)+1+len(args))
 	argv = append(append(append(argv, h.head...), argv1), args...)
 	cmd := goredis.NewCmd(ctx, argv...)
-	cmd.SetFirstKeyPos(3) // as go-redis's EvalSha: Cluster routes by the first key
+	cmd.SetFirstKeyPos(3) // as go-redis's FCall: Cluster routes by the first key
 	v, err := l.pipe.process(ctx, cmd)
-	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		return script.Eval(ctx, l.client, h.keys, argv[len(h.head):]...).Result()
+	if !functionMissing(err) {
+		return v, err
 	}
-	return v, err
+	if err := loadLibrary(ctx, l.client, l.scripts.lib); err != nil {
+		return nil, fmt.Errorf("load the ledger's function library: %w", err)
+	}
+	cmd = goredis.NewCmd(ctx, argv...)
+	cmd.SetFirstKeyPos(3)
+	return l.pipe.process(ctx, cmd)
 }

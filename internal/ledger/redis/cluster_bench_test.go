@@ -236,16 +236,9 @@ func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time
 			}
 		}
 	}
-	// Load the scripts on every master before the first timed phase.
-	if err := cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
-		for _, s := range []*goredis.Script{led.s.scripts.acquire, led.s.scripts.release} {
-			if err := s.Load(ctx, m).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		tb.Fatalf("script load: %v", err)
+	// Load the library on every master before the first timed phase.
+	if err := loadLibrary(ctx, cc, led.s.scripts.lib); err != nil {
+		tb.Fatalf("function load: %v", err)
 	}
 	fmt.Fprintf(out, "\n| Redis Cluster, %d masters: 6 pools | load | callers | grants/s | p50 µs per op | Redis CPU µs/grant | load generator CPU µs/grant | vs 1 master |\n", clusterShards)
 	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|")

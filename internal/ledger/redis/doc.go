@@ -1,7 +1,11 @@
 // Package redis is the Redis backend of ledger.Ledger: every operation is
-// one Lua script (scripts/lua, embedded by package lua) run with EVALSHA,
-// falling back to EVAL when the server lost its script cache. The scripts
-// use the server's clock (TIME), so routers' clocks never matter. The
+// one Lua function of one function library (scripts/lua, embedded and
+// assembled by package lua) called with FCALL; a server that lacks the
+// library (new, restarted without persistence, a Cluster master added
+// since) answers "Function not found", and the store loads it (FUNCTION
+// LOAD REPLACE, on every master of a Cluster) and calls again. The
+// functions use the server's clock (TIME), so routers' clocks never
+// matter. The
 // package is a ledger.Store under ledger.Checked, which validates arguments,
 // refuses calls after Close, wraps errors and lists all pools.
 //

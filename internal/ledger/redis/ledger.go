@@ -153,7 +153,7 @@ func (l *store) argv1(batch int) string {
 
 // run calls the script op on pool's keys with argv1(batch) first in ARGV,
 // and decodes the reply.
-func (l *store) run(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, batch int, args ...any) (reply, error) {
+func (l *store) run(ctx context.Context, s func(*scripts) *fn, pool ledger.PoolID, batch int, args ...any) (reply, error) {
 	if l.err != nil {
 		return reply{}, l.err
 	}
@@ -169,7 +169,7 @@ func (l *store) run(ctx context.Context, s func(*scripts) *goredis.Script, pool 
 }
 
 // mutateLease is mutate for a script whose reply is a lease.
-func (l *store) mutateLease(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, ledger.Lease, error) {
+func (l *store) mutateLease(ctx context.Context, s func(*scripts) *fn, pool ledger.PoolID, args ...any) (reply, ledger.Lease, error) {
 	r, err := l.mutate(ctx, s, pool, args...)
 	if err != nil {
 		return reply{}, ledger.Lease{}, err
@@ -178,7 +178,7 @@ func (l *store) mutateLease(ctx context.Context, s func(*scripts) *goredis.Scrip
 	return r, lease, err
 }
 
-func (l *store) mutate(ctx context.Context, s func(*scripts) *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
+func (l *store) mutate(ctx context.Context, s func(*scripts) *fn, pool ledger.PoolID, args ...any) (reply, error) {
 	if l.opts.WaitReplicas <= 0 {
 		return l.run(ctx, s, pool, l.opts.SweepBatch, args...)
 	}
@@ -210,7 +210,7 @@ func (l *store) Configure(ctx context.Context, spec ledger.PoolSpec) (ledger.Epo
 		args = append(args, string(p.Name), ftoa(p.MaxFill))
 	}
 	args = append(args, ms(spec.RateWindow))
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.configure }, spec.Name, args...)
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.configure }, spec.Name, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -229,13 +229,13 @@ func (l *store) SetDraining(ctx context.Context, pool ledger.PoolID, engine ledg
 	if draining {
 		flag = "1"
 	}
-	_, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.drain }, pool, string(engine), flag)
+	_, err := l.mutate(ctx, func(s *scripts) *fn { return s.drain }, pool, string(engine), flag)
 	return err
 }
 
 // KeepAlive creates or extends holder's session in pool to now+ttl.
 func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger.HolderID, ttl time.Duration) (ledger.Session, error) {
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.keepalive }, pool, string(holder), ms(ttl))
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.keepalive }, pool, string(holder), ms(ttl))
 	if err != nil {
 		return ledger.Session{}, err
 	}
@@ -256,7 +256,7 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 // Acquire grants capacity on the first fitting candidate, or replays the
 // holder's outstanding lease for the same request id.
 func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
-	r, lease, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.acquire }, req.Pool, acquireArgv(req)...)
+	r, lease, err := l.mutateLease(ctx, func(s *scripts) *fn { return s.acquire }, req.Pool, acquireArgv(req)...)
 	if err != nil {
 		return ledger.Grant{}, err
 	}
@@ -276,24 +276,24 @@ func acquireArgv(req ledger.AcquireRequest) []any {
 
 // Renew extends a live lease's deadline to now+ttl.
 func (l *store) Renew(ctx context.Context, ref ledger.LeaseRef, ttl time.Duration) (ledger.Renewal, error) {
-	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.renew }, ref, ms(ttl))
+	return l.renewal(ctx, func(s *scripts) *fn { return s.renew }, ref, ms(ttl))
 }
 
 // Resize sets a live lease's KV tokens; growth is admitted like an
 // acquisition of the difference.
 func (l *store) Resize(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.resize }, ref, itoa(kvTokens))
+	return l.renewal(ctx, func(s *scripts) *fn { return s.resize }, ref, itoa(kvTokens))
 }
 
 // Grow raises a live elastic lease's KV tokens to what its engine holds,
 // never refused for capacity (ledger.GrowthOf, in grow.lua).
 func (l *store) Grow(ctx context.Context, ref ledger.LeaseRef, kvTokens int64) (ledger.Renewal, error) {
-	return l.renewal(ctx, func(s *scripts) *goredis.Script { return s.grow }, ref, itoa(kvTokens), string(ref.Pool))
+	return l.renewal(ctx, func(s *scripts) *fn { return s.grow }, ref, itoa(kvTokens), string(ref.Pool))
 }
 
 // renewal runs a script on ref's lease whose ARGV is the lease id, the
 // holder, then args, and whose reply is the lease.
-func (l *store) renewal(ctx context.Context, s func(*scripts) *goredis.Script, ref ledger.LeaseRef, args ...any) (ledger.Renewal, error) {
+func (l *store) renewal(ctx context.Context, s func(*scripts) *fn, ref ledger.LeaseRef, args ...any) (ledger.Renewal, error) {
 	r, lease, err := l.mutateLease(ctx, s, ref.Pool, append([]any{string(ref.ID), string(ref.Holder)}, args...)...)
 	if err != nil {
 		return ledger.Renewal{}, err
@@ -313,7 +313,7 @@ func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.U
 	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
 		histogram = c[0]
 	}
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
 		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram, string(usage.Outcome))
 	if err != nil {
 		return ledger.Released{}, err
@@ -334,7 +334,7 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 	if !lease.Created.IsZero() {
 		created = lease.Created.UnixMilli()
 	}
-	r, got, err := l.mutateLease(ctx, func(s *scripts) *goredis.Script { return s.reassert }, lease.Pool,
+	r, got, err := l.mutateLease(ctx, func(s *scripts) *fn { return s.reassert }, lease.Pool,
 		string(lease.ID), string(lease.Holder), string(lease.Engine), string(lease.Tenant), string(lease.Priority),
 		itoa(lease.KVTokens), itoa(lease.Slots), string(lease.RequestID), itoa(created),
 		strconvU(uint64(fence.Epoch)), strconvU(fence.Seq), ms(ttl))
@@ -346,7 +346,7 @@ func (l *store) Reassert(ctx context.Context, lease ledger.Lease, ttl time.Durat
 
 // Observe records engine telemetry; older or equal observations are ignored.
 func (l *store) Observe(ctx context.Context, obs ledger.Observation) (ledger.Observed, error) {
-	r, err := l.mutate(ctx, func(s *scripts) *goredis.Script { return s.observe }, obs.Pool,
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.observe }, obs.Pool,
 		string(obs.Engine), itoa(obs.KVTokensUsed), itoa(obs.KVTokensTotal), itoa(obs.Running), itoa(obs.Waiting),
 		itoa(obs.ObservedAt.Unix()), itoa(int64(obs.ObservedAt.Nanosecond())))
 	if err != nil {
@@ -364,7 +364,7 @@ func (l *store) Sweep(ctx context.Context, pool ledger.PoolID, max int) (ledger.
 	if max == 0 {
 		max = l.opts.SweepBatch
 	}
-	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.sweep }, pool, max)
+	r, err := l.run(ctx, func(s *scripts) *fn { return s.sweep }, pool, max)
 	if err != nil {
 		return ledger.Swept{}, err
 	}
@@ -415,7 +415,7 @@ func (l *store) Pools(ctx context.Context) ([]ledger.PoolID, error) {
 // not yet swept included, ordered by fence. A pool that does not exist has
 // no leases.
 func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, error) {
-	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.list }, f.Pool, 0,
+	r, err := l.run(ctx, func(s *scripts) *fn { return s.list }, f.Pool, 0,
 		string(f.Engine), string(f.Holder), string(f.Tenant))
 	if errors.Is(err, ledger.ErrUnknownPool) {
 		return nil, nil
@@ -438,7 +438,7 @@ func (l *store) List(ctx context.Context, f ledger.Filter) ([]ledger.Lease, erro
 
 // Stats returns a pool's totals.
 func (l *store) Stats(ctx context.Context, pool ledger.PoolID) (ledger.PoolStats, error) {
-	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.stats }, pool, 0)
+	r, err := l.run(ctx, func(s *scripts) *fn { return s.stats }, pool, 0)
 	if err != nil {
 		return ledger.PoolStats{}, err
 	}
@@ -463,7 +463,7 @@ func (l *Ledger) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.
 // CheckTotals reads, in totals.lua, every recorded engine and tenant total
 // and every lease row's amounts, and compares them.
 func (l *store) CheckTotals(ctx context.Context, pool ledger.PoolID) ([]ledger.TotalsMismatch, error) {
-	r, err := l.run(ctx, func(s *scripts) *goredis.Script { return s.totals }, pool, 0)
+	r, err := l.run(ctx, func(s *scripts) *fn { return s.totals }, pool, 0)
 	if err != nil {
 		return nil, err
 	}

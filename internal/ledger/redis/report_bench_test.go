@@ -59,15 +59,15 @@ func (e *benchEnv) addPool(pool ledger.PoolID, callers int) {
 	}
 }
 
-// raw returns an op that calls the acquire script with EVALSHA directly:
+// raw returns an op that calls the acquire function with FCALL directly:
 // keys and arguments are built before the timed loop; only the request id
 // changes per call.
 func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	k := keys.scriptKeys()
-	sha := e.led.s.scripts.acquire.Hash()
-	if err := e.led.s.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
-		e.b.Fatalf("script load: %v", err)
+	name := e.led.s.scripts.acquire.name
+	if err := loadLibrary(e.ctx, e.client, e.led.s.scripts.lib); err != nil {
+		e.b.Fatalf("function load: %v", err)
 	}
 	argv := make([][]any, callers)
 	for c := range argv {
@@ -77,7 +77,7 @@ func (e *benchEnv) raw(callers int, tag string) benchkit.Op {
 	return func(ctx context.Context, c, seq int) error {
 		a := argv[c]
 		a[reqArg] = tag + strconv.Itoa(seq)
-		return e.client.EvalSha(ctx, sha, k, a...).Err()
+		return e.client.FCall(ctx, name, k, a...).Err()
 	}
 }
 
@@ -118,16 +118,16 @@ func (e *benchEnv) preload(n int) {
 	e.b.Helper()
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	k := keys.scriptKeys()
-	sha := e.led.s.scripts.acquire.Hash()
-	if err := e.led.s.scripts.acquire.Load(e.ctx, e.client).Err(); err != nil {
-		e.b.Fatalf("script load: %v", err)
+	name := e.led.s.scripts.acquire.name
+	if err := loadLibrary(e.ctx, e.client, e.led.s.scripts.lib); err != nil {
+		e.b.Fatalf("function load: %v", err)
 	}
 	const batch = 2000
 	for done := 0; done < n; {
 		p := e.client.Pipeline()
 		for i := 0; i < batch && done < n; i, done = i+1, done+1 {
 			argv := append([]any{e.led.s.argv1(e.led.s.opts.SweepBatch)}, acquireArgv(benchkit.BenchRequest(e.pool, done%16, done, "pre"))...)
-			p.EvalSha(e.ctx, sha, k, argv...)
+			p.FCall(e.ctx, name, k, argv...)
 		}
 		if _, err := p.Exec(e.ctx); err != nil {
 			e.b.Fatalf("preload at %d leases: %v", done, err)
@@ -140,7 +140,7 @@ func (e *benchEnv) preload(n int) {
 }
 
 // serverTime resets INFO commandstats, runs f, and returns the Redis server
-// time per EVALSHA/EVAL call f made.
+// time per FCALL (or EVALSHA/EVAL) call f made.
 func (e *benchEnv) serverTime(f func()) (time.Duration, int64) {
 	e.b.Helper()
 	if err := e.client.ConfigResetStat(e.ctx).Err(); err != nil {
@@ -154,7 +154,7 @@ func (e *benchEnv) serverTime(f func()) (time.Duration, int64) {
 	var calls, usec int64
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		if !strings.HasPrefix(line, "cmdstat_fcall:") && !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
 			continue
 		}
 		_, fields, _ := strings.Cut(line, ":")
@@ -295,6 +295,9 @@ type scriptTime struct {
 	per   time.Duration
 }
 
+// emptyLibrary registers the calibration's empty function.
+const emptyLibrary = "#!lua name=leasehold_calibration\nredis.register_function('lh_calibration_empty', function() return 1 end)\n"
+
 // scriptTimes runs each operation alone from one caller, 2,000 times, on a
 // pool holding 10,000 leases, and reads its server time per call; the
 // first row and the last are the empty script's. Resize shrinks each lease
@@ -318,11 +321,18 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		}
 		out = append(out, scriptTime{name, calls, per})
 	}
-	// Calibration: an empty script with the same KEYS, the floor every
-	// script call pays on this machine.
-	empty := goredis.NewScript("return 1")
+	// Calibration: an empty function with the same KEYS, the floor every
+	// call of the ledger's functions pays on this machine; and an empty
+	// EVAL script for reference (the scripts were EVAL scripts until the
+	// ledger's Lua became a function library).
+	if err := e.client.FunctionLoadReplace(ctx, emptyLibrary).Err(); err != nil {
+		e.b.Fatalf("load the empty function: %v", err)
+	}
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
-	measure("(empty script: calibration)", func(i int) error {
+	emptyFn := func(i int) error { return e.client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err() }
+	measure("(empty function: calibration)", emptyFn)
+	empty := goredis.NewScript("return 1")
+	measure("(empty EVAL script, for reference)", func(i int) error {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
 	})
 	measure("acquire", func(i int) error {
@@ -373,9 +383,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 	// The floor again, last: on a shared machine it drifts as much as the
 	// rows between; printScriptTimes compares each row with the mean of
 	// the two.
-	measure("(empty script: calibration, again)", func(i int) error {
-		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
-	})
+	measure("(empty function: calibration, again)", emptyFn)
 	return out
 }
 
@@ -397,14 +405,14 @@ func BenchmarkScriptTimes(b *testing.B) {
 }
 
 // scriptTarget is the most Redis server time per call of acquire, release,
-// grow and resize, in empty-script calls of the same run (issue 20).
+// grow and resize, in empty-function calls of the same run (issue 20).
 const scriptTarget = 8.0
 
 // printScriptTimes prints the script-time table, each row against the
-// empty script's (the mean of the first row and the last, both the empty
-// script's), and the hot scripts against scriptTarget.
+// empty function's (the mean of the first row and the last, both the
+// empty function's), and the hot functions against scriptTarget.
 func printScriptTimes(out io.Writer, times []scriptTime) {
-	fmt.Fprintln(out, "\n| script | calls | Redis server time per call µs (INFO commandstats) | vs empty script |")
+	fmt.Fprintln(out, "\n| function | calls | Redis server time per call µs (INFO commandstats) | vs empty function |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|")
 	floor := (times[0].per + times[len(times)-1].per) / 2
 	ratio := func(s scriptTime) string { return benchkit.Ratio(float64(s.per), float64(floor)) }
@@ -418,7 +426,7 @@ func printScriptTimes(out io.Writer, times []scriptTime) {
 			hot = append(hot, s.name+" "+ratio(s))
 		}
 	}
-	fmt.Fprintf(out, "\nServer time per call against the empty script of this run: %s (target ≤ %.0f× each).\n",
+	fmt.Fprintf(out, "\nServer time per call against the empty function of this run: %s (target ≤ %.0f× each).\n",
 		strings.Join(hot, ", "), scriptTarget)
-	fmt.Fprintln(out, "The empty script's rows (first and last) are the same-run floor of one script call; \"vs empty script\" divides by their mean.")
+	fmt.Fprintln(out, "The empty function's rows (first and last) are the same-run floor of one FCALL; \"vs empty function\" divides by their mean.")
 }

@@ -6,6 +6,7 @@ package redis
 // its ledger sentinel in one table.
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -16,30 +17,59 @@ import (
 	"github.com/leasehold/leasehold/scripts/lua"
 )
 
-// scripts holds one *goredis.Script per operation, loaded once.
+// fn is one operation's function in the ledger's function library.
+type fn struct {
+	name string
+}
+
+// scripts holds the library (scripts/lua) and its function per operation.
 type scripts struct {
+	lib lua.Lib
 	configure, drain, keepalive, acquire, renew, resize, grow, release,
-	reassert, observe, sweep, stats, list, totals *goredis.Script
+	reassert, observe, sweep, stats, list, totals *fn
 }
 
 func loadScripts() (*scripts, error) {
-	s := &scripts{}
+	lib, err := lua.Library()
+	if err != nil {
+		return nil, err
+	}
+	s := &scripts{lib: lib}
 	for _, x := range []struct {
 		op  string
-		dst **goredis.Script
+		dst **fn
 	}{
 		{"configure", &s.configure}, {"drain", &s.drain}, {"keepalive", &s.keepalive},
 		{"acquire", &s.acquire}, {"renew", &s.renew}, {"resize", &s.resize}, {"grow", &s.grow},
 		{"release", &s.release}, {"reassert", &s.reassert}, {"observe", &s.observe},
 		{"sweep", &s.sweep}, {"stats", &s.stats}, {"list", &s.list}, {"totals", &s.totals},
 	} {
-		src, err := lua.Source(x.op)
-		if err != nil {
-			return nil, err
+		name, ok := lib.Functions[x.op]
+		if !ok {
+			return nil, fmt.Errorf("function library has no function for %s", x.op)
 		}
-		*x.dst = goredis.NewScript(src)
+		*x.dst = &fn{name: name}
 	}
 	return s, nil
+}
+
+// functionMissing reports whether err is Redis's reply to an FCALL of a
+// function it has not loaded (a new or restarted server, a flushed
+// library, a Cluster master added since the load).
+func functionMissing(err error) bool {
+	return goredis.HasErrorPrefix(err, "Function not found")
+}
+
+// loadLibrary loads the library on c, on every master when c is a Cluster
+// client: FUNCTION LOAD REPLACE, so routers loading it at once, or again,
+// are no harm. Replicas receive it from their master.
+func loadLibrary(ctx context.Context, c goredis.UniversalClient, lib lua.Lib) error {
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			return m.FunctionLoadReplace(ctx, lib.Source).Err()
+		})
+	}
+	return c.FunctionLoadReplace(ctx, lib.Source).Err()
 }
 
 // Reply status words.

@@ -32,7 +32,7 @@ const maxRedirects = 3
 
 // runWait runs a changing script and WAIT in one pipeline, so both use one
 // connection and WAIT counts the replicas that have this script's writes.
-// A script Redis no longer caches is loaded and the pipeline sent again.
+// A library Redis does not hold is loaded and the pipeline sent again.
 // On Redis Cluster the pipeline goes to the master of the pool's slot
 // (WAIT has no key to route it by); a MOVED reply there (the slot moved,
 // nothing ran) reloads the slot map and goes to the node it names, an ASK
@@ -41,7 +41,7 @@ const maxRedirects = 3
 // (the pool's keys are split between the two nodes) fails the call, which
 // the caller retries: a call that fails with a redirection changed
 // nothing.
-func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger.PoolID, args ...any) (reply, error) {
+func (l *store) runWait(ctx context.Context, script *fn, pool ledger.PoolID, args ...any) (reply, error) {
 	if l.err != nil {
 		return reply{}, l.err
 	}
@@ -63,14 +63,14 @@ func (l *store) runWait(ctx context.Context, script *goredis.Script, pool ledger
 			if asking {
 				p.Do(ctx, "asking")
 			}
-			eval = script.EvalSha(ctx, p, keys.scriptKeys(), argv...)
+			eval = p.FCall(ctx, script.name, keys.scriptKeys(), argv...)
 			// WAIT's timeout is whole ms, and 0 would block forever.
 			wait = p.Do(ctx, "wait", l.opts.WaitReplicas, max(1, l.opts.WaitTimeout.Milliseconds()))
 			return nil
 		})
-		if err != nil && !loaded && goredis.HasErrorPrefix(eval.Err(), "NOSCRIPT") {
-			if lerr := script.Load(ctx, node).Err(); lerr != nil {
-				return reply{}, lerr
+		if err != nil && !loaded && functionMissing(eval.Err()) {
+			if lerr := loadLibrary(ctx, node, l.scripts.lib); lerr != nil {
+				return reply{}, fmt.Errorf("load the ledger's function library: %w", lerr)
 			}
 			loaded = true
 			continue
