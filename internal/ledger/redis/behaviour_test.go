@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/internal/ledger"
 	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
@@ -176,30 +178,59 @@ func TestKeysWritten(t *testing.T) {
 	}
 }
 
-// TestNoScriptFallback flushes the server's script cache: calls must still
-// work (EVALSHA gets NOSCRIPT, Run falls back to EVAL).
-func TestNoScriptFallback(t *testing.T) {
+// TestFunctionLoadFallback deletes the ledger's function library from the
+// server (FUNCTION FLUSH, as a server restarted without persistence has
+// none): calls must still work, the store loading it again, on the plain
+// path and on the WAIT path (wait_replicas, with a replica attached).
+func TestFunctionLoadFallback(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := srv.Client()
-	l := newLedger(t, srv, noWindow)
-	ctx := ctxT(t)
-	mustConfigure(t, l, basicSpec())
-	mustKeepAlive(t, l, "llama", "h1", time.Minute)
-	if err := client.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatalf("SCRIPT FLUSH: %v", err)
-	}
-	g, err := l.Acquire(ctx, req("h1", "r1", 10, 1))
-	if err != nil {
-		t.Fatalf("Acquire after SCRIPT FLUSH: %v", err)
-	}
-	if err := client.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatalf("SCRIPT FLUSH: %v", err)
-	}
-	if rel, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil || !rel.Released {
-		t.Fatalf("Release after SCRIPT FLUSH = %+v, %v; want released", rel, err)
-	}
-	if _, err := l.Stats(ctx, "llama"); err != nil {
-		t.Fatalf("Stats after SCRIPT FLUSH: %v", err)
+	for _, tc := range []struct {
+		name string
+		opts lhredis.Options
+	}{
+		{"plain", lhredis.Options{Options: noWindow}},
+		{"wait_replicas", lhredis.Options{Options: noWindow, WaitReplicas: 1, WaitTimeout: 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.opts.WaitReplicas > 0 {
+				redisserver.StartReplica(t, srv)
+			}
+			tc.opts.Prefix = newPrefix()
+			l := lhredis.New(client, tc.opts)
+			t.Cleanup(func() { _ = l.Close() })
+			ctx := ctxT(t)
+			flush := func(after string) {
+				t.Helper()
+				if err := client.FunctionFlush(ctx).Err(); err != nil {
+					t.Fatalf("FUNCTION FLUSH after %s: %v", after, err)
+				}
+				if libs, err := client.FunctionList(ctx, goredis.FunctionListQuery{}).Result(); err != nil || len(libs) != 0 {
+					t.Fatalf("FUNCTION LIST after FUNCTION FLUSH = %v, %v; want none", libs, err)
+				}
+			}
+			flush("start")
+			mustConfigure(t, l, basicSpec())
+			flush("Configure")
+			mustKeepAlive(t, l, "llama", "h1", time.Minute)
+			flush("KeepAlive")
+			g, err := l.Acquire(ctx, req("h1", "r1", 10, 1))
+			if err != nil {
+				t.Fatalf("Acquire after FUNCTION FLUSH: %v", err)
+			}
+			flush("Acquire")
+			if rel, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{}); err != nil || !rel.Released {
+				t.Fatalf("Release after FUNCTION FLUSH = %+v, %v; want released", rel, err)
+			}
+			flush("Release")
+			if _, err := l.Stats(ctx, "llama"); err != nil {
+				t.Fatalf("Stats after FUNCTION FLUSH: %v", err)
+			}
+			libs, err := client.FunctionList(ctx, goredis.FunctionListQuery{}).Result()
+			if err != nil || len(libs) != 1 || !strings.HasPrefix(libs[0].Name, "leasehold_") {
+				t.Fatalf("FUNCTION LIST = %v, %v; want the ledger's library, loaded again", libs, err)
+			}
+		})
 	}
 }
 

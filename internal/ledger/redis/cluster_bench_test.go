@@ -108,7 +108,7 @@ const clusterBatch = 64
 // clusterRawLoad is one phase of the same scripts sent the way a load
 // generator finds a server's capacity (as redis-benchmark -P does, on
 // GOMAXPROCS 1): caller c, on its own connection to the master of
-// pools[c%len(pools)], pipelines clusterBatch acquire scripts, then the
+// pools[c%len(pools)], pipelines clusterBatch acquire functions, then the
 // release scripts of the leases they granted (respConn: no client library
 // between the generator and the wire). One op is clusterBatch grants.
 type clusterRawLoad struct {
@@ -290,7 +290,7 @@ func clusterThroughput(ctx context.Context, tb testing.TB, out io.Writer, d time
 			}
 			load := "ledger API: Acquire, Release"
 			if mode == "pipelined" {
-				load = fmt.Sprintf("pipelined (raw RESP): %d acquire scripts, then their releases", clusterBatch)
+				load = fmt.Sprintf("pipelined (raw RESP): %d acquire calls (FCALL), then their releases", clusterBatch)
 			}
 			tput := float64(r.grants) / r.Elapsed.Seconds()
 			errs := ""

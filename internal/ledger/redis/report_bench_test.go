@@ -1,7 +1,7 @@
 package redis
 
 // BenchmarkReport measures the Redis ledger against a baseline taken in the
-// same run: the raw EVALSHA of the same acquire script from a bare go-redis
+// same run: the raw FCALL of the same acquire function from a bare go-redis
 // client, with the arguments built once outside the timed loop. It prints
 // the tables recorded in docs/benchmarks.md. Run it through `make bench`;
 // it ignores b.N and runs each phase for a fixed duration.
@@ -186,12 +186,12 @@ func BenchmarkReport(b *testing.B) {
 	d := benchkit.Phase()
 	out := &strings.Builder{}
 	fmt.Fprintf(out, "\n### Redis ledger (redis-server %s, %s per phase)\n\n", redisVersion(ctx, client), d)
-	fmt.Fprintln(out, "| operation | callers | ops/s | p50 µs | p99 µs | vs raw EVALSHA acquire |")
+	fmt.Fprintln(out, "| operation | callers | ops/s | p50 µs | p99 µs | vs raw FCALL acquire |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
 	var acq64, raw64 float64
 	for _, callers := range []int{1, 16, 64} {
 		e.fresh(callers)
-		rawR := benchkit.Run(ctx, "raw EVALSHA acquire (baseline)", callers, d, e.raw(callers, "raw"))
+		rawR := benchkit.Run(ctx, "raw FCALL acquire (baseline)", callers, d, e.raw(callers, "raw"))
 		e.fresh(callers)
 		held := make([][]ledger.LeaseRef, callers)
 		acqR := benchkit.Run(ctx, "ledger Acquire", callers, d, e.acquire(held, "acq"))
@@ -206,7 +206,7 @@ func BenchmarkReport(b *testing.B) {
 			acq64, raw64 = acqR.Throughput(), base
 		}
 	}
-	fmt.Fprintf(out, "\nLedger Acquire at 64 callers: %s of the raw-script baseline (target ≥ 0.90×).\n", benchkit.Ratio(acq64, raw64))
+	fmt.Fprintf(out, "\nLedger Acquire at 64 callers: %s of the raw-FCALL baseline (target ≥ 0.90×).\n", benchkit.Ratio(acq64, raw64))
 
 	fmt.Fprintln(out, "\n| outstanding leases | callers | Acquire+Release ops/s | p50 µs | p99 µs | vs 1,000 |")
 	fmt.Fprintln(out, "|---:|---:|---:|---:|---:|---:|")
