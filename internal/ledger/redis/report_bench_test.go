@@ -295,32 +295,30 @@ type scriptTime struct {
 	per   time.Duration
 }
 
+// scriptTimesReport is scriptTimes' result: each operation's row, and the
+// empty function's slices measured before each row and after the last.
+type scriptTimesReport struct {
+	rows  []scriptTime
+	floor []scriptTime
+}
+
 // emptyLibrary registers the calibration's empty function.
 const emptyLibrary = "#!lua name=leasehold_calibration\nredis.register_function('lh_calibration_empty', function() return 1 end)\n"
 
 // scriptTimes runs each operation alone from one caller, 2,000 times, on a
-// pool holding 10,000 leases, and reads its server time per call; the
-// first row and the last are the empty script's. Resize shrinks each lease
-// by one KV token and grow gives it back.
-func (e *benchEnv) scriptTimes() []scriptTime {
-	const n = 2000
+// pool holding 10,000 leases, and reads its server time per call. Before
+// each operation's row, and after the last, it times 1,000 calls of an
+// empty function with the same keys: the calibration, a slice next to
+// every row, so that the floor's drift on a shared machine falls on all
+// rows alike. Resize shrinks each lease by one KV token and grow gives it
+// back.
+func (e *benchEnv) scriptTimes() scriptTimesReport {
+	const n, nFloor = 2000, 1000
 	e.fresh(16)
 	e.preload(10000)
 	ctx, led := e.ctx, e.led
 	var leases []ledger.Lease
-	var out []scriptTime
-	measure := func(name string, f func(i int) error) {
-		var ferr error
-		per, calls := e.serverTime(func() {
-			for i := 0; i < n && ferr == nil; i++ {
-				ferr = f(i)
-			}
-		})
-		if ferr != nil {
-			e.b.Fatalf("%s: %v", name, ferr)
-		}
-		out = append(out, scriptTime{name, calls, per})
-	}
+	var out scriptTimesReport
 	// Calibration: an empty function with the same KEYS, the floor every
 	// call of the ledger's functions pays on this machine; and an empty
 	// EVAL script for reference (the scripts were EVAL scripts until the
@@ -330,7 +328,23 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 	}
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	emptyFn := func(i int) error { return e.client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err() }
-	measure("(empty function: calibration)", emptyFn)
+	run := func(name string, calls int, f func(i int) error) scriptTime {
+		var ferr error
+		per, got := e.serverTime(func() {
+			for i := 0; i < calls && ferr == nil; i++ {
+				ferr = f(i)
+			}
+		})
+		if ferr != nil {
+			e.b.Fatalf("%s: %v", name, ferr)
+		}
+		return scriptTime{name, got, per}
+	}
+	calibrate := func() { out.floor = append(out.floor, run("(empty function)", nFloor, emptyFn)) }
+	measure := func(name string, f func(i int) error) {
+		calibrate()
+		out.rows = append(out.rows, run(name, n, f))
+	}
 	empty := goredis.NewScript("return 1")
 	measure("(empty EVAL script, for reference)", func(i int) error {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
@@ -380,10 +394,7 @@ func (e *benchEnv) scriptTimes() []scriptTime {
 		_, err := led.Configure(ctx, benchkit.BenchPool(e.pool))
 		return err
 	})
-	// The floor again, last: on a shared machine it drifts as much as the
-	// rows between; printScriptTimes compares each row with the mean of
-	// the two.
-	measure("(empty function: calibration, again)", emptyFn)
+	calibrate()
 	return out
 }
 
@@ -409,18 +420,28 @@ func BenchmarkScriptTimes(b *testing.B) {
 const scriptTarget = 8.0
 
 // printScriptTimes prints the script-time table, each row against the
-// empty function's (the mean of the first row and the last, both the
-// empty function's), and the hot functions against scriptTarget.
-func printScriptTimes(out io.Writer, times []scriptTime) {
+// empty function's (the mean of its slices, one before each row and one
+// after the last), and the hot functions against scriptTarget.
+func printScriptTimes(out io.Writer, r scriptTimesReport) {
+	var sum time.Duration
+	var calls int64
+	lo, hi := r.floor[0].per, r.floor[0].per
+	for _, f := range r.floor {
+		sum += f.per
+		calls += f.calls
+		lo, hi = min(lo, f.per), max(hi, f.per)
+	}
+	floor := sum / time.Duration(len(r.floor))
 	fmt.Fprintln(out, "\n| function | calls | Redis server time per call µs (INFO commandstats) | vs empty function |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|")
-	floor := (times[0].per + times[len(times)-1].per) / 2
 	ratio := func(s scriptTime) string { return benchkit.Ratio(float64(s.per), float64(floor)) }
-	for _, s := range times {
+	fmt.Fprintf(out, "| (empty function: calibration, %d slices) | %d | %s (%s-%s) | 1.00× |\n", len(r.floor), calls,
+		benchkit.Micros(floor), benchkit.Micros(lo), benchkit.Micros(hi))
+	for _, s := range r.rows {
 		fmt.Fprintf(out, "| %s | %d | %s | %s |\n", s.name, s.calls, benchkit.Micros(s.per), ratio(s))
 	}
 	var hot []string
-	for _, s := range times {
+	for _, s := range r.rows {
 		switch s.name {
 		case "acquire", "release", "grow", "resize":
 			hot = append(hot, s.name+" "+ratio(s))
@@ -428,5 +449,6 @@ func printScriptTimes(out io.Writer, times []scriptTime) {
 	}
 	fmt.Fprintf(out, "\nServer time per call against the empty function of this run: %s (target ≤ %.0f× each).\n",
 		strings.Join(hot, ", "), scriptTarget)
-	fmt.Fprintln(out, "The empty function's rows (first and last) are the same-run floor of one FCALL; \"vs empty function\" divides by their mean.")
+	fmt.Fprintf(out, "The calibration is %d slices of the empty function, one before each row and one after the last "+
+		"(mean, and the slices' range); \"vs empty function\" divides by the mean.\n", len(r.floor))
 }
