@@ -39,21 +39,29 @@ func clusterPools(ctx context.Context, tb testing.TB, c *redisserver.Cluster, cc
 			tb.Fatalf("no %d pools per master among 10,000 names", perShard)
 		}
 		pool := ledger.PoolID(fmt.Sprintf("pool-%d", i))
-		keys, _ := keySchema(DefaultPrefix, pool)
-		slot, err := cc.ClusterKeySlot(ctx, keys.State).Result()
-		if err != nil {
-			tb.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		m, err := c.MasterOf(ctx, int(slot))
-		if err != nil {
-			tb.Fatal(err)
-		}
+		m := poolMaster(ctx, tb, c, cc, DefaultPrefix, pool)
 		if len(out[m]) < perShard {
 			out[m] = append(out[m], pool)
 			left--
 		}
 	}
 	return out
+}
+
+// poolMaster returns the index in c.Masters of the master serving pool's
+// slot, under key prefix.
+func poolMaster(ctx context.Context, tb testing.TB, c *redisserver.Cluster, cc *goredis.ClusterClient, prefix string, pool ledger.PoolID) int {
+	tb.Helper()
+	keys, _ := keySchema(prefix, pool)
+	slot, err := cc.ClusterKeySlot(ctx, keys.State).Result()
+	if err != nil {
+		tb.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	m, err := c.MasterOf(ctx, int(slot))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
 
 // clusterPool is a pool of 10 engines (the capacity model's: 10,000
@@ -108,8 +116,8 @@ const clusterBatch = 64
 // clusterRawLoad is one phase of the same scripts sent the way a load
 // generator finds a server's capacity (as redis-benchmark -P does, on
 // GOMAXPROCS 1): caller c, on its own connection to the master of
-// pools[c%len(pools)], pipelines clusterBatch acquire functions, then the
-// release scripts of the leases they granted (respConn: no client library
+// pools[c%len(pools)], pipelines clusterBatch acquire calls, then the
+// release calls of the leases they granted (respConn: no client library
 // between the generator and the wire). One op is clusterBatch grants.
 type clusterRawLoad struct {
 	led   *Ledger
@@ -121,15 +129,7 @@ func newClusterRawLoad(ctx context.Context, tb testing.TB, led *Ledger, c *redis
 	tb.Helper()
 	l := &clusterRawLoad{led: led, pools: pools}
 	for i := range callers {
-		keys, _ := keySchema(led.s.opts.Prefix, pools[i%len(pools)])
-		slot, err := cc.ClusterKeySlot(ctx, keys.State).Result()
-		if err != nil {
-			tb.Fatalf("CLUSTER KEYSLOT: %v", err)
-		}
-		m, err := c.MasterOf(ctx, int(slot))
-		if err != nil {
-			tb.Fatal(err)
-		}
+		m := poolMaster(ctx, tb, c, cc, led.s.opts.Prefix, pools[i%len(pools)])
 		rc, err := dialRESP(c.Masters[m].Addr())
 		if err != nil {
 			tb.Fatalf("dial master %d: %v", m, err)
