@@ -47,7 +47,7 @@ type Lib struct {
 // hash of its source, so routers of two versions sharing a Redis each call
 // their own (Redis function names are global across libraries).
 func Library() (Lib, error) {
-	var lib, head strings.Builder
+	var lib strings.Builder
 	rename := map[string]string{}
 	for _, name := range libs {
 		b, err := files.ReadFile(name)
@@ -61,10 +61,9 @@ func Library() (Lib, error) {
 				}
 				continue
 			}
-			head.WriteString(d.text)
+			lib.WriteString(d.text)
 		}
 	}
-	lib.WriteString(head.String())
 	bodies := make([]string, len(Operations))
 	for i, op := range Operations {
 		body, err := files.ReadFile(op + ".lua")
@@ -156,18 +155,9 @@ func split(src string) []def {
 	return out
 }
 
-// names returns the identifiers Lua code refers to: every name outside
-// comments and string literals, except a field name after a single '.' or
-// a ':'. It errs on the side of more (a local or table key that shares a
-// definition's name keeps that definition), never fewer.
-func names(code string) map[string]bool {
-	out := map[string]bool{}
-	scan(code, func(i, j int) { out[code[i:j]] = true })
-	return out
-}
-
-// scan calls name(i, j) for each identifier code[i:j] that names refers
-// to, in order.
+// scan calls name(i, j) for each identifier code[i:j] that Lua code
+// refers to, in order: every name outside comments and string literals,
+// except a field name after a single '.' or a ':'.
 func scan(code string, name func(i, j int)) {
 	for i := 0; i < len(code); {
 		c := code[i]

@@ -30,7 +30,7 @@ func libNames(t *testing.T) map[string]bool {
 // conformance suite, which runs the library on Redis (where an undefined
 // global is an error).
 func TestLibraryDefinesWhatItUses(t *testing.T) {
-	lib := libNames(t)
+	lib, consts := libNames(t), numberConstants(t)
 	l, err := Library()
 	if err != nil {
 		t.Fatalf("Library: %v", err)
@@ -43,28 +43,12 @@ func TestLibraryDefinesWhatItUses(t *testing.T) {
 		}
 	}
 	for n := range names(l.Source) {
-		if lib[n] && isConst(t, n) && !isValue(n) {
+		if consts[n] {
 			t.Errorf("the library still names constant %s", n)
 		} else if lib[n] && !defined[n] {
 			t.Errorf("the library uses %s, which it does not define", n)
 		}
 	}
-}
-
-// isValue reports whether lib constant n is a value other than a number
-// (a string, a table): Library keeps those as locals.
-func isValue(n string) bool {
-	for _, name := range libs {
-		b, _ := files.ReadFile(name)
-		for _, d := range split(string(b)) {
-			for _, x := range d.defines {
-				if x == n {
-					return constants(d) == nil
-				}
-			}
-		}
-	}
-	return false
 }
 
 // TestLibraryRegistersEveryOperation checks the library registers one
@@ -99,7 +83,7 @@ func TestLibraryRegistersEveryOperation(t *testing.T) {
 // Library writes the constant's literal in place of every use of its name,
 // which would break those.
 func TestLibNamesAreNotRebound(t *testing.T) {
-	lib := libNames(t)
+	consts := numberConstants(t)
 	entries, err := files.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +110,7 @@ func TestLibNamesAreNotRebound(t *testing.T) {
 			for _, re := range binds {
 				for _, m := range re.FindAllStringSubmatch(line, -1) {
 					for _, n := range strings.Split(m[1], ",") {
-						if n = strings.TrimSpace(n); lib[n] && isConst(t, n) && !isValue(n) && !isConstDef(line) {
+						if n = strings.TrimSpace(n); consts[n] && !isConstDef(line) {
 							t.Errorf("%s:%d binds %s, a lib constant's name: %s", e.Name(), i+1, n, line)
 						}
 					}
@@ -142,16 +126,30 @@ func isConstDef(line string) bool {
 	return len(ds) == 1 && constants(ds[0]) != nil
 }
 
-// isConst reports whether lib name n is a value rather than a function.
-func isConst(t *testing.T, n string) bool {
+// numberConstants returns the lib names Library writes as literals: those
+// bound to numbers (constants).
+func numberConstants(t *testing.T) map[string]bool {
 	t.Helper()
+	out := map[string]bool{}
 	for _, name := range libs {
-		b, _ := files.ReadFile(name)
-		if strings.Contains(string(b), "local function "+n+"(") {
-			return false
+		b, err := files.ReadFile(name)
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		for _, d := range split(string(b)) {
+			for n := range constants(d) {
+				out[n] = true
+			}
 		}
 	}
-	return true
+	return out
+}
+
+// names returns the identifiers Lua code refers to (scan's).
+func names(code string) map[string]bool {
+	out := map[string]bool{}
+	scan(code, func(i, j int) { out[code[i:j]] = true })
+	return out
 }
 
 func TestNames(t *testing.T) {
