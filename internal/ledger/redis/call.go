@@ -55,16 +55,17 @@ func (l *store) eval(ctx context.Context, script *fn, pool ledger.PoolID, argv1 
 	h := l.heads.get(l.opts.Prefix, script, pool)
 	argv := make([]any, 0, len(h.head)+1+len(args))
 	argv = append(append(append(argv, h.head...), argv1), args...)
-	cmd := goredis.NewCmd(ctx, argv...)
-	cmd.SetFirstKeyPos(3) // as go-redis's FCall: Cluster routes by the first key
-	v, err := l.pipe.process(ctx, cmd)
+	call := func() (any, error) {
+		cmd := goredis.NewCmd(ctx, argv...)
+		cmd.SetFirstKeyPos(3) // as go-redis's FCall: Cluster routes by the first key
+		return l.pipe.process(ctx, cmd)
+	}
+	v, err := call()
 	if !functionMissing(err) {
 		return v, err
 	}
 	if err := loadLibrary(ctx, l.client, l.scripts.lib); err != nil {
 		return nil, fmt.Errorf("load the ledger's function library: %w", err)
 	}
-	cmd = goredis.NewCmd(ctx, argv...)
-	cmd.SetFirstKeyPos(3)
-	return l.pipe.process(ctx, cmd)
+	return call()
 }
