@@ -32,12 +32,13 @@
 -- cannot hold the request at all. One HSET writes the grant back.
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
-local kv, slots, ttl, n = tonum(ARGV[4]), tonum(ARGV[5]), tonum(ARGV[8]), tonum(ARGV[9])
-local tf, ef1 = 't:' .. tenant_name, 'e:' .. ARGV[10]
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf, tf .. ':r', 'p:' .. prio, ef1 .. ':r', ef1 .. ':c',
-  ef1 .. ':o', ef1 .. ':b', ef1 .. ':obs', ef1}
+local kv, slots, ttl, n = ARGV[4] + 0, ARGV[5] + 0, ARGV[8] + 0, ARGV[9] + 0 -- numbers from the client (num)
+local tn, ef1 = tfield(tenant_name), efield(ARGV[10])
+local tf = tn.spec
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf, tn.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b,
+  ef1.obs, ef1.spec}
 local F_SPECS = 13
-for j = 2, n do fields[F_SPECS + j] = 'e:' .. ARGV[9 + j] end
+for j = 2, n do fields[F_SPECS + j] = efield(ARGV[9 + j]).spec end
 local v = rcall('HMGET', K_STATE, unpk(fields))
 if failover_seen(v[1], v[5]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
 local m = meta(v[1], v[2])
@@ -71,8 +72,8 @@ end
 
 local t = tenant(tenant_name, v[6], v[7])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-local maxfill = tonum(v[8])
-if not maxfill then return {'unknown_priority', m.epoch, prio} end
+if not v[8] then return {'unknown_priority', m.epoch, prio} end
+local maxfill = v[8] + 0
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
   local s = v[F_SPECS + j]
@@ -92,14 +93,14 @@ local obs = {v[13]} -- candidates' last observations, read as needed
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
 if kv > qkv or (qslots > 0 and slots > qslots) then return reject(m, 'too_large', '', 0) end
-local tokens = tonum(ARGV[10 + n])
+local tokens = ARGV[10 + n] + 0
 if t.tpm > 0 and tokens > t.tpm then return reject(m, 'too_large', '', 0) end
 local fits = false
 for j = 1, n do
   local s = cands[j]
   if not s then
     s = engine(ARGV[9 + j], v[F_SPECS + j])
-    if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, 'e:' .. s.id .. ':obs') or false end
+    if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, efield(s.id).obs) or false end
     capacity(s, obs[j] or nil)
   end
   if kv <= admissible(s, maxfill, m.headroom) and slots <= fill(s.slots, maxfill) then
@@ -122,8 +123,8 @@ for j = 1, n do
   local e = cands[j]
   if not e then
     e = engine(ARGV[9 + j], v[F_SPECS + j])
-    local ef = 'e:' .. e.id
-    local u = rcall('HMGET', K_STATE, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':b', ef .. ':obs')
+    local ef = efield(e.id)
+    local u = rcall('HMGET', K_STATE, ef.r, ef.c, ef.o, ef.b, ef.obs)
     obs[j] = u[5]
     usage(e, u[1], u[2], u[3], u[5])
     if now < m.ru then
@@ -158,15 +159,13 @@ if seq >= MAX_SEQ then
   return {'fence_exhausted', m.epoch, 'the pool\'s fencing sequence ' .. int(seq) .. ' reached its maximum ' .. int(MAX_SEQ)}
 end
 seq = seq + 1
-local id = format('%x-%x', tonum(m.epoch), seq)
+local id, sseq = m.xepoch .. format('-%x', seq), int(seq)
 local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
 local probe = chosen.braw and chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
 local l = {id, chosen.id, tenant_name, prio, ARGV[4], ARGV[5], holder, req,
-  int(now), int(deadline), m.epoch, int(seq), '0', '0', '0', probe and '1' or '0'}
-l[L_SINCE], l[L_TOKENS] = '0', '0'
-if rates then l[L_TOKENS] = int(tokens) end
+  int(now), int(deadline), m.epoch, sseq, '0', '0', '0', probe and '1' or '0', rates and int(tokens) or '0', '0', '0'}
 -- put_lease, with the check that no lease holds id in the same HSETNX.
 l[L_OWNS] = rcall('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
 if rcall('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
@@ -175,12 +174,12 @@ if rcall('HSETNX', K_LEASES, id, lease_record(l)) == 0 then
 end
 rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
 rcall('SADD', P_HOLDER .. holder, id)
-local w = {'seq', int(seq), 'c:grants', int(num(v[4]) + 1),
-  'e:' .. chosen.id .. ':r', fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
-  tf .. ':r', fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
+local w = {'seq', sseq, 'c:grants', int(num(v[4]) + 1),
+  efield(chosen.id).r, fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
+  tn.r, fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
 if rates then
   rate_charge(rates, now, tokens)
-  w[#w + 1] = tf .. ':w'
+  w[#w + 1] = tn.w
   w[#w + 1] = rate_fmt(rates)
 end
 if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end

@@ -120,13 +120,21 @@ local function int(x)
   if x == floor(x) and x < 9007199254740992 and x > -9007199254740992 then return format('%d', x) end
   return format('%.0f', x)
 end
-local function num(s) return tonum(s) or 0 end
+-- num is the number decimal string s holds, 0 when s is nil, false or
+-- empty (an absent field, an empty capture). It converts with Lua's
+-- arithmetic coercion, one strtod; tonumber checks its argument with one
+-- and converts it with a second. s must hold a number when it is not
+-- empty: every field the ledger writes does.
+local function num(s)
+  if s and s ~= '' then return s + 0 end
+  return 0
+end
 local function fill(cap, f) return floor(cap * f) end
 
 -- clock returns the ledger time in ms and the raw TIME reply.
 local function clock()
   local t = rcall('TIME')
-  return tonum(t[1]) * 1000 + floor(tonum(t[2]) / 1000), t
+  return t[1] * 1000 + floor(t[2] / 1000), t
 end
 
 -- memo returns parse with its results kept, by the string parsed, in the
@@ -149,20 +157,38 @@ local function memo(parse)
   end
 end
 
+-- Field names made of a prefix and a name, kept (memo) so that a call
+-- looks them up instead of building them: cfield('grants') is
+-- 'c:grants', pfield('batch') 'p:batch', efield(id) is an engine's
+-- {spec = 'e:<id>', r = 'e:<id>:r', c, o, b, obs}, tfield(name) a
+-- tenant's {spec = 't:<name>', r, w}.
+local cfield = memo(function(name) return 'c:' .. name end)
+local efield = memo(function(id)
+  local f = 'e:' .. id
+  return {spec = f, r = f .. ':r', c = f .. ':c', o = f .. ':o', b = f .. ':b', obs = f .. ':obs'}
+end)
+local tfield = memo(function(name)
+  local f = 't:' .. name
+  return {spec = f, r = f .. ':r', w = f .. ':w'}
+end)
+local pfield = memo(function(name) return 'p:' .. name end)
+
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
--- m.elastic is false in a worst_case pool; m.headroom is the pool's growth
+-- m.xepoch is the epoch in hex, as lease ids write it; m.elastic is false
+-- in a worst_case pool; m.headroom is the pool's growth
 -- headroom (ledger.PoolSpec.GrowthHeadroom).
 local meta_spec = memo(function(s)
   local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
-  return {epoch = epoch, ru = tonum(ru), cap_kv = tonum(ckv), cap_slots = tonum(cs), retry = tonum(retry),
-    reserve = reserve, elastic = reserve ~= 'worst_case', headroom = num(headroom)}
+  return {epoch = epoch, xepoch = format('%x', tonum(epoch)), ru = tonum(ru), cap_kv = tonum(ckv),
+    cap_slots = tonum(cs), retry = tonum(retry), reserve = reserve, elastic = reserve ~= 'worst_case',
+    headroom = num(headroom)}
 end)
 
 local function meta(s, sweep_at)
   if not s then return nil end
   local c = meta_spec(s)
-  return {epoch = c.epoch, ru = c.ru, cap_kv = c.cap_kv, cap_slots = c.cap_slots, retry = c.retry,
-    sweep_at = num(sweep_at), reserve = c.reserve, elastic = c.elastic, headroom = c.headroom}
+  return {epoch = c.epoch, xepoch = c.xepoch, ru = c.ru, cap_kv = c.cap_kv, cap_slots = c.cap_slots,
+    retry = c.retry, sweep_at = num(sweep_at), reserve = c.reserve, elastic = c.elastic, headroom = c.headroom}
 end
 
 -- triple parses "a b c" (reservations, corrections, orphan charges) into
@@ -170,7 +196,7 @@ end
 local function triple(s)
   if not s then return 0, 0, 0 end
   local a, b, c = match(s, '^(%S+) (%S+) (%S+)$')
-  return tonum(a), tonum(b), tonum(c)
+  return a + 0, b + 0, c + 0
 end
 
 -- fmt3 is int(a) .. ' ' .. int(b) .. ' ' .. int(c), in one format when
@@ -199,9 +225,12 @@ local L_ID, L_ENGINE, L_TENANT, L_PRIO, L_KV, L_SLOTS, L_HOLDER, L_REQ = 1, 2, 3
 local L_CREATED, L_DEADLINE, L_FEPOCH, L_FSEQ, L_REASSERTED, L_OVERGROWN, L_UNCONF = 9, 10, 11, 12, 13, 14, 15
 local L_PROBE, L_TOKENS, L_OWNS, L_SINCE = 16, 17, 18, 19
 local L_N = 17
-local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)$'
+local LEASE_PATTERN = '^(%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) (%S*) ?(%S*) ?(%S*) ?(%S*) ?(%S*)()$'
 
--- parse_lease reads a lease record; nil when s is.
+-- parse_lease reads a lease record; nil when s is. The pattern's last
+-- capture, the record's length plus one, is never read: it makes the
+-- table's array part hold L_SINCE too, so setting it does not grow the
+-- table.
 local function parse_lease(s)
   if not s then return nil end
   local l = {match(s, LEASE_PATTERN)}
@@ -249,8 +278,8 @@ end
 -- charge_fields lists the fields charge reads for lease l and counters
 -- cnt, in its order.
 local function charge_fields(l, cnt)
-  local f = {'e:' .. l[L_ENGINE] .. ':r', 't:' .. l[L_TENANT] .. ':r'}
-  for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
+  local f = {efield(l[L_ENGINE]).r, tfield(l[L_TENANT]).r}
+  for i = 1, #cnt, 2 do f[#f + 1] = cfield(cnt[i]) end
   return f
 end
 
@@ -261,9 +290,9 @@ end
 -- charge would read first (the fields charge_fields names), read by the
 -- caller's own HMGET.
 local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
-  local ef, tf = 'e:' .. eid, 't:' .. tname
-  local f = {ef .. ':r', tf .. ':r'}
-  for i = 1, #cnt, 2 do f[#f + 1] = 'c:' .. cnt[i] end
+  local ef, tf = efield(eid), tfield(tname)
+  local f = {ef.r, tf.r}
+  for i = 1, #cnt, 2 do f[#f + 1] = cfield(cnt[i]) end
   local v = pre or rcall('HMGET', K_STATE, unpk(f))
   local ekv, es, en = triple(v[1])
   local tkv, ts, tn = triple(v[2])
@@ -279,7 +308,7 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
   end
   rcall('HSET', K_STATE, unpk(w))
   if n < 0 and (en <= 0 or tn <= 0) then
-    local x = rcall('HMGET', K_STATE, ef, tf)
+    local x = rcall('HMGET', K_STATE, ef.spec, tf.spec)
     if en <= 0 and sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
     if tn <= 0 and sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
   end
@@ -386,7 +415,7 @@ end
 local function holder_state(holder, now)
   local s = rcall('ZSCORE', K_HOLDERS, holder)
   if not s then return 'none' end
-  s = tonum(s)
+  s = s + 0
   if s <= now then return 'dead', s end
   return 'live', s
 end
@@ -551,10 +580,7 @@ end
 -- both again.
 local function open_lease(id, more)
   local l = get_lease(id)
-  local f = {'meta', 'sweep_at', 'repl'}
-  if l then
-    for _, x in ipairs(more(l)) do f[#f + 1] = x end
-  end
+  local f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
   local v = rcall('HMGET', K_STATE, unpk(f))
   if failover_seen(v[1], v[3]) then v = rcall('HMGET', K_STATE, unpk(f)) end
   local m = meta(v[1], v[2])
@@ -564,10 +590,7 @@ local function open_lease(id, more)
     local _
     _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
     l = get_lease(id)
-    f = {'meta', 'sweep_at', 'repl'}
-    if l then
-      for _, x in ipairs(more(l)) do f[#f + 1] = x end
-    end
+    f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
     v = rcall('HMGET', K_STATE, unpk(f))
   end
   return m, now, l, v
@@ -612,7 +635,11 @@ local function engine(id, s, removed)
   if not s then return nil end
   local c = engine_spec(s)
   if not c.configured and not removed then return nil end
-  return {id = id, kv = c.kv, slots = c.slots, stale_ns = c.stale_ns, policy = c.policy, draining = c.draining}
+  -- Every field usage, recovery and grant_reason set is in the
+  -- constructor, so the table is allocated once at its final size.
+  return {id = id, kv = c.kv, slots = c.slots, stale_ns = c.stale_ns, policy = c.policy, draining = c.draining,
+    rkv = 0, rslots = 0, n = 0, ckv = 0, cslots = 0, obs = 0, oraw = false, cap = 0, recovering = false,
+    braw = false, breaker = false, bt = false}
 end
 
 -- Tenants -------------------------------------------------------------------
@@ -629,7 +656,7 @@ local function tenant(name, s, r, removed)
   if not s then return nil end
   local c = tenant_spec(s)
   if not c.configured and not removed then return nil end
-  local t = {name = name, kv_share = c.kv_share, slot_share = c.slot_share, tpm = c.tpm, rpm = c.rpm}
-  t.rkv, t.rslots, t.n = triple(r)
-  return t
+  local rkv, rslots, n = triple(r)
+  return {name = name, kv_share = c.kv_share, slot_share = c.slot_share, tpm = c.tpm, rpm = c.rpm, rkv = rkv,
+    rslots = rslots, n = n}
 end

@@ -50,22 +50,24 @@ local function breaker_report(b, now, s, created, probe, o)
   return nil
 end
 
-local id, holder = ARGV[2], ARGV[3]
--- counts lists the counters a release by the holder adds (drop_lease).
+local id, holder, prompt, completion = ARGV[2], ARGV[3], num(ARGV[4]), num(ARGV[5])
+-- counts lists the counters a release of lease x by the holder adds
+-- (drop_lease); cnt keeps the list made for the lease open_lease read.
+local cnt
 local function counts(x)
-  local c = {'releases', 1, 'released_kv_tokens', num(x[L_KV]),
-    'actual_prompt_tokens', tonum(ARGV[4]), 'actual_completion_tokens', tonum(ARGV[5])}
+  local c = {'releases', 1, 'released_kv_tokens', num(x[L_KV]), 'actual_prompt_tokens', prompt,
+    'actual_completion_tokens', completion}
   if ARGV[6] ~= '' then
-    c[#c + 1] = ARGV[6]
-    c[#c + 1] = 1
-    c[#c + 1] = ARGV[6] .. '/' .. x[L_TENANT]
-    c[#c + 1] = 1
+    c[9], c[10], c[11], c[12] = ARGV[6], 1, ARGV[6] .. '/' .. x[L_TENANT], 1
   end
   return c
 end
 -- One HMGET reads the pool with what the charge reads (open_lease; from
 -- v[4]), for a release by the holder.
-local m, now, l, v = open_lease(id, function(x) return charge_fields(x, counts(x)) end)
+local m, now, l, v = open_lease(id, function(x)
+  cnt = counts(x)
+  return charge_fields(x, cnt)
+end)
 if not m then return {'unknown_pool', ''} end
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
@@ -81,6 +83,6 @@ local outcome, report = ARGV[7], nil
 if outcome ~= '' or l[L_PROBE] == '1' then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
-rate_true_up(l, now, tonum(ARGV[4]), tonum(ARGV[5]))
-drop_lease(l, counts(l), now, report, {unpk(v, 4)})
+rate_true_up(l, now, prompt, completion)
+drop_lease(l, cnt, now, report, {unpk(v, 4)})
 return {'ok', m.epoch, 1}
