@@ -6,10 +6,10 @@ package redis
 // time in BenchmarkReport's script-time table (INFO commandstats, which on
 // a shared two-core machine moves by a quarter between runs), the count is
 // the same, within a fraction of a percent, in every run on one Redis
-// build: it shows what a change to
-// the Lua costs or saves, to the instruction. It is not a time: a cache
-// miss costs more than an instruction, and the empty function's share of
-// misses is larger. Run it alone (valgrind is not in make bench):
+// build: it shows what a change to the Lua costs or saves. It is not a
+// time: a cache miss costs more than an instruction, and the empty
+// function's share of misses is larger. Run it alone (valgrind is not in
+// make bench):
 //
 //	apt-get install -y valgrind
 //	go test -run '^$' -bench '^BenchmarkScriptInstructions$' -benchtime 1x ./internal/ledger/redis/
