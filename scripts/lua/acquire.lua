@@ -33,9 +33,8 @@
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = ARGV[4] + 0, ARGV[5] + 0, ARGV[8] + 0, ARGV[9] + 0 -- numbers from the client (num)
-local tn, ef1 = tfield(tenant_name), efield(ARGV[10])
-local tf = tn.spec
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf, tn.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b,
+local tf, ef1 = tfield(tenant_name), efield(ARGV[10])
+local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf.spec, tf.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b,
   ef1.obs, ef1.spec}
 local F_SPECS = 13
 for j = 2, n do fields[F_SPECS + j] = efield(ARGV[9 + j]).spec end
@@ -176,10 +175,10 @@ rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
 rcall('SADD', P_HOLDER .. holder, id)
 local w = {'seq', sseq, 'c:grants', int(num(v[4]) + 1),
   efield(chosen.id).r, fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
-  tn.r, fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
+  tf.r, fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
 if rates then
   rate_charge(rates, now, tokens)
-  w[#w + 1] = tn.w
+  w[#w + 1] = tf.w
   w[#w + 1] = rate_fmt(rates)
 end
 if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end

@@ -27,8 +27,8 @@ local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- counters included (open_lease); one HSET writes the charge (charge's,
 -- without its reads).
 local m, now, l, v = open_lease(id, function(x)
-  local ef, tf = 'e:' .. x[L_ENGINE], 't:' .. x[L_TENANT]
-  return {ef, ef .. ':r', ef .. ':c', ef .. ':o', ef .. ':obs', tf, tf .. ':r', 'c:growths', 'c:grown_kv_tokens',
+  local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
+  return {ef.spec, ef.r, ef.c, ef.o, ef.obs, tf.spec, tf.r, 'c:growths', 'c:grown_kv_tokens',
     'c:overgrowths'}
 end)
 if not m then return {'unknown_pool', ''} end
@@ -44,7 +44,7 @@ if newkv < have then
   return {'invalid_argument', m.epoch, 'grow lease ' .. id .. ' to ' .. ARGV[4] ..
     ' kv_tokens, below the ' .. l[L_KV] .. ' it holds (Resize shrinks)'}
 end
-local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
+local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
 local e = engine(l[L_ENGINE], v[4], true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
 usage(e, v[5], v[6], v[7], v[8])
@@ -57,7 +57,7 @@ if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local t = tenant(l[L_TENANT], v[9], v[10], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
-local w = {ef .. ':r', fmt3(e.rkv + delta, e.rslots, e.n), tf .. ':r', fmt3(t.rkv + delta, t.rslots, t.n),
+local w = {ef.r, fmt3(e.rkv + delta, e.rslots, e.n), tf.r, fmt3(t.rkv + delta, t.rslots, t.n),
   'c:growths', int(num(v[11]) + 1), 'c:grown_kv_tokens', int(num(v[12]) + delta)}
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
   l[L_OVERGROWN] = '1'

@@ -275,10 +275,10 @@ local function forget_tenant(name)
   rcall('SREM', K_TENANTS, name)
 end
 
--- charge_fields lists the fields charge reads for lease l and counters
--- cnt, in its order.
-local function charge_fields(l, cnt)
-  local f = {efield(l[L_ENGINE]).r, tfield(l[L_TENANT]).r}
+-- charge_fields lists the fields charge reads for engine eid, tenant
+-- tname and counters cnt, in its order.
+local function charge_fields(eid, tname, cnt)
+  local f = {efield(eid).r, tfield(tname).r}
   for i = 1, #cnt, 2 do f[#f + 1] = cfield(cnt[i]) end
   return f
 end
@@ -290,9 +290,7 @@ end
 -- charge would read first (the fields charge_fields names), read by the
 -- caller's own HMGET.
 local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
-  local ef, tf = efield(eid), tfield(tname)
-  local f = {ef.r, tf.r}
-  for i = 1, #cnt, 2 do f[#f + 1] = cfield(cnt[i]) end
+  local f = charge_fields(eid, tname, cnt)
   local v = pre or rcall('HMGET', K_STATE, unpk(f))
   local ekv, es, en = triple(v[1])
   local tkv, ts, tn = triple(v[2])
@@ -308,7 +306,7 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
   end
   rcall('HSET', K_STATE, unpk(w))
   if n < 0 and (en <= 0 or tn <= 0) then
-    local x = rcall('HMGET', K_STATE, ef.spec, tf.spec)
+    local x = rcall('HMGET', K_STATE, efield(eid).spec, tfield(tname).spec)
     if en <= 0 and sub(x[1] or '', 1, 1) ~= '1' then forget_engine(eid) end
     if tn <= 0 and sub(x[2] or '', 1, 1) ~= '1' then forget_tenant(tname) end
   end
@@ -354,7 +352,7 @@ end
 local function breaker_write(w, id, b, raw)
   local s = fmt_breaker(b)
   if s ~= (raw or BREAKER_CLOSED) then
-    w[#w + 1] = 'e:' .. id .. ':b'
+    w[#w + 1] = efield(id).b
     w[#w + 1] = s
   end
 end
@@ -378,18 +376,18 @@ local function drop_lease(l, cnt, now, report, pre)
   rcall('ZREM', K_DEADLINES, id)
   rcall('HDEL', K_LEASES, id)
   local extra = {}
-  local ef = 'e:' .. l[L_ENGINE]
+  local ef = efield(l[L_ENGINE])
   local ended = cnt[1] == 'expired' or cnt[1] == 'revoked'
   if ended then
-    local x = rcall('HMGET', K_STATE, ef .. ':c', ef .. ':o')
+    local x = rcall('HMGET', K_STATE, ef.c, ef.o)
     local _, _, arrived = triple(x[1])
     if arrived > 0 then
       local okv, oslots, until_ms = triple(x[2])
-      extra = {ef .. ':o', fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), max(until_ms, now + ORPHAN_HOLD))}
+      extra = {ef.o, fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), max(until_ms, now + ORPHAN_HOLD))}
     end
   end
   if report or (ended and l[L_PROBE] == '1') then
-    local x = rcall('HMGET', K_STATE, 'breaker', ef .. ':b')
+    local x = rcall('HMGET', K_STATE, 'breaker', ef.b)
     local s = breaker_spec(x[1])
     local b, t = breaker_at(x[2], now, s)
     local t2
@@ -571,6 +569,13 @@ local function open_pool()
   return m, now
 end
 
+-- lease_fields lists what open_lease's HMGET reads: meta, sweep_at, repl
+-- and, when there is a lease l, the fields more(l) names.
+local function lease_fields(l, more)
+  local f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
+  return f
+end
+
 -- open_lease is open_pool for an operation on lease id that reads the
 -- pool's fields more(l) names for the lease l: it reads the lease first,
 -- so that one HMGET loads meta, sweep_at and repl and those fields (none
@@ -580,7 +585,7 @@ end
 -- both again.
 local function open_lease(id, more)
   local l = get_lease(id)
-  local f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
+  local f = lease_fields(l, more)
   local v = rcall('HMGET', K_STATE, unpk(f))
   if failover_seen(v[1], v[3]) then v = rcall('HMGET', K_STATE, unpk(f)) end
   local m = meta(v[1], v[2])
@@ -590,8 +595,7 @@ local function open_lease(id, more)
     local _
     _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)
     l = get_lease(id)
-    f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
-    v = rcall('HMGET', K_STATE, unpk(f))
+    v = rcall('HMGET', K_STATE, unpk(lease_fields(l, more)))
   end
   return m, now, l, v
 end
@@ -611,15 +615,7 @@ local function held(m, now, l, holder)
 end
 
 -- held_lease is held for lease id.
-local function held_lease(m, now, id, holder)
-  local l = get_lease(id)
-  if not l then return nil, 'lease_not_found' end
-  if l[L_HOLDER] ~= holder then return nil, 'not_holder' end
-  if num(l[L_DEADLINE]) <= now or (now >= m.sweep_at and holder_state(holder, now) ~= 'live') then
-    return nil, 'lease_not_found'
-  end
-  return l
-end
+local function held_lease(m, now, id, holder) return held(m, now, get_lease(id), holder) end
 
 -- Engines -------------------------------------------------------------------
 

@@ -13,10 +13,11 @@
 
 local RATE_BUCKETS = 60 -- ledger.RateBuckets
 
--- rate_open reads the pool's window and tenant field tf's buckets still
--- counted at now: {win, width, buckets = {{at, tokens, requests}...}}.
+-- rate_open reads the pool's window and the buckets still counted at now
+-- of the tenant whose field names are tf (tfield): {win, width, buckets =
+-- {{at, tokens, requests}...}}.
 local function rate_open(tf, now)
-  local x = rcall('HMGET', K_STATE, 'rate_window', tf .. ':w')
+  local x = rcall('HMGET', K_STATE, 'rate_window', tf.w)
   local win = num(x[1])
   if win <= 0 then win = 60000 end
   local width = win / RATE_BUCKETS
@@ -85,7 +86,7 @@ local function rate_true_up(l, now, prompt, completion)
   if charged <= 0 or prompt <= 0 then return end
   local delta = prompt + completion - charged
   if delta == 0 then return end
-  local tf = 't:' .. l[L_TENANT]
+  local tf = tfield(l[L_TENANT])
   local w = rate_open(tf, now)
   local created = num(l[L_CREATED])
   local at = created - created % w.width
@@ -94,8 +95,8 @@ local function rate_true_up(l, now, prompt, completion)
   end
   local f = rate_fmt(w)
   if f == '' then
-    rcall('HDEL', K_STATE, tf .. ':w')
+    rcall('HDEL', K_STATE, tf.w)
   else
-    rcall('HSET', K_STATE, tf .. ':w', f)
+    rcall('HSET', K_STATE, tf.w, f)
   end
 end

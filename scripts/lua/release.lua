@@ -66,7 +66,7 @@ end
 -- v[4]), for a release by the holder.
 local m, now, l, v = open_lease(id, function(x)
   cnt = counts(x)
-  return charge_fields(x, cnt)
+  return charge_fields(x[L_ENGINE], x[L_TENANT], cnt)
 end)
 if not m then return {'unknown_pool', ''} end
 if not l then return {'ok', m.epoch, 0} end

@@ -16,8 +16,8 @@ local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- One HMGET reads the pool with what the checks and the charge need
 -- (open_lease; the lease's fields from v[4]).
 local m, now, l, v = open_lease(id, function(x)
-  local ef, tf = 'e:' .. x[L_ENGINE], 't:' .. x[L_TENANT]
-  return {ef .. ':r', tf .. ':r', ef, ef .. ':c', tf, 'p:' .. x[L_PRIO], ef .. ':o', ef .. ':obs', 'created'}
+  local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
+  return {ef.r, tf.r, ef.spec, ef.c, tf.spec, pfield(x[L_PRIO]), ef.o, ef.obs, 'created'}
 end)
 if not m then return {'unknown_pool', ''} end
 local status
@@ -25,7 +25,7 @@ l, status = held(m, now, l, holder)
 if not l then return {status, m.epoch} end
 local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
-local ef, tf = 'e:' .. l[L_ENGINE], 't:' .. l[L_TENANT]
+local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
 if delta > 0 then
   local e = engine(l[L_ENGINE], v[6])
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
@@ -43,7 +43,7 @@ if delta > 0 then
 end
 local ekv, es, en = triple(v[4])
 local tkv, ts, tn = triple(v[5])
-rcall('HSET', K_STATE, ef .. ':r', fmt3(ekv + delta, es, en), tf .. ':r', fmt3(tkv + delta, ts, tn))
+rcall('HSET', K_STATE, ef.r, fmt3(ekv + delta, es, en), tf.r, fmt3(tkv + delta, ts, tn))
 l[L_KV] = ARGV[4]
 set_lease(l)
 return {'ok', m.epoch, unpk(l, 1, L_N)}
