@@ -24,14 +24,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasehold/leasehold/internal/benchkit"
-	"github.com/leasehold/leasehold/internal/freeport"
 	"github.com/leasehold/leasehold/internal/ledger"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
@@ -49,50 +47,22 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		tools = append(tools, p)
 	}
 	valgrind, control, annotate := tools[0], tools[1], tools[2]
-	server, err := exec.LookPath(redisserver.Binary)
-	if err != nil {
-		b.Skipf("%s not found: %v", redisserver.Binary, err)
-	}
 	dir := b.TempDir()
-	port, err := freeport.Port()
-	if err != nil {
-		b.Fatalf("free port: %v", err)
-	}
-	cmd := exec.Command(valgrind, "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.out"),
-		server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	cmd.Dir = dir
-	var vglog bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &vglog, &vglog
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start %s under valgrind: %v", server, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-
+	srv := redisserver.StartUnder(b, valgrind, "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.out"))
+	pid := strconv.Itoa(srv.Pid())
 	ctx := context.Background()
-	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port),
-		ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	// Under valgrind every call is some fifty times slower than usual.
+	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	defer client.Close()
-	for deadline := time.Now().Add(time.Minute); client.Ping(ctx).Err() != nil; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("redis-server under valgrind did not answer PING within a minute: %s", vglog.String())
-		}
-	}
 	// dump writes callgrind's counts since the last dump to a file of their
 	// own, marked with phase.
 	dump := func(phase string) {
-		if out, err := exec.Command(control, "-d", phase, strconv.Itoa(cmd.Process.Pid)).CombinedOutput(); err != nil {
+		if out, err := exec.Command(control, "-d", phase, pid).CombinedOutput(); err != nil {
 			b.Fatalf("callgrind_control -d %s: %v: %s", phase, err, out)
 		}
 	}
 
-	e := &benchEnv{b: b, ctx: ctx, client: client}
+	e := &benchEnv{b: b, ctx: ctx, srv: srv, client: client}
 	e.fresh(16)
 	e.preload(2000)
 	if err := client.FunctionLoadReplace(ctx, emptyLibrary).Err(); err != nil {

@@ -33,6 +33,9 @@ type Server struct {
 	// pre are arguments before the common ones (a Sentinel's config file
 	// and --sentinel); extra are more after them (a replica's --replicaof).
 	pre, extra []string
+	// launcher, when set, runs the server: its first element is the
+	// program, redis-server and its arguments follow the rest (valgrind).
+	launcher []string
 
 	mu      sync.Mutex // guards cmd, waitC, clients
 	cmd     *exec.Cmd
@@ -111,10 +114,30 @@ func start(tb testing.TB, extra ...string) *Server {
 	return startWith(tb, nil, extra)
 }
 
+// StartUnder is Start with redis-server run by launcher, a program and
+// its arguments before redis-server's own (["valgrind",
+// "--tool=callgrind", ...]); it waits up to a minute for PING, as a
+// launcher such as valgrind starts the server slowly. Pid is the
+// launcher's process.
+func StartUnder(tb testing.TB, launcher ...string) *Server {
+	tb.Helper()
+	if len(launcher) == 0 {
+		tb.Fatalf("redisserver: StartUnder without a launcher")
+	}
+	return startLaunched(tb, launcher, nil, nil)
+}
+
 // startWith is start with arguments before the common ones too, made by
 // pre for the server's directory and the port chosen (a Sentinel's config
 // file).
 func startWith(tb testing.TB, pre func(dir string, port int) ([]string, error), extra []string) *Server {
+	tb.Helper()
+	return startLaunched(tb, nil, pre, extra)
+}
+
+// startLaunched is startWith with redis-server run by launcher (none:
+// directly).
+func startLaunched(tb testing.TB, launcher []string, pre func(dir string, port int) ([]string, error), extra []string) *Server {
 	tb.Helper()
 	bin := Binary
 	if env := os.Getenv("REDIS_SERVER"); env != "" {
@@ -124,7 +147,7 @@ func startWith(tb testing.TB, pre func(dir string, port int) ([]string, error), 
 	if err != nil {
 		tb.Fatalf("redisserver: %s not found (%v): install redis-server >= 7 (e.g. apt-get install redis-server) or set REDIS_SERVER", bin, err)
 	}
-	s := &Server{tb: tb, bin: path, dir: tb.TempDir(), extra: extra}
+	s := &Server{tb: tb, bin: path, dir: tb.TempDir(), extra: extra, launcher: launcher}
 	tb.Cleanup(s.stop)
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -149,7 +172,13 @@ func startWith(tb testing.TB, pre func(dir string, port int) ([]string, error), 
 // start runs redis-server on s.port and waits for PING.
 func (s *Server) start() error {
 	logPath := filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log")
-	cmd := exec.Command(s.bin, s.pre...)
+	argv := append([]string{s.bin}, s.pre...)
+	timeout := startTimeout
+	if len(s.launcher) > 0 {
+		argv = append(append([]string(nil), s.launcher...), argv...)
+		timeout = time.Minute
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Args = append(cmd.Args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -172,7 +201,7 @@ func (s *Server) start() error {
 
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	deadline := time.Now().Add(startTimeout)
+	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
@@ -192,7 +221,7 @@ func (s *Server) start() error {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-exited
-			return fmt.Errorf("redis-server on port %d did not answer PING within %s: %v", s.port, startTimeout, err)
+			return fmt.Errorf("redis-server on port %d did not answer PING within %s: %v", s.port, timeout, err)
 		}
 	}
 }
@@ -264,6 +293,17 @@ func (s *Server) FlushAll() {
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		s.tb.Fatalf("redisserver: FLUSHALL: %v", err)
 	}
+}
+
+// Pid returns the running server's process id (its launcher's, under
+// StartUnder); 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Kill stops the server without restarting it, to test an unreachable
