@@ -5,7 +5,13 @@
 --       7 request id, 8 ttl ms, 9 candidate count N, 10..9+N candidate ids,
 --       10+N the tokens a grant charges to a rated tenant's rate window
 --       (ledger.AcquireRequest.ChargedTokens).
--- Returns: {'ok' | 'replayed', epoch, lease...}   (lease fields as in lib.lua)
+-- Returns: {'ok', epoch, id, engine, created, deadline, fence seq, probe,
+--          tokens}: a new grant, the lease's fields the request does not
+--          give (its tenant, priority, amounts, holder and request id are
+--          the request's, its fence epoch the reply's, and its reasserted,
+--          overgrown and unconfirmed flags '0'), so the reply converts ten
+--          strings fewer
+--        | {'replayed', epoch, lease...}   (lease fields as in lib.lua)
 --        | {'rejected', epoch, reason, engine or '', retry-after ms}
 --        | {'unknown_pool', ''} | {'no_session' | 'session_expired', epoch}
 --        | {'unknown_tenant' | 'unknown_priority' | 'unknown_engine', epoch, name}
@@ -188,4 +194,4 @@ if deadline < m.sweep_at then
   w[#w + 1] = int(deadline)
 end
 rcall('HSET', K_STATE, unpk(w))
-return {'ok', m.epoch, unpk(l, 1, L_N)}
+return {'ok', m.epoch, id, l[L_ENGINE], l[L_CREATED], l[L_DEADLINE], sseq, l[L_PROBE], l[L_TOKENS]}

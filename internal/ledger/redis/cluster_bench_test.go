@@ -147,18 +147,21 @@ func (l *clusterRawLoad) op(tag string) benchkit.Op {
 		pool, rc := l.pools[c%len(l.pools)], l.conns[c]
 		acq := s.heads.get(s.opts.Prefix, s.scripts.acquire, pool).head
 		rel := s.heads.get(s.opts.Prefix, s.scripts.release, pool).head
+		var reqs [clusterBatch]ledger.AcquireRequest
 		for i := range clusterBatch {
-			r := clusterRequest(pool, c, seq*clusterBatch+i, tag)
-			if err := rc.add(acq, append([]any{argv1}, acquireArgv(r)...)...); err != nil {
+			reqs[i] = clusterRequest(pool, c, seq*clusterBatch+i, tag)
+			if err := rc.add(acq, append([]any{argv1}, acquireArgv(reqs[i])...)...); err != nil {
 				return err
 			}
 		}
+		i := 0
 		if err := rc.exchange(clusterBatch, func(r reply) error {
-			g, err := decodeLease(pool, r.rest)
+			g, err := decodeAcquire(reqs[i], r)
+			i++
 			if err != nil {
 				return err
 			}
-			return rc.add(rel, argv1, string(g.ID), string(g.Holder), "500", "200", "", "")
+			return rc.add(rel, argv1, string(g.Lease.ID), string(g.Lease.Holder), "500", "200", "", "")
 		}); err != nil {
 			return err
 		}

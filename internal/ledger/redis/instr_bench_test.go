@@ -13,6 +13,11 @@ package redis
 //
 //	apt-get install -y valgrind
 //	go test -run '^$' -bench '^BenchmarkScriptInstructions$' -benchtime 1x ./internal/ledger/redis/
+//
+// With LEASEHOLD_CALLGRIND_DIR set, callgrind's dumps are written there and
+// kept (one file per phase, desc "dump phaseN": phase0 the empty function,
+// then acquire, resize, grow, release), for callgrind_annotate to show
+// where a function's instructions go.
 
 import (
 	"bufio"
@@ -47,7 +52,12 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		tools = append(tools, p)
 	}
 	valgrind, control, annotate := tools[0], tools[1], tools[2]
-	dir := b.TempDir()
+	dir := os.Getenv("LEASEHOLD_CALLGRIND_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
 	srv := redisserver.StartUnder(b, valgrind, "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.out"))
 	pid := strconv.Itoa(srv.Pid())
 	ctx := context.Background()

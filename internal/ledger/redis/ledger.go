@@ -256,11 +256,61 @@ func (l *store) KeepAlive(ctx context.Context, pool ledger.PoolID, holder ledger
 // Acquire grants capacity on the first fitting candidate, or replays the
 // holder's outstanding lease for the same request id.
 func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.Grant, error) {
-	r, lease, err := l.mutateLease(ctx, func(s *scripts) *fn { return s.acquire }, req.Pool, acquireArgv(req)...)
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.acquire }, req.Pool, acquireArgv(req)...)
+	if err != nil {
+		return ledger.Grant{}, err
+	}
+	return decodeAcquire(req, r)
+}
+
+// decodeAcquire reads acquire.lua's reply to req: a replayed lease in
+// full, a new grant from its short reply (decodeGrant).
+func decodeAcquire(req ledger.AcquireRequest, r reply) (ledger.Grant, error) {
+	var lease ledger.Lease
+	var err error
+	if r.status == statusReplayed {
+		lease, err = decodeLease(req.Pool, r.rest)
+	} else {
+		lease, err = decodeGrant(req, r)
+	}
 	if err != nil {
 		return ledger.Grant{}, err
 	}
 	return ledger.Grant{Lease: lease, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
+}
+
+// grantFields is the number of fields after the epoch in acquire.lua's
+// reply to a new grant: id, engine, created, deadline, fence seq, probe,
+// tokens.
+const grantFields = 7
+
+// decodeGrant reads the lease of a new grant of req from acquire.lua's
+// short reply: the fields the request does not give.
+func decodeGrant(req ledger.AcquireRequest, r reply) (ledger.Lease, error) {
+	f := r.rest
+	if len(f) < grantFields {
+		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: %d fields", len(f))
+	}
+	seq, err := strconv.ParseUint(str(f[4]), 10, 64)
+	if err != nil {
+		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", r.epoch, f[4])
+	}
+	return ledger.Lease{
+		ID:        ledger.LeaseID(str(f[0])),
+		Pool:      req.Pool,
+		Engine:    ledger.EngineID(str(f[1])),
+		Tenant:    req.Tenant,
+		Priority:  req.Priority,
+		KVTokens:  req.KVTokens,
+		Slots:     req.Slots,
+		Holder:    req.Holder,
+		RequestID: req.RequestID,
+		Created:   time.UnixMilli(integer(f[2])),
+		Deadline:  time.UnixMilli(integer(f[3])),
+		Fence:     ledger.Fence{Epoch: r.epoch, Seq: seq},
+		Probe:     str(f[5]) == "1",
+		Tokens:    integer(f[6]),
+	}, nil
 }
 
 // acquireArgv is acquire.lua's ARGV after the sweep batch.
