@@ -176,19 +176,22 @@ local pfield = memo(function(name) return 'p:' .. name end)
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
 -- m.xepoch is the epoch in hex, as lease ids write it; m.elastic is false
 -- in a worst_case pool; m.headroom is the pool's growth
--- headroom (ledger.PoolSpec.GrowthHeadroom).
+-- headroom (ledger.PoolSpec.GrowthHeadroom). The table is the memo's, one
+-- per meta string, not a copy: every field is read-only but sweep_at,
+-- which meta sets on every call and the call may lower (after a sweep),
+-- so a call reads only the sweep_at it set itself.
 local meta_spec = memo(function(s)
   local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
   return {epoch = epoch, xepoch = format('%x', tonum(epoch)), ru = tonum(ru), cap_kv = tonum(ckv),
     cap_slots = tonum(cs), retry = tonum(retry), reserve = reserve, elastic = reserve ~= 'worst_case',
-    headroom = num(headroom)}
+    headroom = num(headroom), sweep_at = 0}
 end)
 
 local function meta(s, sweep_at)
   if not s then return nil end
-  local c = meta_spec(s)
-  return {epoch = c.epoch, xepoch = c.xepoch, ru = c.ru, cap_kv = c.cap_kv, cap_slots = c.cap_slots,
-    retry = c.retry, sweep_at = num(sweep_at), reserve = c.reserve, elastic = c.elastic, headroom = c.headroom}
+  local m = meta_spec(s)
+  m.sweep_at = num(sweep_at)
+  return m
 end
 
 -- triple parses "a b c" (reservations, corrections, orphan charges) into
