@@ -64,6 +64,11 @@
 --               absent reads a minute)
 --   p:<name>    max_fill
 --   c:<name>    counter (ledger.Counter* names, "rejections:<reason>")
+--   g:<group>   the counters one operation adds to on every call, in one
+--               field: their values joined by spaces, in GROUPS' order
+--               (g:release). A counter's value is its c:<name>
+--               (written before groups) plus its place in a group
+--               (stats.lua adds them)
 --   repl        "<master_replid> <cluster node id, or ->" of the server that
 --               last wrote the pool (see failover)
 --   window      the recovery window in ms Configure was given (0: none); a
@@ -278,16 +283,47 @@ local function forget_tenant(name)
   rcall('SREM', K_TENANTS, name)
 end
 
+-- Counter groups: the counters one operation adds to on every call, kept
+-- in one field g:<group> so that the call reads, parses, formats and
+-- writes one field where it would four. GROUPS lists each group's
+-- counters (ledger.Counter* names) in their order in the field: four of
+-- them (group_add); a group only ever gains names at its end, so a field
+-- written with fewer reads its missing counters as 0. Two counters in a
+-- group cost more than in fields of their own (grow's stay so).
+local GROUPS = {
+  ['g:release'] = {'releases', 'released_kv_tokens', 'actual_prompt_tokens', 'actual_completion_tokens'},
+}
+
+-- group_add is the value of a four-counter group field s (nil: absent)
+-- with d (its counters' deltas, in order) added. Counters are whole
+-- numbers below 2^53, so one '%d' format writes them all.
+local function group_add(s, d)
+  local a, b, c, e = match(s or '0', '^(%S+) ?(%S*) ?(%S*) ?(%S*)')
+  a, b, c, e = num(a) + d[1], num(b) + d[2], num(c) + d[3], num(e) + d[4]
+  if a % 1 == 0 and b % 1 == 0 and c % 1 == 0 and e % 1 == 0 and a < 9007199254740992 and b < 9007199254740992
+    and c < 9007199254740992 and e < 9007199254740992 and a > -9007199254740992 and b > -9007199254740992
+    and c > -9007199254740992 and e > -9007199254740992 then
+    return format('%d %d %d %d', a, b, c, e)
+  end
+  -- Not all counts: each as int formats it, never through a C long.
+  return int(a) .. ' ' .. int(b) .. ' ' .. int(c) .. ' ' .. int(e)
+end
+
 -- charge_fields lists the fields charge reads for engine eid, tenant
--- tname and counters cnt, in its order.
+-- tname and counters cnt, in its order: a counter's c:<name>, or a
+-- group's own field name (g:<group>) as given.
 local function charge_fields(eid, tname, cnt)
   local f = {efield(eid).r, tfield(tname).r}
-  for i = 1, #cnt, 2 do f[#f + 1] = cfield(cnt[i]) end
+  for i = 1, #cnt, 2 do
+    local name = cnt[i]
+    f[#f + 1] = GROUPS[name] and name or cfield(name)
+  end
   return f
 end
 
 -- charge adds (kv, slots, n) to engine eid's and tenant tname's reservations and
--- cnt (counter name, delta, ...) to counters, writing them with the
+-- cnt (counter name, delta, ...; or a group's field name, then a table of
+-- its counters' deltas) to counters, writing them with the
 -- (field, value, ...) pairs in extra in one HSET. A removed engine or
 -- tenant is forgotten with its last lease. pre, when given, holds what
 -- charge would read first (the fields charge_fields names), read by the
@@ -304,8 +340,13 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
   w[#w + 1] = f[2]
   w[#w + 1] = fmt3(tkv + kv, ts + slots, tn)
   for i = 1, #cnt, 2 do
-    w[#w + 1] = f[2 + (i + 1) / 2]
-    w[#w + 1] = int(num(v[2 + (i + 1) / 2]) + cnt[i + 1])
+    local d, k = cnt[i + 1], 2 + (i + 1) / 2
+    w[#w + 1] = f[k]
+    if type(d) == 'table' then
+      w[#w + 1] = group_add(v[k], d)
+    else
+      w[#w + 1] = int(num(v[k]) + d)
+    end
   end
   rcall('HSET', K_STATE, unpk(w))
   if n < 0 and (en <= 0 or tn <= 0) then

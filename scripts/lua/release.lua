@@ -55,10 +55,9 @@ local id, holder, prompt, completion = ARGV[2], ARGV[3], num(ARGV[4]), num(ARGV[
 -- (drop_lease); cnt keeps the list made for the lease open_lease read.
 local cnt
 local function counts(x)
-  local c = {'releases', 1, 'released_kv_tokens', num(x[L_KV]), 'actual_prompt_tokens', prompt,
-    'actual_completion_tokens', completion}
+  local c = {'g:release', {1, num(x[L_KV]), prompt, completion}}
   if ARGV[6] ~= '' then
-    c[9], c[10], c[11], c[12] = ARGV[6], 1, ARGV[6] .. '/' .. x[L_TENANT], 1
+    c[3], c[4], c[5], c[6] = ARGV[6], 1, ARGV[6] .. '/' .. x[L_TENANT], 1
   end
   return c
 end

@@ -71,12 +71,30 @@ for name in gmatch(v[2] or '', '%S+') do
   prios[#prios + 1] = name
   prios[#prios + 1] = rcall('HGET', K_STATE, 'p:' .. name) or ''
 end
-local counters = {}
+-- Counters: each c:<name>, plus its place in a group field (GROUPS), the
+-- two added where a counter has both (a pool written before groups).
+local counters, at = {}, {}
+local function count(name, val)
+  local i = at[name]
+  if i then
+    counters[i] = int(num(counters[i]) + num(val))
+  else
+    counters[#counters + 1] = name
+    counters[#counters + 1] = val
+    at[name] = #counters
+  end
+end
 local all = rcall('HGETALL', K_STATE)
 for i = 1, #all, 2 do
-  if sub(all[i], 1, 2) == 'c:' then
-    counters[#counters + 1] = sub(all[i], 3)
-    counters[#counters + 1] = all[i + 1]
+  local f = all[i]
+  if sub(f, 1, 2) == 'c:' then
+    count(sub(f, 3), all[i + 1])
+  elseif GROUPS[f] then
+    local names, j = GROUPS[f], 0
+    for val in gmatch(all[i + 1], '%S+') do
+      j = j + 1
+      if names[j] then count(names[j], val) end
+    end
   end
 end
 return {'ok', m.epoch, int(now), int(m.ru), int(m.cap_kv), int(m.cap_slots),

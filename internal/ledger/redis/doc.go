@@ -65,6 +65,12 @@
 //	                         and the completion-length counters
 //	                         (ledger.CompletionCounters); c:failovers
 //	                         counts epochs started by a promotion
+//	  g:<group>              the counters one operation adds to on every
+//	                         call, in one field: "releases
+//	                         released_kv_tokens actual_prompt_tokens
+//	                         actual_completion_tokens" (g:release); Stats
+//	                         adds a counter's c:<name>, which scripts
+//	                         before groups wrote, to its place in a group
 //	  repl                   "<master_replid> <node id or ->": the server
 //	                         that last wrote the pool (see "Ledger loss")
 //	  window                 the recovery window (ms) Configure was given

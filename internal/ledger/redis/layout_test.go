@@ -379,3 +379,54 @@ func TestStateHashIsHashTable(t *testing.T) {
 		t.Errorf("hashtable field is %d bytes, want more than hash-max-listpack-value's default 64", n)
 	}
 }
+
+// TestLayoutBeforeCounterGroups checks Stats counts what both layouts
+// wrote: the four counters a release adds to are kept in one field
+// (g:release, lib.lua's GROUPS), and a pool whose scripts wrote them as
+// c:<name> before keeps those counts, added to the group's.
+func TestLayoutBeforeCounterGroups(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state := p + ":{llama}:state"
+	// What the scripts before groups left: every counter in a field of its own.
+	client.HSet(ctx, state, "c:releases", 3, "c:released_kv_tokens", 900, "c:actual_prompt_tokens", 30,
+		"c:actual_completion_tokens", 40)
+	release := func(id string, kv int64, u ledger.Usage) {
+		t.Helper()
+		g, err := l.Acquire(ctx, req("h1", id, kv, 1))
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if rel, err := l.Release(ctx, g.Lease.Ref(), u); err != nil || !rel.Released {
+			t.Fatalf("Release = %+v, %v", rel, err)
+		}
+	}
+	release("a", 170, ledger.Usage{PromptTokens: 7, CompletionTokens: 9})
+	release("b", 200, ledger.Usage{PromptTokens: 1, CompletionTokens: 2})
+	if got := client.HGet(ctx, state, "g:release").Val(); got != "2 370 8 11" {
+		t.Errorf("g:release = %q, want \"2 370 8 11\"", got)
+	}
+	st, err := l.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	for name, want := range map[string]int64{
+		ledger.CounterReleases: 5, ledger.CounterReleasedKV: 1270, ledger.CounterActualPrompt: 38,
+		ledger.CounterActualComplete: 51,
+	} {
+		if got := st.Counters[name]; got != want {
+			t.Errorf("Stats counter %s = %d, want %d (the old field's count plus the group's)", name, got, want)
+		}
+	}
+	// A group field shorter than GROUPS (a later version may append a
+	// counter; here, one of an earlier one): the missing counters read 0.
+	client.HSet(ctx, state, "g:release", "4")
+	release("c", 100, ledger.Usage{PromptTokens: 3, CompletionTokens: 4})
+	if got := client.HGet(ctx, state, "g:release").Val(); got != "5 100 3 4" {
+		t.Errorf("g:release after a release on a one-counter g:release = %q, want \"5 100 3 4\"", got)
+	}
+}
