@@ -452,14 +452,21 @@ local function drop_lease(l, cnt, now, report, pre)
   charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra, pre)
 end
 
--- holder_state returns 'live' (and the expiry), 'dead' (expired session not
--- yet fully swept) or 'none'. A session is live while now < expiry.
-local function holder_state(holder, now)
+-- holder_state returns 'live', 'dead' (expired session not yet fully
+-- swept) or 'none'. A session is live while now < expiry. Before sweep_at
+-- (the pool's, when given) every session expires later still, so one
+-- that exists is live: ZRANK tells, answering an integer where ZSCORE's
+-- score costs a float format and parse.
+local function holder_state(holder, now, sweep_at)
+  if sweep_at and now < sweep_at then
+    if rcall('ZRANK', K_HOLDERS, holder) then return 'live' end
+    return 'none'
+  end
   local s = rcall('ZSCORE', K_HOLDERS, holder)
   if not s then return 'none' end
   s = s + 0
-  if s <= now then return 'dead', s end
-  return 'live', s
+  if s <= now then return 'dead' end
+  return 'live'
 end
 
 -- end_leases drops the leases of ids, counting each under reason ('expired'

@@ -30,7 +30,7 @@ local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
 local id, holder = ARGV[2], ARGV[3]
-local state = holder_state(holder, now)
+local state = holder_state(holder, now, m.sweep_at)
 if now >= m.sweep_at then
   local _
   _, _, _, m.sweep_at = sweep(now, SWEEP_BATCH)

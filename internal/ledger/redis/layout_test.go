@@ -430,3 +430,60 @@ func TestLayoutBeforeCounterGroups(t *testing.T) {
 		t.Errorf("g:release after a release on a one-counter g:release = %q, want \"5 100 3 4\"", got)
 	}
 }
+
+// TestAcquireRecord checks the lease record acquire writes field by field
+// (acquire.lua builds it in one concatenation, not through lease_record)
+// and that the lease its short reply gives is the one List reads from the
+// record and a replay answers in full: for a tenant with a token budget
+// (the record ends in the tokens charged) and one without.
+func TestAcquireRecord(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	spec := basicSpec()
+	spec.Tenants[0].TokensPerMinute = 1000
+	mustConfigure(t, l, spec)
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	rated := req("h1", "rated", 100, 1)
+	rated.Tokens = 300
+	plain := req("h1", "plain", 50, 2, "gpu-1")
+	plain.Tenant = "small"
+	for _, r := range []ledger.AcquireRequest{rated, plain} {
+		g, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatalf("Acquire(%s): %v", r.RequestID, err)
+		}
+		x := g.Lease
+		want := []string{string(x.ID), string(x.Engine), string(r.Tenant), string(r.Priority), fmt.Sprint(r.KVTokens),
+			fmt.Sprint(r.Slots), string(r.Holder), string(r.RequestID), fmt.Sprint(x.Created.UnixMilli()),
+			fmt.Sprint(x.Deadline.UnixMilli()), fmt.Sprint(uint64(g.Epoch)), fmt.Sprint(x.Fence.Seq),
+			"0", "1", "0", "0", "0"}
+		if r.Tokens > 0 {
+			want = append(want, fmt.Sprint(r.ChargedTokens()))
+		}
+		rec := client.HGet(ctx, p+":{llama}:leases", string(x.ID)).Val()
+		if got := strings.Join(strings.Fields(rec), " "); got != strings.Join(want, " ") || got != rec {
+			t.Errorf("record of %s = %q, want %q", r.RequestID, rec, strings.Join(want, " "))
+		}
+		ls, err := l.List(ctx, ledger.Filter{Pool: "llama", Holder: "h1"})
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		found := false
+		for _, y := range ls {
+			if y.ID == x.ID {
+				found = true
+				if y != x {
+					t.Errorf("List's lease %+v, the grant's %+v", y, x)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("List has no lease %s", x.ID)
+		}
+		if again, err := l.Acquire(ctx, r); err != nil || !again.Replayed || again.Lease != x {
+			t.Errorf("replayed Acquire(%s) = %+v, %v; want the grant's lease %+v", r.RequestID, again, err, x)
+		}
+	}
+}
