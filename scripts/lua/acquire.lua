@@ -104,7 +104,7 @@ local fits = false
 for j = 1, n do
   local s = cands[j]
   if not s then
-    s = engine(ARGV[9 + j], v[F_SPECS + j])
+    s = engine(ARGV[9 + j], v[F_SPECS + j], false, j)
     if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, efield(s.id).obs) or false end
     capacity(s, obs[j] or nil)
   end
@@ -127,7 +127,7 @@ local chosen, first
 for j = 1, n do
   local e = cands[j]
   if not e then
-    e = engine(ARGV[9 + j], v[F_SPECS + j])
+    e = engine(ARGV[9 + j], v[F_SPECS + j], false, j)
     local ef = efield(e.id)
     local u = rcall('HMGET', K_STATE, ef.r, ef.c, ef.o, ef.b, ef.obs)
     obs[j] = u[5]

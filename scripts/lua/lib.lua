@@ -95,7 +95,7 @@ local OPTIONS -- the ARGV[1] the six options were parsed from
 -- call where a global such as string.format takes two. Redis offers none
 -- of them where the library's top level runs (FUNCTION LOAD), so the
 -- first open_call sets them.
-local rcall, tonum, unpk, floor, min, max, format, match, byte, sub, find, gmatch, gsub, concat
+local rcall, tonum, unpk, floor, min, max, format, match, byte, sub, find, gmatch, gsub, concat, nxt
 
 -- open_call starts a call with KEYS and ARGV: it sets the keys, and the
 -- options when ARGV[1] differs from the last call's (a router sends the
@@ -104,7 +104,7 @@ local function open_call(keys, argv)
   if not rcall then
     rcall, tonum, unpk, floor, min, max = redis.call, tonumber, unpack, math.floor, math.min, math.max
     format, match, byte, sub, find = string.format, string.match, string.byte, string.sub, string.find
-    gmatch, gsub, concat = string.gmatch, string.gsub, table.concat
+    gmatch, gsub, concat, nxt = string.gmatch, string.gsub, table.concat, next
   end
   K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = keys[1], keys[2], keys[3], keys[4]
   K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = keys[5], keys[6], keys[7], keys[8]
@@ -177,6 +177,26 @@ local tfield = memo(function(name)
   return {spec = f, r = f .. ':r', w = f .. ':w'}
 end)
 local pfield = memo(function(name) return 'p:' .. name end)
+
+-- scratch returns table k of pool: a table the library keeps between
+-- calls, for a hot call to fill instead of building a new one. A table of
+-- a dozen named fields built on every call costs about six thousand
+-- instructions (allocation, rehashing as it fills, the collector);
+-- refilling the same names in one whose slots exist allocates nothing.
+-- Its filler must set every field any code sets on such a table, so that
+-- nothing a previous call left is read (scripts/lua's
+-- TestScratchFieldsAllSet checks engine's and tenant's), and a scratch
+-- table lives only until the next scratch of its k: never keep one across
+-- calls, nor two uses of one k at once. (Emptying it first with next
+-- costs about as much as a new table.)
+local function scratch(pool, k)
+  local t = pool[k]
+  if not t then
+    t = {}
+    pool[k] = t
+  end
+  return t
+end
 
 -- meta parses the meta and sweep_at fields; nil when the pool is unknown.
 -- m.xepoch is the epoch in hex, as lease ids write it; m.elastic is false
@@ -678,15 +698,22 @@ local engine_spec = memo(function(s)
     draining = draining == '1'}
 end)
 
-local function engine(id, s, removed)
+-- engine returns engine id's table, from its spec s. It is a scratch
+-- table (scratch), number slot of ENGINES (1 when not given): a call that
+-- holds several engines at once gives each its own slot (acquire: its
+-- candidate's place). Every field usage, recovery and grant_reason set is
+-- set here too (TestScratchFieldsAllSet), so no value of an earlier call
+-- is read and a filled table never grows.
+local ENGINES = {}
+local function engine(id, s, removed, slot)
   if not s then return nil end
   local c = engine_spec(s)
   if not c.configured and not removed then return nil end
-  -- Every field usage, recovery and grant_reason set is in the
-  -- constructor, so the table is allocated once at its final size.
-  return {id = id, kv = c.kv, slots = c.slots, stale_ns = c.stale_ns, policy = c.policy, draining = c.draining,
-    rkv = 0, rslots = 0, n = 0, ckv = 0, cslots = 0, obs = 0, oraw = false, cap = 0, recovering = false,
-    braw = false, breaker = false, bt = false}
+  local e = scratch(ENGINES, slot or 1)
+  e.id, e.kv, e.slots, e.stale_ns, e.policy, e.draining = id, c.kv, c.slots, c.stale_ns, c.policy, c.draining
+  e.rkv, e.rslots, e.n, e.ckv, e.cslots, e.obs, e.oraw, e.cap = 0, 0, 0, 0, 0, 0, false, 0
+  e.recovering, e.braw, e.breaker, e.bt = false, false, false, false
+  return e
 end
 
 -- Tenants -------------------------------------------------------------------
@@ -699,11 +726,15 @@ local tenant_spec = memo(function(s)
   return {configured = cfg == '1', kv_share = tonum(kvs), slot_share = tonum(ss), tpm = num(tpm), rpm = num(rpm)}
 end)
 
+-- tenant returns tenant name's table, from its spec s and reservations
+-- r: a scratch table (scratch) of TENANTS, one per call.
+local TENANTS = {}
 local function tenant(name, s, r, removed)
   if not s then return nil end
   local c = tenant_spec(s)
   if not c.configured and not removed then return nil end
-  local rkv, rslots, n = triple(r)
-  return {name = name, kv_share = c.kv_share, slot_share = c.slot_share, tpm = c.tpm, rpm = c.rpm, rkv = rkv,
-    rslots = rslots, n = n}
+  local t = scratch(TENANTS, 1)
+  t.name, t.kv_share, t.slot_share, t.tpm, t.rpm = name, c.kv_share, c.slot_share, c.tpm, c.rpm
+  t.rkv, t.rslots, t.n = triple(r)
+  return t
 end

@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -208,5 +209,69 @@ func TestConstants(t *testing.T) {
 	}
 	if got, want := inline("x = L_A + t.L_A .. 'L_A' -- L_A\n", map[string]string{"L_A": "3"}), "x = 3 + t.L_A .. 'L_A' -- L_A\n"; got != want {
 		t.Errorf("inline = %q, want %q", got, want)
+	}
+}
+
+// TestScratchFieldsAllSet checks that engine and tenant (lib.lua) set
+// every field any code sets on the tables they fill: those are scratch
+// tables the library keeps between calls, so a field only some other code
+// sets would carry one call's value into the next. Engines are held as e,
+// e1, s and chosen, tenants as t; the check reads every assignment to a
+// field of those names, at a line's start or after then, do or else.
+func TestScratchFieldsAllSet(t *testing.T) {
+	lhs := regexp.MustCompile(`(?:^|\bthen\b|\bdo\b|\belse\b)\s*((?:[A-Za-z_]\w*\.\w+\s*,\s*)*[A-Za-z_]\w*\.\w+)\s*=[^=]`)
+	field := regexp.MustCompile(`([A-Za-z_]\w*)\.(\w+)`)
+	holds := map[string]string{"e": "engine", "e1": "engine", "s": "engine", "chosen": "engine", "t": "tenant"}
+	set := map[string]map[string]bool{"engine": {}, "tenant": {}}     // by the filler
+	other := map[string]map[string]string{"engine": {}, "tenant": {}} // elsewhere: field -> where
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ent := range entries {
+		b, err := files.ReadFile(ent.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		filler := ""
+		for i, line := range strings.Split(string(b), "\n") {
+			code, _, _ := strings.Cut(line, "--")
+			if ent.Name() == "lib.lua" {
+				switch {
+				case strings.HasPrefix(code, "local function engine("):
+					filler = "engine"
+				case strings.HasPrefix(code, "local function tenant("):
+					filler = "tenant"
+				case code == "end":
+					filler = ""
+				}
+			}
+			for _, m := range lhs.FindAllStringSubmatch(code, -1) {
+				for _, f := range field.FindAllStringSubmatch(m[1], -1) {
+					kind, ok := holds[f[1]]
+					if !ok {
+						continue
+					}
+					if filler == kind {
+						set[kind][f[2]] = true
+					} else {
+						other[kind][f[2]] = fmt.Sprintf("%s:%d", ent.Name(), i+1)
+					}
+				}
+			}
+		}
+	}
+	for kind, fields := range other {
+		if len(set[kind]) == 0 {
+			t.Fatalf("found no field %s sets", kind)
+		}
+		for f, where := range fields {
+			if !set[kind][f] {
+				t.Errorf("%s sets field %s of a%s, which %s does not set", where, f, map[bool]string{true: "n", false: ""}[kind == "engine"]+" "+kind, kind)
+			}
+		}
+	}
+	if len(other["engine"]) < 10 {
+		t.Errorf("found %d engine fields set outside engine, want the dozen lib_admit.lua sets: is the pattern still right?", len(other["engine"]))
 	}
 }
