@@ -382,11 +382,13 @@ local BREAKER_CLOSED = 'closed 0 0 0 0 0' -- e:<id>:b when absent
 
 -- breaker_spec parses the pool's breaker field; absent, the defaults
 -- (ledger.DefaultBreaker*).
-local function breaker_spec(s)
-  local f, c, p, n = match(s or '', '^(%S+) (%S+) (%S+) (%S+)$')
+-- The spec is kept (memo), by the field's value, and shared: read-only.
+local breaker_spec_of = memo(function(s)
+  local f, c, p, n = match(s, '^(%S+) (%S+) (%S+) (%S+)$')
   if not f then return {failures = 5, cooldown = 10000, probes = 1, successes = 2} end
   return {failures = tonum(f), cooldown = tonum(c), probes = tonum(p), successes = tonum(n)}
-end
+end)
+local function breaker_spec(s) return breaker_spec_of(s or '') end
 
 -- breaker_at parses an engine's e:<id>:b and reads it at now with spec s:
 -- ledger.Breaker.Advance. It returns the breaker and the transition the

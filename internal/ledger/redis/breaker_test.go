@@ -128,3 +128,59 @@ func breakerRound(t *testing.T, srv *redisserver.Server, rng *rand.Rand) map[str
 func countsFailure(s ledger.BreakerSpec, b ledger.Breaker, probe bool, o ledger.Outcome) bool {
 	return !s.Off() && o.Failure() && (b.State == ledger.BreakerClosed || (b.State == ledger.BreakerHalfOpen && probe))
 }
+
+// TestReleaseOKStoresBreakerAsBefore checks what a release with outcome ok
+// leaves in the engine's stored breaker (e:<id>:b), byte for byte, in the
+// cases release.lua skips reading it (quiet) and the ones next to them
+// that it must not: nothing stored stays absent; a closed breaker with no
+// failure counted (one reset after a failure: failed_ms set) stays as it
+// is under a breaker that is on; a count of failures is reset; a breaker
+// of five fields (written before failed_ms) is rewritten in six; under a
+// breaker turned off every stored breaker reads, and is written back,
+// closed with every count 0.
+func TestReleaseOKStoresBreakerAsBefore(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	for _, c := range []struct {
+		name      string
+		off       bool
+		raw, want string // "": absent
+	}{
+		{name: "none stored", raw: "", want: ""},
+		{name: "closed, reset after a failure", raw: "closed 0 0 0 0 1700000000000", want: "closed 0 0 0 0 1700000000000"},
+		{name: "closed, all 0", raw: "closed 0 0 0 0 0", want: "closed 0 0 0 0 0"},
+		{name: "closed, failures counted", raw: "closed 2 0 0 0 1700000000000", want: "closed 0 0 0 0 1700000000000"},
+		{name: "five fields", raw: "closed 0 0 0 0", want: "closed 0 0 0 0 0"},
+		{name: "off, none stored", off: true, raw: "", want: ""},
+		{name: "off, reset after a failure", off: true, raw: "closed 0 0 0 0 1700000000000", want: "closed 0 0 0 0 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			l, p := newLedgerOn(t, client, noWindow)
+			spec := basicSpec()
+			if c.off {
+				spec.Breaker.Failures = -1
+			}
+			mustConfigure(t, l, spec)
+			mustKeepAlive(t, l, "llama", "h1", time.Minute)
+			g, err := l.Acquire(ctx, req("h1", "a", 100, 1, "gpu-0"))
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			state := p + ":{llama}:state"
+			if c.raw != "" {
+				client.HSet(ctx, state, "e:gpu-0:b", c.raw)
+			}
+			if rel, err := l.Release(ctx, g.Lease.Ref(), ledger.Usage{Finished: true, Outcome: ledger.OutcomeOK}); err != nil || !rel.Released {
+				t.Fatalf("Release = %+v, %v", rel, err)
+			}
+			got, err := client.HGet(ctx, state, "e:gpu-0:b").Result()
+			if err != nil {
+				got = ""
+			}
+			if got != c.want {
+				t.Errorf("e:gpu-0:b after an ok release of %q = %q, want %q", c.raw, got, c.want)
+			}
+		})
+	}
+}

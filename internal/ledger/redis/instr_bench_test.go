@@ -16,7 +16,8 @@ package redis
 //
 // With LEASEHOLD_CALLGRIND_DIR set, callgrind's dumps are written there and
 // kept (one file per phase, desc "dump phaseN": phase0 the empty function,
-// then acquire, resize, grow, release), for callgrind_annotate to show
+// then acquire, resize, grow, release, acquire again and the bare
+// release), for callgrind_annotate to show
 // where a function's instructions go.
 
 import (
@@ -89,7 +90,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		if err != nil {
 			b.Fatalf("acquire: %v", err)
 		}
-		if _, err := led.Release(ctx, g.Lease.Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10}); err != nil {
+		if _, err := led.Release(ctx, g.Lease.Ref(), routerUsage); err != nil {
 			b.Fatalf("release: %v", err)
 		}
 	}
@@ -117,6 +118,15 @@ func BenchmarkScriptInstructions(b *testing.B) {
 			return err
 		}},
 		{"release", func(i int) error {
+			_, err := led.Release(ctx, leases[i].Ref(), routerUsage)
+			return err
+		}},
+		{"acquire (again)", func(i int) error {
+			g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "in2"))
+			leases[i] = g.Lease
+			return err
+		}},
+		{"release (bare: no outcome, unfinished)", func(i int) error {
 			_, err := led.Release(ctx, leases[i].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10})
 			return err
 		}},

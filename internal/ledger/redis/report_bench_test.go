@@ -302,6 +302,12 @@ type scriptTimesReport struct {
 	floor []scriptTime
 }
 
+// routerUsage is what a router's release reports for an answer that
+// finished (route's dispatch): the usage, the completion-length counters
+// (Finished) and the dispatch's outcome for the engine's breaker. The
+// benchmarks' "release" rows release with it.
+var routerUsage = ledger.Usage{PromptTokens: 10, CompletionTokens: 10, Finished: true, Outcome: ledger.OutcomeOK}
+
 // emptyLibrary registers the calibration's empty function.
 const emptyLibrary = "#!lua name=leasehold_calibration\nredis.register_function('lh_calibration_empty', function() return 1 end)\n"
 
@@ -367,7 +373,21 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 		return err
 	})
 	measure("release", func(i int) error {
-		_, err := led.Release(ctx, leases[i].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10})
+		_, err := led.Release(ctx, leases[i].Ref(), routerUsage)
+		return err
+	})
+	// The same leases again, for a release without the router's outcome
+	// and completion counters (granted outside any row's measurement).
+	more := make([]ledger.Lease, n)
+	for i := range more {
+		g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "st2"))
+		if err != nil {
+			e.b.Fatalf("acquire: %v", err)
+		}
+		more[i] = g.Lease
+	}
+	measure("release (bare: no outcome, unfinished)", func(i int) error {
+		_, err := led.Release(ctx, more[i].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10})
 		return err
 	})
 	measure("reassert", func(i int) error {
