@@ -28,24 +28,26 @@
 -- floor(cap*max_fill) - floor(cap*growth_headroom), cap the smaller of the
 -- configured and the last reported capacity.
 --
--- One HMGET reads the pool: meta, sweep_at, seq, the grants counter,
--- repl (failover_seen), the tenant, the priority, the first candidate's
--- usage, breaker and last observation, and every candidate's spec (unknown
--- engines need them all). What only some grants need is read when the rule
--- reaches it: the pool's breaker spec when a candidate has a breaker
--- stored, created while the recovery window is open, a later candidate's
--- usage when the ones before refuse, its observation when the first
--- cannot hold the request at all. One HSET writes the grant back.
+-- One HMGET reads the pool: meta, sweep_at, seq, repl (failover_seen),
+-- the tenant, the priority, the first candidate's usage, breaker and last
+-- observation, and every candidate's spec (unknown engines need them
+-- all). What only some grants need is read when the rule reaches it: the
+-- pool's breaker spec when a candidate has a breaker stored, created
+-- while the recovery window is open, a later candidate's usage when the
+-- ones before refuse, its observation when the first cannot hold the
+-- request at all. One HSET writes the grant back and HINCRBY counts it
+-- (cheaper than reading, formatting and writing the counter: a number
+-- argument to redis.call is formatted too, so the 1 is a string).
 
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = ARGV[4] + 0, ARGV[5] + 0, ARGV[8] + 0, ARGV[9] + 0 -- numbers from the client (num)
 local tf, ef1 = tfield(tenant_name), efield(ARGV[10])
-local fields = {'meta', 'sweep_at', 'seq', 'c:grants', 'repl', tf.spec, tf.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b,
-  ef1.obs, ef1.spec}
-local F_SPECS = 13
+local fields = {'meta', 'sweep_at', 'seq', 'repl', tf.spec, tf.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b, ef1.obs,
+  ef1.spec}
+local F_SPECS = 12
 for j = 2, n do fields[F_SPECS + j] = efield(ARGV[9 + j]).spec end
 local v = rcall('HMGET', K_STATE, unpk(fields))
-if failover_seen(v[1], v[5]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
+if failover_seen(v[1], v[4]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
@@ -64,7 +66,7 @@ local prev = rcall('HGET', K_REQ, rkey)
 if prev then
   local l = get_lease(prev)
   if l and num(l[L_DEADLINE]) > now then
-    rcall('HINCRBY', K_STATE, 'c:replays', 1)
+    rcall('HINCRBY', K_STATE, 'c:replays', '1')
     return {'replayed', m.epoch, unpk(l, 1, L_N)}
   end
   if l then
@@ -75,10 +77,10 @@ if prev then
   end
 end
 
-local t = tenant(tenant_name, v[6], v[7])
+local t = tenant(tenant_name, v[5], v[6])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-if not v[8] then return {'unknown_priority', m.epoch, prio} end
-local maxfill = v[8] + 0
+if not v[7] then return {'unknown_priority', m.epoch, prio} end
+local maxfill = v[7] + 0
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
   local s = v[F_SPECS + j]
@@ -86,14 +88,14 @@ for j = 1, n do
 end
 local created -- the pool's created field, read once the recovery window needs it
 local e1 = engine(ARGV[10], v[F_SPECS + 1])
-usage(e1, v[9], v[10], v[11], v[13])
+usage(e1, v[8], v[9], v[10], v[12])
 if now < m.ru then
   created = rcall('HGET', K_STATE, 'created')
   recovery(e1, m, now, created)
 end
-e1.braw = v[12]
+e1.braw = v[11]
 local cands = {e1}
-local obs = {v[13]} -- candidates' last observations, read as needed
+local obs = {v[12]} -- candidates' last observations, read as needed
 
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
@@ -169,14 +171,14 @@ local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
 local probe = chosen.braw and chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
-local created, sdeadline = int(now), int(deadline)
+local screated, sdeadline = int(now), int(deadline)
 local sprobe, stokens = probe and '1' or '0', rates and int(tokens) or '0'
 -- put_lease, with the check that no lease holds id in the same HSETNX.
 local owns = rcall('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
 -- The record lease_record writes for this lease (not reasserted, not
 -- overgrown, confirmed), in one concatenation instead of a lease table.
 local rec = id .. ' ' .. chosen.id .. ' ' .. tenant_name .. ' ' .. prio .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' '
-  .. holder .. ' ' .. req .. ' ' .. created .. ' ' .. sdeadline .. ' ' .. m.epoch .. ' ' .. sseq .. ' 0 ' .. owns
+  .. holder .. ' ' .. req .. ' ' .. screated .. ' ' .. sdeadline .. ' ' .. m.epoch .. ' ' .. sseq .. ' 0 ' .. owns
   .. ' 0 0 ' .. sprobe .. (stokens ~= '0' and ' ' .. stokens or '')
 if rcall('HSETNX', K_LEASES, id, rec) == 0 then
   if owns == '1' then rcall('HDEL', K_REQ, rkey) end
@@ -184,7 +186,7 @@ if rcall('HSETNX', K_LEASES, id, rec) == 0 then
 end
 rcall('ZADD', K_DEADLINES, sdeadline, id)
 rcall('SADD', P_HOLDER .. holder, id)
-local w = {'seq', sseq, 'c:grants', int(num(v[4]) + 1),
+local w = {'seq', sseq,
   efield(chosen.id).r, fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
   tf.r, fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
 if rates then
@@ -193,10 +195,11 @@ if rates then
   w[#w + 1] = rate_fmt(rates)
 end
 if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end
-if chosen.bt then rcall('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, 1) end
+if chosen.bt then rcall('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, '1') end
 if deadline < m.sweep_at then
   w[#w + 1] = 'sweep_at'
   w[#w + 1] = int(deadline)
 end
 rcall('HSET', K_STATE, unpk(w))
-return {'ok', m.epoch, id, chosen.id, created, sdeadline, sseq, sprobe, stokens}
+rcall('HINCRBY', K_STATE, 'c:grants', '1')
+return {'ok', m.epoch, id, chosen.id, screated, sdeadline, sseq, sprobe, stokens}

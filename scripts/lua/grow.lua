@@ -23,13 +23,11 @@
 -- deadline does not change.
 
 local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
--- One HMGET reads the pool with what the checks and the charge need,
--- counters included (open_lease); one HSET writes the charge (charge's,
--- without its reads).
+-- One HMGET reads the pool with what the checks and the charge need
+-- (open_lease); one HSET writes the charge (charge's, without its reads).
 local m, now, l, v = open_lease(id, function(x)
   local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
-  return {ef.spec, ef.r, ef.c, ef.o, ef.obs, tf.spec, tf.r, 'c:growths', 'c:grown_kv_tokens',
-    'c:overgrowths'}
+  return {ef.spec, ef.r, ef.c, ef.o, ef.obs, tf.spec, tf.r}
 end)
 if not m then return {'unknown_pool', ''} end
 local status
@@ -57,14 +55,15 @@ if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local t = tenant(l[L_TENANT], v[9], v[10], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
-local w = {ef.r, fmt3(e.rkv + delta, e.rslots, e.n), tf.r, fmt3(t.rkv + delta, t.rslots, t.n),
-  'c:growths', int(num(v[11]) + 1), 'c:grown_kv_tokens', int(num(v[12]) + delta)}
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
   l[L_OVERGROWN] = '1'
-  w[#w + 1] = 'c:overgrowths'
-  w[#w + 1] = int(num(v[13]) + 1)
+  rcall('HINCRBY', K_STATE, 'c:overgrowths', '1')
 end
 l[L_KV] = ARGV[4]
 set_lease(l)
-rcall('HSET', K_STATE, unpk(w))
+rcall('HSET', K_STATE, ef.r, fmt3(e.rkv + delta, e.rslots, e.n), tf.r, fmt3(t.rkv + delta, t.rslots, t.n))
+-- HINCRBY adds to a counter for less than reading, formatting and writing
+-- it ('1' a string: redis.call formats a number argument).
+rcall('HINCRBY', K_STATE, 'c:growths', '1')
+rcall('HINCRBY', K_STATE, 'c:grown_kv_tokens', int(delta))
 return {'ok', m.epoch, unpk(l, 1, L_N)}

@@ -522,11 +522,11 @@ end
 local function sweep(now, batch)
   local revoked, holders = 0, 0
   local budget = batch
-  local ids = rcall('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, budget)
+  local ids = rcall('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', '0', budget)
   local expired = end_leases(ids, 'expired', now, 'ZREM', K_DEADLINES)
   budget = budget - #ids
   if budget > 0 then
-    local dead = rcall('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', 0, budget)
+    local dead = rcall('ZRANGEBYSCORE', K_HOLDERS, '-inf', now, 'LIMIT', '0', budget)
     for _, h in ipairs(dead) do
       if budget <= 0 then break end
       local hk = P_HOLDER .. h
@@ -541,9 +541,9 @@ local function sweep(now, batch)
     end
   end
   local at = NEVER
-  local d = rcall('ZRANGE', K_DEADLINES, 0, 0, 'WITHSCORES')
+  local d = rcall('ZRANGE', K_DEADLINES, '0', '0', 'WITHSCORES')
   if d[2] then at = min(at, tonum(d[2])) end
-  d = rcall('ZRANGE', K_HOLDERS, 0, 0, 'WITHSCORES')
+  d = rcall('ZRANGE', K_HOLDERS, '0', '0', 'WITHSCORES')
   if d[2] then at = min(at, tonum(d[2])) end
   rcall('HSET', K_STATE, 'sweep_at', int(at))
   return expired, revoked, holders, at

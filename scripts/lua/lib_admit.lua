@@ -107,7 +107,7 @@ end
 
 -- reject counts a rejection and builds the reply.
 local function reject(m, reason, engine_id, retry)
-  rcall('HINCRBY', K_STATE, 'c:rejections', 1)
-  rcall('HINCRBY', K_STATE, 'c:rejections:' .. reason, 1)
+  rcall('HINCRBY', K_STATE, 'c:rejections', '1')
+  rcall('HINCRBY', K_STATE, 'c:rejections:' .. reason, '1')
   return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end

@@ -42,7 +42,7 @@ local prev = get_lease(id)
 if prev then
   if prev[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
   if num(prev[L_DEADLINE]) > now then
-    rcall('HINCRBY', K_STATE, 'c:replays', 1)
+    rcall('HINCRBY', K_STATE, 'c:replays', '1')
     return {'replayed', m.epoch, unpk(prev, 1, L_N)}
   end
   drop_lease(prev, {'expired', 1}, now)

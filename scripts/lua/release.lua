@@ -55,11 +55,7 @@ local id, holder, prompt, completion = ARGV[2], ARGV[3], num(ARGV[4]), num(ARGV[
 -- (drop_lease); cnt keeps the list made for the lease open_lease read.
 local cnt
 local function counts(x)
-  local c = {'g:release', {1, num(x[L_KV]), prompt, completion}}
-  if ARGV[6] ~= '' then
-    c[3], c[4], c[5], c[6] = ARGV[6], 1, ARGV[6] .. '/' .. x[L_TENANT], 1
-  end
-  return c
+  return {'g:release', {1, num(x[L_KV]), prompt, completion}}
 end
 -- One HMGET reads the pool with what the charge reads (open_lease; from
 -- v[4]), for a release by the holder, then, for an outcome 'ok', the
@@ -105,4 +101,11 @@ if (outcome ~= '' and not (outcome == 'ok' and l[L_PROBE] ~= '1' and quiet(v[ib]
 end
 rate_true_up(l, now, prompt, completion)
 drop_lease(l, cnt, now, report, {unpk(v, 4)})
+if ARGV[6] ~= '' then
+  -- The completion-length counters, the pool's and the tenant's: HINCRBY
+  -- adds to each, cheaper than reading, formatting and writing it (with
+  -- '1' a string: redis.call formats a number argument).
+  rcall('HINCRBY', K_STATE, cfield(ARGV[6]), '1')
+  rcall('HINCRBY', K_STATE, 'c:' .. ARGV[6] .. '/' .. l[L_TENANT], '1')
+end
 return {'ok', m.epoch, 1}
