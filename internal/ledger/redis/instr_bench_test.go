@@ -16,8 +16,8 @@ package redis
 //
 // With LEASEHOLD_CALLGRIND_DIR set, callgrind's dumps are written there and
 // kept (one file per phase, desc "dump phaseN": phase0 the empty function,
-// then acquire, resize, grow, release, acquire again and the bare
-// release), for callgrind_annotate to show
+// then acquire's calls alone, acquire, resize, grow, release, acquire
+// again and the bare release), for callgrind_annotate to show
 // where a function's instructions go.
 
 import (
@@ -76,15 +76,25 @@ func BenchmarkScriptInstructions(b *testing.B) {
 	e := &benchEnv{b: b, ctx: ctx, srv: srv, client: client}
 	e.fresh(16)
 	e.preload(2000)
+	e.observeAll()
 	if err := client.FunctionLoadReplace(ctx, emptyLibrary).Err(); err != nil {
 		b.Fatalf("load the empty function: %v", err)
 	}
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
 	led := e.led
+	calKeys := e.calibrationKeys()
+	argv1 := led.s.argv1(led.s.opts.SweepBatch)
+	calls := func(i int, tag string) error {
+		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, tag))...)
+		return client.FCall(ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
+	}
 	// Warm up: the options parsed, the memos filled, as in a running pool.
 	for i := 0; i < 100; i++ {
 		if err := client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err(); err != nil {
 			b.Fatalf("empty function: %v", err)
+		}
+		if err := calls(i, "warm"); err != nil {
+			b.Fatalf("acquire's calls alone: %v", err)
 		}
 		g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "warm"))
 		if err != nil {
@@ -104,6 +114,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		{"(empty function)", func(i int) error {
 			return client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err()
 		}},
+		{"(acquire's Redis calls alone, no admission logic)", func(i int) error { return calls(i, "in") }},
 		{"acquire", func(i int) error {
 			g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "in"))
 			leases = append(leases, g.Lease)
@@ -152,7 +163,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 	for j, p := range phases {
 		fmt.Fprintf(out, "| %s | %d | %.0f | %.2f× |\n", p.name, n, per[j], per[j]/per[0])
 	}
-	fmt.Fprintf(out, "\nCounted by callgrind (Valgrind) in redis-server %s, on a pool holding 2,000 leases; repeated runs of one build agree within a fraction of a percent (dict hash seeds differ per process).\n",
+	fmt.Fprintf(out, "\nCounted by callgrind (Valgrind) in redis-server %s, on a pool holding 2,000 leases whose engines have been observed; repeated runs of one build agree within a fraction of a percent (dict hash seeds differ per process).\n",
 		redisVersion(ctx, client))
 	fmt.Print(out.String())
 }

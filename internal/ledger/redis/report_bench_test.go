@@ -59,6 +59,21 @@ func (e *benchEnv) addPool(pool ledger.PoolID, callers int) {
 	}
 }
 
+// observeAll gives each engine of the bench pool an observation, as a
+// router's first scrape does: acquire then reads and parses each
+// candidate's telemetry correction and last observation (e:<id>:c,
+// e:<id>:obs) as it does in a running fleet. They are taken at a fixed
+// time in 2020, before the script-time table's observe row's.
+func (e *benchEnv) observeAll() {
+	e.b.Helper()
+	for _, id := range benchkit.BenchRequest(e.pool, 0, 0, "").Candidates {
+		if _, err := e.led.Observe(e.ctx, ledger.Observation{Pool: e.pool, Engine: id, KVTokensUsed: 1000,
+			KVTokensTotal: ledger.MaxAmount, Running: 1, ObservedAt: time.Unix(1600000000, 0)}); err != nil {
+			e.b.Fatalf("observe %s: %v", id, err)
+		}
+	}
+}
+
 // raw returns an op that calls the acquire function with FCALL directly:
 // keys and arguments are built before the timed loop; only the request id
 // changes per call.
@@ -308,11 +323,73 @@ type scriptTimesReport struct {
 // benchmarks' "release" rows release with it.
 var routerUsage = ledger.Usage{PromptTokens: 10, CompletionTokens: 10, Finished: true, Outcome: ledger.OutcomeOK}
 
-// emptyLibrary registers the calibration's empty function.
-const emptyLibrary = "#!lua name=leasehold_calibration\nredis.register_function('lh_calibration_empty', function() return 1 end)\n"
+// emptyLibrary registers the calibration's functions: the empty one, and
+// lh_calibration_acquire_calls, which makes the Redis calls a grant by
+// acquire makes (scripts/lua/acquire.lua, its common path: no sweep, no
+// replay, one candidate tried), with acquire's KEYS and ARGV, the same
+// fields read and written and replies of the same shape, and none of the
+// admission rule: the floor those calls set under acquire's cost. Run it
+// on copies of a pool's keys (calibrationKeys): it writes a lease-shaped
+// record, a request index entry, a deadline and a holder set member for
+// each request id, and the pool's seq, reservations and grants counter.
+const emptyLibrary = "#!lua name=leasehold_calibration\n" +
+	"redis.register_function('lh_calibration_empty', function() return 1 end)\n" + acquireCallsFunction
+
+const acquireCallsFunction = `
+redis.register_function('lh_calibration_acquire_calls', function(KEYS, ARGV)
+  local call = redis.call
+  local t, e, n = ARGV[2], ARGV[10], ARGV[9] + 0
+  local f = {'meta', 'sweep_at', 'seq', 'repl', 't:' .. t, 't:' .. t .. ':r', 'p:' .. ARGV[3], 'e:' .. e .. ':r',
+    'e:' .. e .. ':c', 'e:' .. e .. ':o', 'e:' .. e .. ':b', 'e:' .. e .. ':obs', 'e:' .. e}
+  for j = 2, n do f[12 + j] = 'e:' .. ARGV[9 + j] end
+  local v = call('HMGET', KEYS[1], unpack(f))
+  call('INFO', 'replication')
+  local now = call('TIME')
+  call('ZRANK', KEYS[5], ARGV[6])
+  local rkey = ARGV[6] .. ' ' .. ARGV[7]
+  call('HGET', KEYS[6], rkey)
+  local id = 'c-' .. ARGV[7]
+  call('HSETNX', KEYS[6], rkey, id)
+  local ms = now[1] .. '000'
+  call('HSETNX', KEYS[7], id, id .. ' ' .. e .. ' ' .. t .. ' ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' ..
+    ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ms .. ' ' .. ms .. ' 1700000000000000 ' .. now[2] .. ' 0 1 0 0 0')
+  call('ZADD', KEYS[4], ms, id)
+  call('SADD', KEYS[8] .. ARGV[6], id)
+  call('HSET', KEYS[1], 'seq', now[2], 'e:' .. e .. ':r', v[8] or '0 0 0', 't:' .. t .. ':r', v[6] or '0 0 0')
+  call('HINCRBY', KEYS[1], 'c:grants', '1')
+  return {'ok', '1700000000000000', id, e, ms, ms, now[2], '0', '0'}
+end)
+`
+
+// calibrationKeys copies the bench pool's keys, and the 16 bench holders'
+// lease sets, to keys of their own in the same hash slot, and returns them
+// as KEYS for lh_calibration_acquire_calls.
+func (e *benchEnv) calibrationKeys() []string {
+	e.b.Helper()
+	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
+	src := keys.scriptKeys()
+	dst := make([]string, len(src))
+	for i, k := range src {
+		dst[i] = k + "calibration:"
+		if i == len(src)-1 { // the holder key prefix
+			for h := 0; h < 16; h++ {
+				from := k + string(benchkit.BenchHolder(h))
+				if err := e.client.Copy(e.ctx, from, dst[i]+string(benchkit.BenchHolder(h)), 0, true).Err(); err != nil {
+					e.b.Fatalf("COPY %s: %v", from, err)
+				}
+			}
+			continue
+		}
+		if err := e.client.Copy(e.ctx, k, dst[i], 0, true).Err(); err != nil {
+			e.b.Fatalf("COPY %s: %v", k, err)
+		}
+	}
+	return dst
+}
 
 // scriptTimes runs each operation alone from one caller, 2,000 times, on a
-// pool holding 10,000 leases, and reads its server time per call. Before
+// pool holding 10,000 leases whose engines have been observed, and reads
+// its server time per call. Before
 // each operation's row, and after the last, it times 1,000 calls of an
 // empty function with the same keys: the calibration, a slice next to
 // every row, so that the floor's drift on a shared machine falls on all
@@ -322,6 +399,7 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 	const n, nFloor = 2000, 1000
 	e.fresh(16)
 	e.preload(10000)
+	e.observeAll()
 	ctx, led := e.ctx, e.led
 	var leases []ledger.Lease
 	var out scriptTimesReport
@@ -354,6 +432,12 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 	empty := goredis.NewScript("return 1")
 	measure("(empty EVAL script, for reference)", func(i int) error {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
+	})
+	calKeys := e.calibrationKeys()
+	argv1 := led.s.argv1(led.s.opts.SweepBatch)
+	measure("(acquire's Redis calls alone, no admission logic)", func(i int) error {
+		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, "st"))...)
+		return e.client.FCall(ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
 	})
 	measure("acquire", func(i int) error {
 		g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "st"))
