@@ -585,15 +585,22 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 -- returns true when it started a new epoch (meta, seq and created
 -- changed). The common case, this server wrote the pool last, costs one
 -- INFO and one comparison.
+local repl_id = memo(function(repl)
+  if byte(repl, 41) == 32 then return sub(repl, 1, 40) end
+  return false
+end)
+
 local function failover_seen(meta_s, repl)
   if not meta_s then return false end
   local info = rcall('INFO', 'replication')
-  -- A plain find, then a match anchored where the id starts: an unanchored
-  -- pattern would be tried at every byte of the reply before it.
+  -- Plain finds: an unanchored pattern would be tried at every byte of
+  -- the reply before the id.
   local at = find(info, 'master_replid:', 1, true)
+  -- repl is "<40 hex> <node>": the same server when the reply's id (40
+  -- hex digits, then the line's end) is its first 40 characters.
+  local mine = repl and at and repl_id(repl)
+  if mine and find(info, mine, at + 14, true) == at + 14 and byte(info, at + 54) == 13 then return false end
   local id = at and match(info, '^%x+', at + 14)
-  -- repl is "<40 hex> <node>": the same server when it starts with id.
-  if repl and byte(repl, 41) == 32 and sub(repl, 1, 40) == id then return false end
   local rid, rnode = match(repl or '', '^(%S+) (%S+)$')
   local node = '-'
   if CLUSTER == '1' then node = rcall('CLUSTER', 'MYID') end

@@ -6,8 +6,17 @@
 -- capacity sets e.cap, ledger.EngineState.CapacityKV: the configured KV
 -- tokens, or the total the last applied observation reported (the second
 -- value of e:<id>:obs) when that is smaller.
+-- An observation's total and a correction's three numbers are kept (memo)
+-- by the field's value: an engine is observed about once a second and
+-- its fields read by every grant in between.
+local obs_total = memo(function(obs) return num(match(obs, '^%S+ (%S+)')) end)
+local correction = memo(function(c)
+  local ckv, cslots, arrived = triple(c)
+  return {ckv, cslots, arrived}
+end)
+
 local function capacity(e, obs)
-  local total = num(obs and match(obs, '^%S+ (%S+)'))
+  local total = obs and obs_total(obs) or 0
   e.cap = e.kv
   if total > 0 and total < e.kv then e.cap = total end
 end
@@ -17,7 +26,12 @@ end
 -- and the observation gives the capacity (and, kept as e.oraw, recovery).
 local function usage(e, r, c, o, obs)
   e.rkv, e.rslots, e.n = triple(r)
-  e.ckv, e.cslots, e.obs = triple(c)
+  if c then
+    local x = correction(c)
+    e.ckv, e.cslots, e.obs = x[1], x[2], x[3]
+  else
+    e.ckv, e.cslots, e.obs = 0, 0, 0
+  end
   local okv, oslots = triple(o)
   e.ckv, e.cslots = e.ckv + okv, e.cslots + oslots
   e.oraw = obs
