@@ -2,7 +2,9 @@ package redis
 
 // BenchmarkScriptInstructions counts the instructions Redis executes per
 // call of the hot functions, against the empty function in the same run,
-// with redis-server running under Valgrind's callgrind. Unlike the server
+// with redis-server running under Valgrind's callgrind. A second floor,
+// lh_calibration_acquire_calls (report_bench_test.go), makes the Redis
+// calls an acquire's grant makes with none of the admission rule. Unlike the server
 // time in BenchmarkReport's script-time table (INFO commandstats, which on
 // a shared two-core machine moves by a quarter between runs), the count is
 // the same, within a fraction of a percent, in every run on one Redis
