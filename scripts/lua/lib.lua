@@ -95,7 +95,7 @@ local OPTIONS -- the ARGV[1] the six options were parsed from
 -- call where a global such as string.format takes two. Redis offers none
 -- of them where the library's top level runs (FUNCTION LOAD), so the
 -- first open_call sets them.
-local rcall, tonum, unpk, floor, min, max, format, match, byte, sub, find, gmatch, gsub, concat, nxt
+local rcall, tonum, unpk, floor, min, max, format, match, byte, sub, find, gmatch, gsub, concat
 
 -- open_call starts a call with KEYS and ARGV: it sets the keys, and the
 -- options when ARGV[1] differs from the last call's (a router sends the
@@ -104,7 +104,7 @@ local function open_call(keys, argv)
   if not rcall then
     rcall, tonum, unpk, floor, min, max = redis.call, tonumber, unpack, math.floor, math.min, math.max
     format, match, byte, sub, find = string.format, string.match, string.byte, string.sub, string.find
-    gmatch, gsub, concat, nxt = string.gmatch, string.gsub, table.concat, next
+    gmatch, gsub, concat = string.gmatch, string.gsub, table.concat
   end
   K_STATE, K_ENGINES, K_TENANTS, K_DEADLINES = keys[1], keys[2], keys[3], keys[4]
   K_HOLDERS, K_REQ, K_LEASES, P_HOLDER = keys[5], keys[6], keys[7], keys[8]
@@ -411,6 +411,19 @@ end
 local function fmt_breaker(b)
   return b.state .. ' ' .. int(b.failures) .. ' ' .. int(b.successes) .. ' ' .. int(b.opened) .. ' ' .. int(b.probes)
     .. ' ' .. int(b.failed)
+end
+
+-- breaker_quiet reports whether a success of a lease that is no probe
+-- leaves an engine's breaker as it is stored, raw (nil: none), under the
+-- pool's breaker field spec: ledger.Breaker.Report changes nothing and
+-- breaker_write stores nothing. So it is with no breaker stored (closed,
+-- every count 0), and, under a breaker that is on, with a closed one that
+-- counts no failure (the success resets the count to the 0 it is; a
+-- closed breaker does not move with time) written in six fields, as
+-- fmt_breaker writes them.
+local function breaker_quiet(raw, spec)
+  if not raw then return true end
+  return match(raw, '^closed 0 %S+ %S+ %S+ %S+$') ~= nil and breaker_spec(spec).failures >= 0
 end
 
 -- breaker_write adds to w the (field, value) pair storing engine id's

@@ -60,7 +60,7 @@ end
 -- One HMGET reads the pool with what the charge reads (open_lease; from
 -- v[4]), for a release by the holder, then, for an outcome 'ok', the
 -- engine's breaker and the pool's breaker spec at v[ib] and v[ib + 1]
--- (quiet).
+-- (breaker_quiet).
 local outcome, ib = ARGV[7], nil
 local m, now, l, v = open_lease(id, function(x)
   cnt = counts(x)
@@ -83,20 +83,11 @@ if now >= m.sweep_at and holder_state(holder, now) == 'dead' then
   drop_lease(l, {'revoked', 1}, now)
   return {'ok', m.epoch, 0}
 end
+-- The breaker hears a probe lease's release, and an outcome unless it is
+-- a success that changes nothing (breaker_quiet: then drop_lease need not
+-- read the breaker again).
 local report
--- quiet: breaker_report would change nothing, and drop_lease would store
--- nothing, for this release's outcome (so it need not read the breaker
--- again): a success of a lease that is no probe, on an engine with no
--- breaker stored (closed, every count 0) or, under a breaker that is on,
--- a closed one with no failure counted (a success resets the count to
--- the 0 it is; a closed breaker does not move with time; six fields, as
--- fmt_breaker writes them).
-local function quiet(raw, spec)
-  if not raw then return true end
-  return match(raw, '^closed 0 %S+ %S+ %S+ %S+$') ~= nil and breaker_spec(spec).failures >= 0
-end
-if (outcome ~= '' and not (outcome == 'ok' and l[L_PROBE] ~= '1' and quiet(v[ib], v[ib + 1])))
-  or l[L_PROBE] == '1' then
+if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and breaker_quiet(v[ib], v[ib + 1]))) then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, prompt, completion)
