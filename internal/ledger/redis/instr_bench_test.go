@@ -79,20 +79,11 @@ func BenchmarkScriptInstructions(b *testing.B) {
 	e.fresh(16)
 	e.preload(2000)
 	e.observeAll()
-	if err := client.FunctionLoadReplace(ctx, emptyLibrary).Err(); err != nil {
-		b.Fatalf("load the empty function: %v", err)
-	}
-	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
+	empty, calls := e.calibration()
 	led := e.led
-	calKeys := e.calibrationKeys()
-	argv1 := led.s.argv1(led.s.opts.SweepBatch)
-	calls := func(i int, tag string) error {
-		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, tag))...)
-		return client.FCall(ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
-	}
 	// Warm up: the options parsed, the memos filled, as in a running pool.
 	for i := 0; i < 100; i++ {
-		if err := client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err(); err != nil {
+		if err := empty(i); err != nil {
 			b.Fatalf("empty function: %v", err)
 		}
 		if err := calls(i, "warm"); err != nil {
@@ -113,9 +104,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		name string
 		op   func(i int) error
 	}{
-		{"(empty function)", func(i int) error {
-			return client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err()
-		}},
+		{"(empty function)", empty},
 		{"(acquire's Redis calls alone, no admission logic)", func(i int) error { return calls(i, "in") }},
 		{"acquire", func(i int) error {
 			g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "in"))

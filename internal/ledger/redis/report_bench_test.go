@@ -387,6 +387,27 @@ func (e *benchEnv) calibrationKeys() []string {
 	return dst
 }
 
+// calibration loads the calibration functions (emptyLibrary) and returns
+// a call of each on the bench pool: the empty function with the pool's
+// KEYS, and acquire's calls alone for bench request i of caller i%16
+// (request id tag+i) on copies of the pool's keys (calibrationKeys).
+func (e *benchEnv) calibration() (empty func(i int) error, acquireCalls func(i int, tag string) error) {
+	e.b.Helper()
+	if err := e.client.FunctionLoadReplace(e.ctx, emptyLibrary).Err(); err != nil {
+		e.b.Fatalf("load the calibration functions: %v", err)
+	}
+	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
+	k := keys.scriptKeys()
+	calKeys := e.calibrationKeys()
+	argv1 := e.led.s.argv1(e.led.s.opts.SweepBatch)
+	empty = func(int) error { return e.client.FCall(e.ctx, "lh_calibration_empty", k, 64).Err() }
+	acquireCalls = func(i int, tag string) error {
+		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, tag))...)
+		return e.client.FCall(e.ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
+	}
+	return empty, acquireCalls
+}
+
 // scriptTimes runs each operation alone from one caller, 2,000 times, on a
 // pool holding 10,000 leases whose engines have been observed, and reads
 // its server time per call. Before
@@ -407,11 +428,8 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 	// call of the ledger's functions pays on this machine; and an empty
 	// EVAL script for reference (the scripts were EVAL scripts until the
 	// ledger's Lua became a function library).
-	if err := e.client.FunctionLoadReplace(ctx, emptyLibrary).Err(); err != nil {
-		e.b.Fatalf("load the empty function: %v", err)
-	}
+	emptyFn, acquireCalls := e.calibration()
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
-	emptyFn := func(i int) error { return e.client.FCall(ctx, "lh_calibration_empty", keys.scriptKeys(), 64).Err() }
 	run := func(name string, calls int, f func(i int) error) scriptTime {
 		var ferr error
 		per, got := e.serverTime(func() {
@@ -433,12 +451,7 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 	measure("(empty EVAL script, for reference)", func(i int) error {
 		return empty.Run(ctx, e.client, keys.scriptKeys(), 64).Err()
 	})
-	calKeys := e.calibrationKeys()
-	argv1 := led.s.argv1(led.s.opts.SweepBatch)
-	measure("(acquire's Redis calls alone, no admission logic)", func(i int) error {
-		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, "st"))...)
-		return e.client.FCall(ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
-	})
+	measure("(acquire's Redis calls alone, no admission logic)", func(i int) error { return acquireCalls(i, "st") })
 	measure("acquire", func(i int) error {
 		g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "st"))
 		leases = append(leases, g.Lease)
