@@ -5,12 +5,10 @@
 --       7 request id, 8 ttl ms, 9 candidate count N, 10..9+N candidate ids,
 --       10+N the tokens a grant charges to a rated tenant's rate window
 --       (ledger.AcquireRequest.ChargedTokens).
--- Returns: {'ok', epoch, id, engine, created, deadline, fence seq, probe,
---          tokens}: a new grant, the lease's fields the request does not
---          give (its tenant, priority, amounts, holder and request id are
---          the request's, its fence epoch the reply's, and its reasserted,
---          overgrown and unconfirmed flags '0'), so the reply converts ten
---          strings fewer
+-- Returns: {'ok', epoch, record}: a new grant, its lease record as stored
+--          (lib.lua), one string where the lease's fields would be
+--          seventeen: decodeGrant (ledger.go) reads the fields the request does not
+--          give (id, engine, created, deadline, fence seq, probe, tokens)
 --        | {'replayed', epoch, lease...}   (lease fields as in lib.lua)
 --        | {'rejected', epoch, reason, engine or '', retry-after ms}
 --        | {'unknown_pool', ''} | {'no_session' | 'session_expired', epoch}
@@ -202,4 +200,4 @@ if deadline < m.sweep_at then
 end
 rcall('HSET', K_STATE, unpk(w))
 rcall('HINCRBY', K_STATE, 'c:grants', '1')
-return {'ok', m.epoch, id, chosen.id, screated, sdeadline, sseq, sprobe, stokens}
+return {'ok', m.epoch, rec}

@@ -433,7 +433,7 @@ func TestLayoutBeforeCounterGroups(t *testing.T) {
 
 // TestAcquireRecord checks the lease record acquire writes field by field
 // (acquire.lua builds it in one concatenation, not through lease_record)
-// and that the lease its short reply gives is the one List reads from the
+// and that the lease decoded from its reply (the record) is the one List reads from the
 // record and a replay answers in full: for a tenant with a token budget
 // (the record ends in the tokens charged) and one without.
 func TestAcquireRecord(t *testing.T) {

@@ -264,7 +264,7 @@ func (l *store) Acquire(ctx context.Context, req ledger.AcquireRequest) (ledger.
 }
 
 // decodeAcquire reads acquire.lua's reply to req: a replayed lease in
-// full, a new grant from its short reply (decodeGrant).
+// full, a new grant from its record (decodeGrant).
 func decodeAcquire(req ledger.AcquireRequest, r reply) (ledger.Grant, error) {
 	var lease ledger.Lease
 	var err error
@@ -279,39 +279,68 @@ func decodeAcquire(req ledger.AcquireRequest, r reply) (ledger.Grant, error) {
 	return ledger.Grant{Lease: lease, Replayed: r.status == statusReplayed, Epoch: r.epoch}, nil
 }
 
-// grantFields is the number of fields after the epoch in acquire.lua's
-// reply to a new grant: id, engine, created, deadline, fence seq, probe,
-// tokens.
-const grantFields = 7
-
 // decodeGrant reads the lease of a new grant of req from acquire.lua's
-// short reply: the fields the request does not give.
+// reply, the lease's record (lib.lua): of its fields it reads those the
+// request does not give (id, engine, created, deadline, fence seq, probe
+// and tokens; its fence epoch is the reply's, and a new grant is neither
+// reasserted, overgrown nor unconfirmed).
 func decodeGrant(req ledger.AcquireRequest, r reply) (ledger.Lease, error) {
-	f := r.rest
-	if len(f) < grantFields {
-		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: %d fields", len(f))
+	if len(r.rest) < 1 {
+		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: no record")
 	}
-	seq, err := strconv.ParseUint(str(f[4]), 10, 64)
+	rec := str(r.rest[0])
+	var f [recordFields]string
+	n := 0
+	for n < recordFields {
+		i := strings.IndexByte(rec, ' ')
+		if i < 0 {
+			f[n] = rec
+			n++
+			break
+		}
+		f[n], rec = rec[:i], rec[i+1:]
+		n++
+	}
+	if n < recordFields-1 {
+		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: %d record fields", n)
+	}
+	seq, err := strconv.ParseUint(f[11], 10, 64)
 	if err != nil {
-		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", r.epoch, f[4])
+		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", r.epoch, f[11])
+	}
+	var tokens int64
+	if n == recordFields {
+		if tokens, err = strconv.ParseInt(f[17], 10, 64); err != nil {
+			return ledger.Lease{}, fmt.Errorf("malformed tokens %q in script reply", f[17])
+		}
+	}
+	created, err1 := strconv.ParseInt(f[8], 10, 64)
+	deadline, err2 := strconv.ParseInt(f[9], 10, 64)
+	if err1 != nil || err2 != nil {
+		return ledger.Lease{}, fmt.Errorf("malformed times %q, %q in script reply", f[8], f[9])
 	}
 	return ledger.Lease{
-		ID:        ledger.LeaseID(str(f[0])),
+		ID:        ledger.LeaseID(f[0]),
 		Pool:      req.Pool,
-		Engine:    ledger.EngineID(str(f[1])),
+		Engine:    ledger.EngineID(f[1]),
 		Tenant:    req.Tenant,
 		Priority:  req.Priority,
 		KVTokens:  req.KVTokens,
 		Slots:     req.Slots,
 		Holder:    req.Holder,
 		RequestID: req.RequestID,
-		Created:   time.UnixMilli(integer(f[2])),
-		Deadline:  time.UnixMilli(integer(f[3])),
+		Created:   time.UnixMilli(created),
+		Deadline:  time.UnixMilli(deadline),
 		Fence:     ledger.Fence{Epoch: r.epoch, Seq: seq},
-		Probe:     str(f[5]) == "1",
-		Tokens:    integer(f[6]),
+		Probe:     f[16] == "1",
+		Tokens:    tokens,
 	}, nil
 }
+
+// recordFields is the most fields a lease record has (lib.lua): the
+// thirteen from id to reasserted, then owns, overgrown, since, probe and,
+// when not 0, tokens.
+const recordFields = 18
 
 // acquireArgv is acquire.lua's ARGV after the sweep batch.
 func acquireArgv(req ledger.AcquireRequest) []any {

@@ -351,13 +351,14 @@ redis.register_function('lh_calibration_acquire_calls', function(KEYS, ARGV)
   local id = 'c-' .. ARGV[7]
   call('HSETNX', KEYS[6], rkey, id)
   local ms = now[1] .. '000'
-  call('HSETNX', KEYS[7], id, id .. ' ' .. e .. ' ' .. t .. ' ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' ..
-    ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ms .. ' ' .. ms .. ' 1700000000000000 ' .. now[2] .. ' 0 1 0 0 0')
+  local rec = id .. ' ' .. e .. ' ' .. t .. ' ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' ..
+    ARGV[6] .. ' ' .. ARGV[7] .. ' ' .. ms .. ' ' .. ms .. ' 1700000000000000 ' .. now[2] .. ' 0 1 0 0 0'
+  call('HSETNX', KEYS[7], id, rec)
   call('ZADD', KEYS[4], ms, id)
   call('SADD', KEYS[8] .. ARGV[6], id)
   call('HSET', KEYS[1], 'seq', now[2], 'e:' .. e .. ':r', v[8] or '0 0 0', 't:' .. t .. ':r', v[6] or '0 0 0')
   call('HINCRBY', KEYS[1], 'c:grants', '1')
-  return {'ok', '1700000000000000', id, e, ms, ms, now[2], '0', '0'}
+  return {'ok', '1700000000000000', rec}
 end)
 `
 

@@ -81,3 +81,36 @@ func TestStatusTableCoversScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeGrant reads a new grant from acquire.lua's reply, its lease
+// record, with and without the tokens field, and refuses a record it
+// cannot read with an error that says what is wrong.
+func TestDecodeGrant(t *testing.T) {
+	req := ledger.AcquireRequest{Pool: "p", Tenant: "t", Priority: "batch", KVTokens: 100, Slots: 1, Holder: "h",
+		RequestID: "r1"}
+	base := "1a-5 gpu-0 t batch 100 1 h r1 1700000000123 1700000060123 26 5 0 1 0 0 1"
+	for _, tc := range []struct {
+		rec    string
+		tokens int64
+	}{{base, 0}, {base + " 300", 300}} {
+		got, err := decodeGrant(req, reply{status: "ok", epoch: 26, rest: []any{tc.rec}})
+		want := ledger.Lease{ID: "1a-5", Pool: "p", Engine: "gpu-0", Tenant: "t", Priority: "batch", KVTokens: 100,
+			Slots: 1, Holder: "h", RequestID: "r1", Created: time.UnixMilli(1700000000123),
+			Deadline: time.UnixMilli(1700000060123), Fence: ledger.Fence{Epoch: 26, Seq: 5}, Probe: true,
+			Tokens: tc.tokens}
+		if err != nil || got != want {
+			t.Errorf("decodeGrant(%q) = %+v, %v; want %+v", tc.rec, got, err, want)
+		}
+	}
+	for _, bad := range []reply{
+		{status: "ok", epoch: 26},
+		{status: "ok", epoch: 26, rest: []any{"1a-5 gpu-0 t batch"}},
+		{status: "ok", epoch: 26, rest: []any{"1a-5 gpu-0 t batch 100 1 h r1 x 1700000060123 26 5 0 1 0 0 1"}},
+		{status: "ok", epoch: 26, rest: []any{"1a-5 gpu-0 t batch 100 1 h r1 1700000000123 1700000060123 26 -5 0 1 0 0 1"}},
+		{status: "ok", epoch: 26, rest: []any{base + " many"}},
+	} {
+		if _, err := decodeGrant(req, bad); err == nil {
+			t.Errorf("decodeGrant(%v) error = nil, want a malformed-grant error", bad.rest)
+		}
+	}
+}
