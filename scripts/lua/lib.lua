@@ -42,9 +42,14 @@
 --               until an observation arrives at or after until_ms, see
 --               drop_lease and observe.lua)
 --   e:<id>:url; e:<id>:obs "used total running waiting sec nsec"
---   e:<id>:u    ms of the latest Reassert that left an unconfirmed lease
---               on the engine; present while observations should look for
---               leases to confirm (see observe.lua)
+--   e:<id>:u    "since slots n": since the ms of the latest Reassert that
+--               left an unconfirmed lease on the engine, slots and n the
+--               sums of the slots and the count of the engine's unconfirmed
+--               leases (Reassert adds, drop_lease and observe.lua's
+--               confirmation take away); present while observations should
+--               look for leases to confirm (see observe.lua). Written
+--               before the sums it is since alone: the sums unknown until
+--               observe.lua's next scan counts them
 --   e:<id>:b    "state failures successes opened_ms probes failed_ms": the
 --               engine's circuit breaker (ledger.Breaker; state closed,
 --               open or half_open; opened_ms 0 when it never opened;
@@ -165,12 +170,12 @@ end
 -- Field names made of a prefix and a name, kept (memo) so that a call
 -- looks them up instead of building them: cfield('grants') is
 -- 'c:grants', pfield('batch') 'p:batch', efield(id) is an engine's
--- {spec = 'e:<id>', r = 'e:<id>:r', c, o, b, obs}, tfield(name) a
+-- {spec = 'e:<id>', r = 'e:<id>:r', c, o, b, obs, u}, tfield(name) a
 -- tenant's {spec = 't:<name>', r, w}.
 local cfield = memo(function(name) return 'c:' .. name end)
 local efield = memo(function(id)
   local f = 'e:' .. id
-  return {spec = f, r = f .. ':r', c = f .. ':c', o = f .. ':o', b = f .. ':b', obs = f .. ':obs'}
+  return {spec = f, r = f .. ':r', c = f .. ':c', o = f .. ':o', b = f .. ':b', obs = f .. ':obs', u = f .. ':u'}
 end)
 local tfield = memo(function(name)
   local f = 't:' .. name
@@ -436,6 +441,15 @@ local function breaker_write(w, id, b, raw)
   end
 end
 
+-- mark_sums parses an engine's e:<id>:u: the reassert ms as written, the
+-- slots and the count of the engine's unconfirmed leases (nil, nil in a
+-- mark written before the sums).
+local function mark_sums(u)
+  local since, slots, n = match(u, '^(%S+) (%S+) (%S+)$')
+  if not since then return u, nil, nil end
+  return since, slots + 0, n + 0
+end
+
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
 -- A lease the ledger ends at now (cnt 'expired' or 'revoked') may still run
 -- on its engine: on an engine that has been observed its amounts are added
@@ -463,6 +477,16 @@ local function drop_lease(l, cnt, now, report, pre)
     if arrived > 0 then
       local okv, oslots, until_ms = triple(x[2])
       extra = {ef.o, fmt3(okv + num(l[L_KV]), oslots + num(l[L_SLOTS]), max(until_ms, now + ORPHAN_HOLD))}
+    end
+  end
+  -- An unconfirmed lease leaves its engine's sums (e:<id>:u; a mark
+  -- without sums stays as it is).
+  if l[L_SINCE] ~= '0' then
+    local u = rcall('HGET', K_STATE, ef.u)
+    local since, uslots, un = mark_sums(u or '')
+    if u and uslots then
+      extra[#extra + 1] = ef.u
+      extra[#extra + 1] = since .. ' ' .. int(max(0, uslots - num(l[L_SLOTS]))) .. ' ' .. int(max(0, un - 1))
     end
   end
   if report or (ended and l[L_PROBE] == '1') then

@@ -20,7 +20,12 @@
 -- engine's leases ledger.ExpectedAt now (every reasserted one, every other
 -- granted CONFIRM_GRACE or more ago), the leases reasserted CONFIRM_GRACE
 -- or more ago are confirmed (since '0'). That reads every lease of the
--- pool, which only a marked engine costs; the mark goes once none is left.
+-- pool, which only a marked engine costs, and only an observation that may
+-- confirm: every unconfirmed lease is a reasserted one, so the slots
+-- expected are at least the sum of the unconfirmed leases' slots the mark
+-- keeps, and an observation showing fewer sequences confirms nothing
+-- without the scan (a mark written before the sums is scanned for, and
+-- the scan writes them). The mark goes once none is left.
 
 local m, now = open_pool()
 if not m then return {'unknown_pool', ''} end
@@ -46,7 +51,16 @@ if x[4] then
   local _, _, until_ms = triple(x[4])
   if now >= until_ms then rcall('HDEL', K_STATE, ef .. ':o') end
 end
-if x[5] then
+local shown = tonum(ARGV[5]) + tonum(ARGV[6])
+local mark_since, uslots, un
+if x[5] then mark_since, uslots, un = mark_sums(x[5]) end
+if un and un <= 0 then
+  rcall('HDEL', K_STATE, ef .. ':u')
+elseif un and shown < uslots then
+  -- Fewer sequences than the unconfirmed leases' slots: below what is
+  -- expected, so nothing is confirmed and the mark stays as it is.
+  return {'ok', m.epoch, 1}
+elseif x[5] then
   local expected, pending = 0, {}
   local by = now - CONFIRM_GRACE
   for _, rec in ipairs(rcall('HVALS', K_LEASES)) do
@@ -56,18 +70,20 @@ if x[5] then
       if l[L_SINCE] ~= '0' then pending[#pending + 1] = l end
     end
   end
-  local left = #pending > 0
-  if left and tonum(ARGV[5]) + tonum(ARGV[6]) >= expected then
-    left = false
-    for _, l in ipairs(pending) do
-      if num(l[L_SINCE]) <= by then
-        l[L_SINCE] = '0'
-        set_lease(l)
-      else
-        left = true
-      end
+  local confirm = #pending > 0 and shown >= expected
+  local lslots, ln = 0, 0 -- the sums of the unconfirmed leases left
+  for _, l in ipairs(pending) do
+    if confirm and num(l[L_SINCE]) <= by then
+      l[L_SINCE] = '0'
+      set_lease(l)
+    else
+      lslots, ln = lslots + num(l[L_SLOTS]), ln + 1
     end
   end
-  if not left then rcall('HDEL', K_STATE, ef .. ':u') end
+  if ln == 0 then
+    rcall('HDEL', K_STATE, ef .. ':u')
+  else
+    rcall('HSET', K_STATE, ef .. ':u', mark_since .. ' ' .. int(lslots) .. ' ' .. int(ln))
+  end
 end
 return {'ok', m.epoch, 1}

@@ -19,8 +19,9 @@
 -- makes (ledger.ValidateReassert checked it) and no other lease's: an
 -- existing id is replayed to its holder and refused to anyone else. On an
 -- engine that has been observed the lease is unconfirmed (since = now),
--- its deadline at most now + CONFIRM_WITHIN, and the engine marked (e:<id>:u)
--- so that observe.lua looks for it.
+-- its deadline at most now + CONFIRM_WITHIN, and the engine marked (e:<id>:u,
+-- with the lease added to the sums of its unconfirmed leases) so that
+-- observe.lua looks for it.
 
 local MAX_AHEAD = 1048576 -- ledger.MaxReassertAhead
 
@@ -50,7 +51,7 @@ end
 
 local engine_id, tenant_name, prio = ARGV[4], ARGV[5], ARGV[6]
 local ef, tf = 'e:' .. engine_id, 't:' .. tenant_name
-local x = rcall('HMGET', K_STATE, ef, tf, 'p:' .. prio, ef .. ':obs', ef .. ':c')
+local x = rcall('HMGET', K_STATE, ef, tf, 'p:' .. prio, ef .. ':obs', ef .. ':c', ef .. ':u')
 local e = engine(engine_id, x[1])
 if not e then return {'unknown_engine', m.epoch, engine_id} end
 if not tenant(tenant_name, x[2]) then return {'unknown_tenant', m.epoch, tenant_name} end
@@ -92,8 +93,17 @@ local since = '0'
 if checked then
   deadline = min(deadline, now + CONFIRM_WITHIN)
   since = int(now)
+  -- The mark: this reassert's ms, and the sums of the engine's
+  -- unconfirmed leases with this one added (a mark written before the
+  -- sums stays without them: observe.lua's next scan counts them).
+  local u = since .. ' ' .. int(num(ARGV[8])) .. ' 1'
+  if x[6] then
+    local _, uslots, un = mark_sums(x[6])
+    u = since
+    if uslots then u = since .. ' ' .. int(uslots + num(ARGV[8])) .. ' ' .. int(un + 1) end
+  end
   extra[#extra + 1] = ef .. ':u'
-  extra[#extra + 1] = since
+  extra[#extra + 1] = u
 end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
   created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0', '0'}

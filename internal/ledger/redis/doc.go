@@ -43,9 +43,13 @@
 //	                         (total, when > 0 and below kv, is the
 //	                         engine's capacity: see "Capacity truth" in
 //	                         package ledger)
-//	  e:<id>:u               ms of the latest Reassert that left an
-//	                         unconfirmed lease on the engine: while present,
-//	                         observe.lua looks for leases to confirm
+//	  e:<id>:u               "since slots n": since the ms of the latest
+//	                         Reassert that left an unconfirmed lease on the
+//	                         engine, slots and n the sums of the slots and
+//	                         the count of its unconfirmed leases; while
+//	                         present, observe.lua looks for leases to
+//	                         confirm. Written before the sums it is since
+//	                         alone (the next scan writes them)
 //	  e:<id>:b               "state failures successes opened_ms probes
 //	                         failed_ms": the engine's circuit breaker
 //	                         (ledger.Breaker; state closed, open or
@@ -173,8 +177,11 @@
 //     grant at MaxFenceSeq, or onto an id a lease holds, with
 //     ledger.ErrFenceExhausted.
 //   - Confirming an unconfirmed lease (observe.lua) reads every lease of the
-//     pool: only an observation of an engine marked e:<id>:u pays it, until
-//     no unconfirmed lease is left on the engine.
+//     pool: only an observation of an engine marked e:<id>:u that may
+//     confirm pays it, one showing at least as many sequences as the slots
+//     of the engine's unconfirmed leases (every one of them is expected, so
+//     fewer confirms nothing), until no unconfirmed lease is left on the
+//     engine.
 //   - CheckTotals is one read-only script (totals.lua).
 //   - A breaker's cooldown is timed by Redis TIME, like every deadline.
 //     A grant, a Release with an outcome or of a probe, and the end of a
