@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -310,10 +311,24 @@ type scriptTime struct {
 	per   time.Duration
 }
 
-// scriptTimesReport is scriptTimes' result: each operation's row, and the
-// empty function's slices measured before each row and after the last.
+// scriptRow is one operation's row of scriptTimes: its calls and server
+// time per call, the empty function's in the slices interleaved with them,
+// and the lowest and highest ratio of one of the row's slices to the empty
+// slice just before it.
+type scriptRow struct {
+	scriptTime
+	floor  time.Duration
+	lo, hi float64
+}
+
+// ratio is the row's server time per call against the empty function's in
+// its own slices.
+func (r scriptRow) ratio() float64 { return float64(r.per) / float64(r.floor) }
+
+// scriptTimesReport is scriptTimes' result: each operation's row, and
+// every slice of the empty function.
 type scriptTimesReport struct {
-	rows  []scriptTime
+	rows  []scriptRow
 	floor []scriptTime
 }
 
@@ -411,14 +426,15 @@ func (e *benchEnv) calibration() (empty func(i int) error, acquireCalls func(i i
 
 // scriptTimes runs each operation alone from one caller, 2,000 times, on a
 // pool holding 10,000 leases whose engines have been observed, and reads
-// its server time per call. Before
-// each operation's row, and after the last, it times 1,000 calls of an
-// empty function with the same keys: the calibration, a slice next to
-// every row, so that the floor's drift on a shared machine falls on all
-// rows alike. Resize shrinks each lease by one KV token and grow gives it
-// back.
+// its server time per call. Each row is timed in scriptSlices slices of
+// 200 calls, each just after a slice of as many calls of an empty function
+// with the same keys (the calibration): on a shared machine the floor
+// drifts by a factor of two or more within a second, so a row's ratio is
+// taken against the empty calls interleaved with its own, slices of equal
+// size so that each starts as cold. Resize shrinks each lease by one KV
+// token and grow gives it back.
 func (e *benchEnv) scriptTimes() scriptTimesReport {
-	const n, nFloor = 2000, 1000
+	const n = 2000
 	e.fresh(16)
 	e.preload(10000)
 	e.observeAll()
@@ -431,10 +447,10 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 	// ledger's Lua became a function library).
 	emptyFn, acquireCalls := e.calibration()
 	keys, _ := keySchema(e.led.s.opts.Prefix, e.pool)
-	run := func(name string, calls int, f func(i int) error) scriptTime {
+	run := func(name string, from, calls int, f func(i int) error) scriptTime {
 		var ferr error
 		per, got := e.serverTime(func() {
-			for i := 0; i < calls && ferr == nil; i++ {
+			for i := from; i < from+calls && ferr == nil; i++ {
 				ferr = f(i)
 			}
 		})
@@ -443,10 +459,23 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 		}
 		return scriptTime{name, got, per}
 	}
-	calibrate := func() { out.floor = append(out.floor, run("(empty function)", nFloor, emptyFn)) }
 	measure := func(name string, f func(i int) error) {
-		calibrate()
-		out.rows = append(out.rows, run(name, n, f))
+		row := scriptRow{scriptTime: scriptTime{name: name}, lo: math.Inf(1)}
+		var rowT, floorT time.Duration
+		var floorN int64
+		for k := 0; k < scriptSlices; k++ {
+			fl := run("(empty function)", 0, n/scriptSlices, emptyFn)
+			out.floor = append(out.floor, fl)
+			r := run(name, k*n/scriptSlices, n/scriptSlices, f)
+			rowT += r.per * time.Duration(r.calls)
+			row.calls += r.calls
+			floorT += fl.per * time.Duration(fl.calls)
+			floorN += fl.calls
+			q := float64(r.per) / float64(fl.per)
+			row.lo, row.hi = min(row.lo, q), max(row.hi, q)
+		}
+		row.per, row.floor = rowT/time.Duration(row.calls), floorT/time.Duration(floorN)
+		out.rows = append(out.rows, row)
 	}
 	empty := goredis.NewScript("return 1")
 	measure("(empty EVAL script, for reference)", func(i int) error {
@@ -524,9 +553,12 @@ func (e *benchEnv) scriptTimes() scriptTimesReport {
 		_, err := led.Configure(ctx, benchkit.BenchPool(e.pool))
 		return err
 	})
-	calibrate()
 	return out
 }
+
+// scriptSlices is how many slices scriptTimes times each row in, each
+// after a slice of the empty function.
+const scriptSlices = 10
 
 // BenchmarkScriptTimes prints only the server-time table of BenchmarkReport
 // (each script alone, 2,000 calls, on a pool of 10,000 leases): the quick
@@ -550,35 +582,35 @@ func BenchmarkScriptTimes(b *testing.B) {
 const scriptTarget = 8.0
 
 // printScriptTimes prints the script-time table, each row against the
-// empty function's (the mean of its slices, one before each row and one
-// after the last), and the hot functions against scriptTarget.
+// empty function's slices interleaved with it, and the hot functions
+// against scriptTarget.
 func printScriptTimes(out io.Writer, r scriptTimesReport) {
 	var sum time.Duration
 	var calls int64
 	lo, hi := r.floor[0].per, r.floor[0].per
 	for _, f := range r.floor {
-		sum += f.per
+		sum += f.per * time.Duration(f.calls)
 		calls += f.calls
 		lo, hi = min(lo, f.per), max(hi, f.per)
 	}
-	floor := sum / time.Duration(len(r.floor))
-	fmt.Fprintln(out, "\n| function | calls | Redis server time per call µs (INFO commandstats) | vs empty function |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|")
-	ratio := func(s scriptTime) string { return benchkit.Ratio(float64(s.per), float64(floor)) }
-	fmt.Fprintf(out, "| (empty function: calibration, %d slices) | %d | %s (%s-%s) | 1.00× |\n", len(r.floor), calls,
-		benchkit.Micros(floor), benchkit.Micros(lo), benchkit.Micros(hi))
+	fmt.Fprintln(out, "\n| function | calls | Redis server time per call µs (INFO commandstats) | the empty function's, interleaved | vs empty function (its slices) |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
+	fmt.Fprintf(out, "| (empty function: calibration, %d slices) | %d | %s (slices %s-%s) | | 1.00× |\n", len(r.floor), calls,
+		benchkit.Micros(sum/time.Duration(calls)), benchkit.Micros(lo), benchkit.Micros(hi))
 	for _, s := range r.rows {
-		fmt.Fprintf(out, "| %s | %d | %s | %s |\n", s.name, s.calls, benchkit.Micros(s.per), ratio(s))
+		fmt.Fprintf(out, "| %s | %d | %s | %s | %.2f× (%.1f-%.1f) |\n", s.name, s.calls, benchkit.Micros(s.per),
+			benchkit.Micros(s.floor), s.ratio(), s.lo, s.hi)
 	}
 	var hot []string
 	for _, s := range r.rows {
 		switch s.name {
 		case "acquire", "release", "grow", "resize":
-			hot = append(hot, s.name+" "+ratio(s))
+			hot = append(hot, fmt.Sprintf("%s %.2f×", s.name, s.ratio()))
 		}
 	}
 	fmt.Fprintf(out, "\nServer time per call against the empty function of this run: %s (target ≤ %.0f× each).\n",
 		strings.Join(hot, ", "), scriptTarget)
-	fmt.Fprintf(out, "The calibration is %d slices of the empty function, one before each row and one after the last "+
-		"(mean, and the slices' range); \"vs empty function\" divides by the mean.\n", len(r.floor))
+	fmt.Fprintf(out, "Each row is timed in %d slices, each after a slice of %d empty-function calls; \"vs empty function\" "+
+		"divides the row's time per call by the empty function's in its own slices, and gives the range of one slice "+
+		"against the empty slice before it.\n", scriptSlices, r.floor[0].calls)
 }
