@@ -27,9 +27,11 @@
 -- configured and the last reported capacity.
 --
 -- One HMGET reads the pool: meta, sweep_at, seq, repl (failover_seen),
--- the tenant, the priority, the first candidate's usage, breaker and last
--- observation, and every candidate's spec (unknown engines need them
--- all). What only some grants need is read when the rule reaches it: the
+-- the tenant's reservations, the first candidate's usage, breaker and last
+-- observation. The specs (the tenant's, the priority's and every
+-- candidate's: unknown engines need them all) are kept by meta (specs in
+-- lib_admit.lua), read only by the first call of a configuration. What
+-- only some grants need is read when the rule reaches it: the
 -- pool's breaker spec when a candidate has a breaker stored, created
 -- while the recovery window is open, a later candidate's usage when the
 -- ones before refuse, its observation when the first cannot hold the
@@ -40,10 +42,7 @@
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = ARGV[4] + 0, ARGV[5] + 0, ARGV[8] + 0, ARGV[9] + 0 -- numbers from the client (num)
 local tf, ef1 = tfield(tenant_name), efield(ARGV[10])
-local fields = {'meta', 'sweep_at', 'seq', 'repl', tf.spec, tf.r, pfield(prio), ef1.r, ef1.c, ef1.o, ef1.b, ef1.obs,
-  ef1.spec}
-local F_SPECS = 12
-for j = 2, n do fields[F_SPECS + j] = efield(ARGV[9 + j]).spec end
+local fields = {'meta', 'sweep_at', 'seq', 'repl', tf.r, ef1.r, ef1.c, ef1.o, ef1.b, ef1.obs}
 local v = rcall('HMGET', K_STATE, unpk(fields))
 if failover_seen(v[1], v[4]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
 local m = meta(v[1], v[2])
@@ -75,25 +74,28 @@ if prev then
   end
 end
 
-local t = tenant(tenant_name, v[5], v[6])
+specs(m, tenant_name, prio, ARGV, 9, n)
+local es = m.especs
+local t = tenant(tenant_name, m.tspecs[tenant_name] or nil, v[5])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-if not v[7] then return {'unknown_priority', m.epoch, prio} end
-local maxfill = v[7] + 0
+local maxfill = m.pspecs[prio]
+if not maxfill then return {'unknown_priority', m.epoch, prio} end
+maxfill = maxfill + 0
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
-  local s = v[F_SPECS + j]
+  local s = es[ARGV[9 + j]]
   if not s or byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local created -- the pool's created field, read once the recovery window needs it
-local e1 = engine(ARGV[10], v[F_SPECS + 1])
-usage(e1, v[8], v[9], v[10], v[12])
+local e1 = engine(ARGV[10], es[ARGV[10]])
+usage(e1, v[6], v[7], v[8], v[10])
 if now < m.ru then
   created = rcall('HGET', K_STATE, 'created')
   recovery(e1, m, now, created)
 end
-e1.braw = v[11]
+e1.braw = v[9]
 local cands = {e1}
-local obs = {v[12]} -- candidates' last observations, read as needed
+local obs = {v[10]} -- candidates' last observations, read as needed
 
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
@@ -104,7 +106,7 @@ local fits = false
 for j = 1, n do
   local s = cands[j]
   if not s then
-    s = engine(ARGV[9 + j], v[F_SPECS + j], false, j)
+    s = engine(ARGV[9 + j], es[ARGV[9 + j]], false, j)
     if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, efield(s.id).obs) or false end
     capacity(s, obs[j] or nil)
   end
@@ -127,7 +129,7 @@ local chosen, first
 for j = 1, n do
   local e = cands[j]
   if not e then
-    e = engine(ARGV[9 + j], v[F_SPECS + j], false, j)
+    e = engine(ARGV[9 + j], es[ARGV[9 + j]], false, j)
     local ef = efield(e.id)
     local u = rcall('HMGET', K_STATE, ef.r, ef.c, ef.o, ef.b, ef.obs)
     obs[j] = u[5]

@@ -7,7 +7,10 @@
 local m = open_pool()
 if not m then return {'unknown_pool', ''} end
 local id = ARGV[2]
-local spec = rcall('HGET', K_STATE, 'e:' .. id)
-if not engine(id, spec) then return {'unknown_engine', m.epoch, id} end
-rcall('HSET', K_STATE, 'e:' .. id, (gsub(spec, '%S+$', ARGV[3])))
+local x = rcall('HMGET', K_STATE, 'e:' .. id, 'meta')
+if not engine(id, x[1]) then return {'unknown_engine', m.epoch, id} end
+-- With a new configuration generation (lib.lua's with_gen): acquire keeps
+-- the specs it read by meta.
+local _, t = clock()
+rcall('HSET', K_STATE, 'e:' .. id, (gsub(x[1], '%S+$', ARGV[3])), 'meta', with_gen(x[2], t))
 return {'ok', m.epoch}

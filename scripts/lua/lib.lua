@@ -25,9 +25,16 @@
 -- names and numbers never contain one), so a hot script reads a pool in one
 -- HMGET of a few fields and writes it back in one HSET:
 --   meta        "epoch recovering_until cap_kv cap_slots retry_after reserve
---               growth_headroom" (reserve: elastic or worst_case; a meta
---               of the five fields before them, written before reservation
---               modes, reads as elastic with no headroom)
+--               growth_headroom gen" (reserve: elastic or worst_case; a
+--               meta of the five fields before them, written before
+--               reservation modes, reads as elastic with no headroom). gen
+--               is the pool's configuration generation, TIME in
+--               microseconds or one more than the last, whichever is
+--               later: configure.lua and drain.lua, the only writers of
+--               the specs (e:<id>, t:<name>, p:<name>), write a new one
+--               with every spec they write, so two reads of the same meta
+--               read the same specs (acquire keeps them by meta: specs);
+--               a meta written before gen has none
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
 --               lease deadline and session expiry (see sweep)
@@ -210,12 +217,29 @@ end
 -- per meta string, not a copy: every field is read-only but sweep_at,
 -- which meta sets on every call and the call may lower (after a sweep),
 -- so a call reads only the sweep_at it set itself.
+--
+-- m.especs, m.tspecs and m.pspecs keep, by engine id, tenant name and
+-- priority name, the spec fields (e:<id>, t:<name>, p:<name>; false when
+-- absent) calls have read while meta was this string: see specs.
 local meta_spec = memo(function(s)
-  local epoch, ru, ckv, cs, retry, reserve, headroom = match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*)$')
+  local epoch, ru, ckv, cs, retry, reserve, headroom =
+    match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*) ?%S*$')
   return {epoch = epoch, xepoch = format('%x', tonum(epoch)), ru = tonum(ru), cap_kv = tonum(ckv),
     cap_slots = tonum(cs), retry = tonum(retry), reserve = reserve, elastic = reserve ~= 'worst_case',
-    headroom = num(headroom), sweep_at = 0}
+    headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}}
 end)
+
+-- with_gen returns meta string s with a new configuration generation (see
+-- the meta field above): TIME t in microseconds, or s's generation plus
+-- one when that is later. A meta written before reservation modes gains
+-- the two fields it read as (elastic, no headroom).
+local function with_gen(s, t)
+  local head, reserve, headroom, gen = match(s, '^(%S+ %S+ %S+ %S+ %S+) ?(%S*) ?(%S*) ?(%S*)$')
+  if reserve == '' then reserve = 'elastic' end
+  if headroom == '' then headroom = '0' end
+  local now_us = tonum(t[1]) * 1000000 + tonum(t[2])
+  return head .. ' ' .. reserve .. ' ' .. headroom .. ' ' .. int(max(now_us, num(gen) + 1))
+end
 
 local function meta(s, sweep_at)
   if not s then return nil end

@@ -125,3 +125,32 @@ local function reject(m, reason, engine_id, retry)
   rcall('HINCRBY', K_STATE, 'c:rejections:' .. reason, '1')
   return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end
+
+-- specs fills pool m's spec caches (m.especs, m.tspecs, m.pspecs, by
+-- meta: see meta_spec) for tenant name, priority prio and the n candidate
+-- engine ids from ARGV[at + 1]: what no call has read while meta was this
+-- string is read with one HMGET (false: absent). Two reads of one meta
+-- read the same specs: configure.lua and drain.lua, which write them, give
+-- meta a new generation with every spec they write (lib.lua's with_gen).
+-- The one other change, forget_engine and forget_tenant deleting a
+-- removed engine's or tenant's spec with its last lease, leaves acquire's
+-- answer as it was: a removed spec and none both read as unknown.
+local function specs(m, name, prio, args, at, n)
+  local es, ts, ps = m.especs, m.tspecs, m.pspecs
+  local f, to, key -- the fields to read, and the cache and key of each
+  if ts[name] == nil then f, to, key = {tfield(name).spec}, {ts}, {name} end
+  if ps[prio] == nil then
+    f, to, key = f or {}, to or {}, key or {}
+    f[#f + 1], to[#to + 1], key[#key + 1] = pfield(prio), ps, prio
+  end
+  for j = 1, n do
+    local id = args[at + j]
+    if es[id] == nil then
+      f, to, key = f or {}, to or {}, key or {}
+      f[#f + 1], to[#to + 1], key[#key + 1] = efield(id).spec, es, id
+    end
+  end
+  if not f then return end
+  local v = rcall('HMGET', K_STATE, unpk(f))
+  for i = 1, #f do to[i][key[i]] = v[i] or false end
+end

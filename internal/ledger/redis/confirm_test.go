@@ -13,17 +13,17 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
-// hvalsCalls is how many HVALS commands the server has run, scripts'
-// included (INFO commandstats): an observation's scan of a pool's leases
-// is one, and so is a List.
-func hvalsCalls(t *testing.T, ctx context.Context, client *goredis.Client) int64 {
+// commandCalls is how many times the server has run command name
+// (lower case), scripts' calls included (INFO commandstats): an
+// observation's scan of a pool's leases is one HVALS, and so is a List.
+func commandCalls(t *testing.T, ctx context.Context, client *goredis.Client, name string) int64 {
 	t.Helper()
 	info, err := client.Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hvals:calls=")
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls=")
 		if !ok {
 			continue
 		}
@@ -114,9 +114,9 @@ func TestUnconfirmedSums(t *testing.T) {
 		t.Fatalf("mark after releasing the 2-slot lease = %q, want \"2 2\"", got)
 	}
 
-	h := hvalsCalls(t, ctx, client)
+	h := commandCalls(t, ctx, client, "hvals")
 	observe(1)
-	if n := hvalsCalls(t, ctx, client); n != h {
+	if n := commandCalls(t, ctx, client, "hvals"); n != h {
 		t.Errorf("an observation showing 1 sequence of 2 unconfirmed slots ran HVALS %d times, want none", n-h)
 	}
 	if n := unconfirmed(); n != 2 || mark() != "2 2" {
@@ -127,9 +127,9 @@ func TestUnconfirmedSums(t *testing.T) {
 	u := client.HGet(ctx, state, "e:gpu-0:u").Val()
 	since, _, _ := strings.Cut(u, " ")
 	client.HSet(ctx, state, "e:gpu-0:u", since)
-	h = hvalsCalls(t, ctx, client) // List reads the leases with HVALS too
+	h = commandCalls(t, ctx, client, "hvals") // List reads the leases with HVALS too
 	observe(1)
-	if n := hvalsCalls(t, ctx, client); n != h+1 {
+	if n := commandCalls(t, ctx, client, "hvals"); n != h+1 {
 		t.Errorf("an observation of a mark without sums ran HVALS %d times, want 1", n-h)
 	}
 	if got := client.HGet(ctx, state, "e:gpu-0:u").Val(); got != since+" 2 2" || unconfirmed() != 2 {
@@ -155,9 +155,9 @@ func TestUnconfirmedSums(t *testing.T) {
 	if got := mark(); got != "0 0" {
 		t.Fatalf("mark after the lease expired = %q, want \"0 0\"", got)
 	}
-	h = hvalsCalls(t, ctx, client)
+	h = commandCalls(t, ctx, client, "hvals")
 	observe(0)
-	if n := hvalsCalls(t, ctx, client); n != h || mark() != "" {
+	if n := commandCalls(t, ctx, client, "hvals"); n != h || mark() != "" {
 		t.Errorf("an observation of a mark with no lease left ran HVALS %d times, left mark %q; want none, none", n-h, mark())
 	}
 }

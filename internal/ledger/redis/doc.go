@@ -18,9 +18,14 @@
 //	P:{p}:state         HASH the pool's state, one field per group of values
 //	                         joined by spaces (ids never contain one):
 //	  meta                   "epoch recovering_until cap_kv cap_slots
-//	                         retry_after reserve growth_headroom" (epoch:
+//	                         retry_after reserve growth_headroom gen" (epoch:
 //	                         TIME µs at creation; its presence makes the
-//	                         pool known; reserve elastic or worst_case)
+//	                         pool known; reserve elastic or worst_case;
+//	                         gen the configuration generation, TIME µs or
+//	                         one more than the last, new with every spec
+//	                         Configure or SetDraining writes: Acquire keeps
+//	                         the specs it read by meta, so change e:<id>,
+//	                         t:<name> and p:<name> only through them)
 //	  seq, sweep_at          fencing sequence; ms before which nothing can
 //	                         have expired (a lower bound of every deadline
 //	                         and session expiry, lowered by every write of
@@ -114,7 +119,9 @@
 // reservation modes, since and e:<id>:u with bounded reasserts, breaker,
 // e:<id>:b and probe with circuit breakers, and e:<id>:b's failed_ms with
 // stale successes, the budgets of t:<name>, t:<name>:w, rate_window and
-// tokens with rate budgets. The scripts read a meta, a pool or a lease
+// tokens with rate budgets, meta's gen with the specs Acquire keeps, the
+// sums of e:<id>:u with the marked engine's cheap observation. The
+// scripts read a meta, a pool or a lease
 // record written before them (elastic, no headroom, not overgrown,
 // confirmed, the default breaker spec, every breaker closed, not a probe,
 // no failure counted, no budget, nothing charged), but earlier scripts do not read what these write: keep

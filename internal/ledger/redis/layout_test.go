@@ -31,8 +31,8 @@ func TestLayoutBeforeReservationModes(t *testing.T) {
 	state, leases := p+":{llama}:state", p+":{llama}:leases"
 	// Rewrite both as the earlier scripts wrote them.
 	meta := client.HGet(ctx, state, "meta").Val()
-	if f := strings.Fields(meta); len(f) != 7 || f[5] != "worst_case" || f[6] != "0" {
-		t.Fatalf("meta = %q, want 7 fields ending in worst_case 0", meta)
+	if f := strings.Fields(meta); len(f) != 8 || f[5] != "worst_case" || f[6] != "0" || f[7] == "0" {
+		t.Fatalf("meta = %q, want 8 fields: worst_case 0, then the configuration generation", meta)
 	}
 	rec := client.HGet(ctx, leases, string(g.Lease.ID)).Val()
 	if f := strings.Fields(rec); len(f) != 17 || f[14] != "0" || f[15] != "0" || f[16] != "0" {
@@ -318,8 +318,10 @@ func TestLayoutBeforeRateBudgets(t *testing.T) {
 		t.Fatalf("Acquire(400) after the true-up to 200: %v", err)
 	}
 
-	// The tenant field as written before budgets: three fields.
-	client.HSet(ctx, state, "t:acme", "1 1 0")
+	// The tenant field as written before budgets: three fields, by a
+	// Configure that wrote meta without a configuration generation.
+	meta := strings.Fields(client.HGet(ctx, state, "meta").Val())
+	client.HSet(ctx, state, "t:acme", "1 1 0", "meta", strings.Join(meta[:7], " "))
 	st, err := l.Stats(ctx, "llama")
 	if err != nil {
 		t.Fatalf("Stats: %v", err)

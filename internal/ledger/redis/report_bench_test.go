@@ -341,8 +341,9 @@ var routerUsage = ledger.Usage{PromptTokens: 10, CompletionTokens: 10, Finished:
 // emptyLibrary registers the calibration's functions: the empty one, and
 // lh_calibration_acquire_calls, which makes the Redis calls a grant by
 // acquire makes (scripts/lua/acquire.lua, its common path: no sweep, no
-// replay, one candidate tried), with acquire's KEYS and ARGV, the same
-// fields read and written and replies of the same shape, and none of the
+// replay, one candidate tried, the specs kept from an earlier call of the
+// configuration), with acquire's KEYS and ARGV, the same fields read and
+// written and replies of the same shape, and none of the
 // admission rule: the floor those calls set under acquire's cost. Run it
 // on copies of a pool's keys (calibrationKeys): it writes a lease-shaped
 // record, a request index entry, a deadline and a holder set member for
@@ -353,10 +354,9 @@ const emptyLibrary = "#!lua name=leasehold_calibration\n" +
 const acquireCallsFunction = `
 redis.register_function('lh_calibration_acquire_calls', function(KEYS, ARGV)
   local call = redis.call
-  local t, e, n = ARGV[2], ARGV[10], ARGV[9] + 0
-  local f = {'meta', 'sweep_at', 'seq', 'repl', 't:' .. t, 't:' .. t .. ':r', 'p:' .. ARGV[3], 'e:' .. e .. ':r',
-    'e:' .. e .. ':c', 'e:' .. e .. ':o', 'e:' .. e .. ':b', 'e:' .. e .. ':obs', 'e:' .. e}
-  for j = 2, n do f[12 + j] = 'e:' .. ARGV[9 + j] end
+  local t, e = ARGV[2], ARGV[10]
+  local f = {'meta', 'sweep_at', 'seq', 'repl', 't:' .. t .. ':r', 'e:' .. e .. ':r', 'e:' .. e .. ':c',
+    'e:' .. e .. ':o', 'e:' .. e .. ':b', 'e:' .. e .. ':obs'}
   local v = call('HMGET', KEYS[1], unpack(f))
   call('INFO', 'replication')
   local now = call('TIME')
@@ -371,7 +371,7 @@ redis.register_function('lh_calibration_acquire_calls', function(KEYS, ARGV)
   call('HSETNX', KEYS[7], id, rec)
   call('ZADD', KEYS[4], ms, id)
   call('SADD', KEYS[8] .. ARGV[6], id)
-  call('HSET', KEYS[1], 'seq', now[2], 'e:' .. e .. ':r', v[8] or '0 0 0', 't:' .. t .. ':r', v[6] or '0 0 0')
+  call('HSET', KEYS[1], 'seq', now[2], 'e:' .. e .. ':r', v[6] or '0 0 0', 't:' .. t .. ':r', v[5] or '0 0 0')
   call('HINCRBY', KEYS[1], 'c:grants', '1')
   return {'ok', '1700000000000000', rec}
 end)
