@@ -24,10 +24,11 @@
 
 local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- One HMGET reads the pool with what the checks and the charge need
--- (open_lease); one HSET writes the charge (charge's, without its reads).
+-- (open_lease), the specs kept by meta aside (spec in lib_admit.lua); one
+-- HSET writes the charge (charge's, without its reads).
 local m, now, l, v = open_lease(id, function(x)
   local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
-  return {ef.spec, ef.r, ef.c, ef.o, ef.obs, tf.spec, tf.r}
+  return {ef.r, ef.c, ef.o, ef.obs, tf.r}
 end)
 if not m then return {'unknown_pool', ''} end
 local status
@@ -43,16 +44,16 @@ if newkv < have then
     ' kv_tokens, below the ' .. l[L_KV] .. ' it holds (Resize shrinks)'}
 end
 local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
-local e = engine(l[L_ENGINE], v[4], true)
+local e = engine(l[L_ENGINE], spec(m, m.especs, l[L_ENGINE], ef.spec), true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-usage(e, v[5], v[6], v[7], v[8])
+usage(e, v[4], v[5], v[6], v[7])
 if newkv > e.cap then
   return {'invalid_argument', m.epoch, 'grow lease ' .. id .. ' to ' .. ARGV[4] ..
     ' kv_tokens, more than engine ' .. e.id .. ' holds in all (' .. int(e.cap) .. ')'}
 end
 local delta = newkv - have
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
-local t = tenant(l[L_TENANT], v[9], v[10], true)
+local t = tenant(l[L_TENANT], spec(m, m.tspecs, l[L_TENANT], tf.spec), v[8], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then

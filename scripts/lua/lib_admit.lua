@@ -154,3 +154,18 @@ local function specs(m, name, prio, args, at, n)
   local v = rcall('HMGET', K_STATE, unpk(f))
   for i = 1, #f do to[i][key[i]] = v[i] or false end
 end
+
+-- spec returns the spec field f (an engine's, a tenant's or a priority's:
+-- nil when absent) of pool m, kept under key k of c (m.especs, m.tspecs or
+-- m.pspecs) as specs keeps them, read with one HGET by the first call of
+-- the configuration that asks. For grow and resize, which read a lease's
+-- engine and tenant (removed ones too): neither is forgotten while the
+-- lease holds them.
+local function spec(m, c, k, f)
+  local s = c[k]
+  if s == nil then
+    s = rcall('HGET', K_STATE, f) or false
+    c[k] = s
+  end
+  return s or nil
+end

@@ -13,11 +13,12 @@
 -- the difference (slots unchanged; recovery while the window is open).
 
 local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
--- One HMGET reads the pool with what the checks and the charge need
--- (open_lease; the lease's fields from v[4]).
+-- One HMGET reads the pool with what a shrink needs, the engine's and
+-- the tenant's reservations (open_lease; from v[4]); a growth reads the
+-- rest of what its checks need with a second, and the specs kept by meta
+-- (spec in lib_admit.lua).
 local m, now, l, v = open_lease(id, function(x)
-  local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
-  return {ef.r, tf.r, ef.spec, ef.c, tf.spec, pfield(x[L_PRIO]), ef.o, ef.obs, 'created'}
+  return {efield(x[L_ENGINE]).r, tfield(x[L_TENANT]).r}
 end)
 if not m then return {'unknown_pool', ''} end
 local status
@@ -27,13 +28,14 @@ local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
 if delta > 0 then
-  local e = engine(l[L_ENGINE], v[6])
+  local e = engine(l[L_ENGINE], spec(m, m.especs, l[L_ENGINE], ef.spec))
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-  usage(e, v[4], v[7], v[10], v[11])
-  recovery(e, m, now, v[12])
-  local t = tenant(l[L_TENANT], v[8], v[5])
+  local u = rcall('HMGET', K_STATE, ef.c, ef.o, ef.obs, 'created')
+  usage(e, v[4], u[1], u[2], u[3])
+  recovery(e, m, now, u[4])
+  local t = tenant(l[L_TENANT], spec(m, m.tspecs, l[L_TENANT], tf.spec), v[5])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
-  local maxfill = tonum(v[9])
+  local maxfill = tonum(spec(m, m.pspecs, l[L_PRIO], pfield(l[L_PRIO])))
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
   local qkv = quota(t, m)
   if newkv > qkv or newkv > admissible(e, maxfill, m.headroom) then return reject(m, 'too_large', '', 0) end
