@@ -145,7 +145,7 @@ for j = 1, n do
   if e.draining then
     r = 'draining'
   elseif e.braw then
-    bspec = bspec or breaker_spec(rcall('HGET', K_STATE, 'breaker'))
+    bspec = bspec or breaker_spec(spec(m, m.fields, 'breaker', 'breaker'))
     r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
   else
     -- No breaker stored: it reads closed under any spec (breaker_at), and

@@ -220,13 +220,15 @@ end
 --
 -- m.especs, m.tspecs and m.pspecs keep, by engine id, tenant name and
 -- priority name, the spec fields (e:<id>, t:<name>, p:<name>; false when
--- absent) calls have read while meta was this string: see specs.
+-- absent) calls have read while meta was this string, and m.fields the
+-- pool's breaker spec (breaker, which only configure.lua writes, with
+-- meta): see specs and spec in lib_admit.lua.
 local meta_spec = memo(function(s)
   local epoch, ru, ckv, cs, retry, reserve, headroom =
     match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*) ?%S*$')
   return {epoch = epoch, xepoch = format('%x', tonum(epoch)), ru = tonum(ru), cap_kv = tonum(ckv),
     cap_slots = tonum(cs), retry = tonum(retry), reserve = reserve, elastic = reserve ~= 'worst_case',
-    headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}}
+    headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}, fields = {}}
 end)
 
 -- with_gen returns meta string s with a new configuration generation (see

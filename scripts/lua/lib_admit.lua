@@ -1,7 +1,7 @@
--- lib_admit.lua: the admission rule's helpers, for the scripts that admit
--- or grow (acquire, resize, grow). lua.go inserts this file after lib.lua
--- for them only: every function defined costs each call of a script, used
--- or not.
+-- lib_admit.lua: the admission rule's helpers (acquire, resize, grow),
+-- and the pool's specs kept by meta (specs, spec; release reads the
+-- breaker spec through spec). lua.go puts it after lib.lua at the top of
+-- the library.
 
 -- capacity sets e.cap, ledger.EngineState.CapacityKV: the configured KV
 -- tokens, or the total the last applied observation reported (the second
@@ -155,12 +155,12 @@ local function specs(m, name, prio, args, at, n)
   for i = 1, #f do to[i][key[i]] = v[i] or false end
 end
 
--- spec returns the spec field f (an engine's, a tenant's or a priority's:
--- nil when absent) of pool m, kept under key k of c (m.especs, m.tspecs or
--- m.pspecs) as specs keeps them, read with one HGET by the first call of
--- the configuration that asks. For grow and resize, which read a lease's
--- engine and tenant (removed ones too): neither is forgotten while the
--- lease holds them.
+-- spec returns the spec field f (an engine's, a tenant's or a priority's,
+-- or the pool's breaker: nil when absent) of pool m, kept under key k of
+-- c (m.especs, m.tspecs, m.pspecs or m.fields) as specs keeps them, read
+-- with one HGET by the first call of the configuration that asks. Grow and
+-- resize read a lease's engine and tenant (removed ones too) through it:
+-- neither is forgotten while the lease holds them.
 local function spec(m, c, k, f)
   local s = c[k]
   if s == nil then

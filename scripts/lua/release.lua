@@ -59,16 +59,15 @@ local function counts(x)
 end
 -- One HMGET reads the pool with what the charge reads (open_lease; from
 -- v[4]), for a release by the holder, then, for an outcome 'ok', the
--- engine's breaker and the pool's breaker spec at v[ib] and v[ib + 1]
--- (breaker_quiet).
+-- engine's breaker at v[ib] (breaker_quiet; the pool's breaker spec, read
+-- only when a breaker is stored, is kept by meta: spec in lib_admit.lua).
 local outcome, ib = ARGV[7], nil
 local m, now, l, v = open_lease(id, function(x)
   cnt = counts(x)
   local f = charge_fields(x[L_ENGINE], x[L_TENANT], cnt)
   if outcome == 'ok' then
     f[#f + 1] = efield(x[L_ENGINE]).b
-    f[#f + 1] = 'breaker'
-    ib = #f + 2
+    ib = #f + 3
   end
   return f
 end)
@@ -87,7 +86,8 @@ end
 -- a success that changes nothing (breaker_quiet: then drop_lease need not
 -- read the breaker again).
 local report
-if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and breaker_quiet(v[ib], v[ib + 1]))) then
+if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and
+  (not v[ib] or breaker_quiet(v[ib], spec(m, m.fields, 'breaker', 'breaker'))))) then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, prompt, completion)

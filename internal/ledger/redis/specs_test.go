@@ -17,7 +17,7 @@ import (
 // writes a new configuration generation into meta, later than the last,
 // and the next Acquire admits by the new specs (a drained, undrained,
 // removed, forgotten and re-added engine, a tenant's smaller share, a
-// removed priority). It also checks that specs are read once per
+// removed priority, a shorter breaker cooldown). It also checks that specs are read once per
 // configuration: an Acquire after the first of a generation makes one
 // HMGET, the first two.
 func TestSpecsKeptByMeta(t *testing.T) {
@@ -145,5 +145,25 @@ func TestSpecsKeptByMeta(t *testing.T) {
 	b.RequestID, b.Candidates = "batch-again", []ledger.EngineID{"gpu-1"}
 	if _, err := l.Acquire(ctx, b); err != nil {
 		t.Fatalf("Acquire at re-added priority batch: %v", err)
+	}
+
+	// The breaker spec, kept by meta too: an open breaker within an hour's
+	// cooldown refuses, and after a Configure with a millisecond's lets a
+	// probe through.
+	spec = basicSpec()
+	spec.Breaker.Cooldown = time.Hour
+	mustConfigure(t, l, spec)
+	newGen("Configure with an hour's cooldown")
+	opened := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	client.HSet(ctx, state, "e:gpu-0:b", "open 0 0 "+opened+" 0 "+opened)
+	if _, err := acquire(10, "gpu-0"); reason(err) != ledger.ReasonBreakerOpen {
+		t.Fatalf("Acquire on an engine opened now, an hour's cooldown: error = %v, want %s", err, ledger.ReasonBreakerOpen)
+	}
+	spec.Breaker.Cooldown = time.Millisecond
+	mustConfigure(t, l, spec)
+	newGen("Configure with a millisecond's cooldown")
+	time.Sleep(5 * time.Millisecond)
+	if g, err := acquire(10, "gpu-0"); err != nil || !g.Lease.Probe {
+		t.Fatalf("Acquire after the cooldown shrank = %+v, %v; want a probe lease", g.Lease, err)
 	}
 }
