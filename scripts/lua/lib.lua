@@ -81,6 +81,11 @@
 --               (g:release). A counter's value is its c:<name>
 --               (written before groups) plus its place in a group
 --               (stats.lua adds them)
+--   n:<name>    a tenant's completion-length counter ("completions/<bound>/
+--               <tenant>", ledger.CompletionCounters), which counts for
+--               the pool's ("completions/<bound>") as well: a release adds
+--               to it alone, and Stats adds it to both, plus the
+--               c:<name> fields of either written before n: fields
 --   repl        "<master_replid> <cluster node id, or ->" of the server that
 --               last wrote the pool (see failover)
 --   window      the recovery window in ms Configure was given (0: none); a

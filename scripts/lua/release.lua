@@ -3,8 +3,9 @@
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 actual prompt tokens,
 --       5 actual completion tokens, 6 the completion-length counter of the
---       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant;
---       empty: the answer did not finish, no histogram sample), 7 the
+--       pool (ledger.CompletionCounters; the tenant's is it, '/', tenant,
+--       and counts for both: see n:<name> in lib.lua; empty: the answer
+--       did not finish, no histogram sample), 7 the
 --       dispatch's outcome (ledger.Outcome; empty: no evidence).
 -- Returns: {'ok', epoch, released (1 or 0)} | {'unknown_pool', ''}
 --        | {'not_holder', epoch}.
@@ -93,10 +94,11 @@ end
 rate_true_up(l, now, prompt, completion)
 drop_lease(l, cnt, now, report, {unpk(v, 4)})
 if ARGV[6] ~= '' then
-  -- The completion-length counters, the pool's and the tenant's: HINCRBY
-  -- adds to each, cheaper than reading, formatting and writing it (with
-  -- '1' a string: redis.call formats a number argument).
-  rcall('HINCRBY', K_STATE, cfield(ARGV[6]), '1')
-  rcall('HINCRBY', K_STATE, 'c:' .. ARGV[6] .. '/' .. l[L_TENANT], '1')
+  -- The completion-length counters, the pool's and the tenant's, in one
+  -- field: the tenant's, n:<pool's name>/<tenant>, which stats.lua also
+  -- adds to the pool's. HINCRBY adds to it, cheaper than reading,
+  -- formatting and writing it (with '1' a string: redis.call formats a
+  -- number argument).
+  rcall('HINCRBY', K_STATE, 'n:' .. ARGV[6] .. '/' .. l[L_TENANT], '1')
 end
 return {'ok', m.epoch, 1}

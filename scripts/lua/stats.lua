@@ -72,7 +72,8 @@ for name in gmatch(v[2] or '', '%S+') do
   prios[#prios + 1] = rcall('HGET', K_STATE, 'p:' .. name) or ''
 end
 -- Counters: each c:<name>, plus its place in a group field (GROUPS), the
--- two added where a counter has both (a pool written before groups).
+-- two added where a counter has both (a pool written before groups), and
+-- each n:<name> to its own counter and to the pool's (lib.lua).
 local counters, at = {}, {}
 local function count(name, val)
   local i = at[name]
@@ -89,6 +90,12 @@ for i = 1, #all, 2 do
   local f = all[i]
   if sub(f, 1, 2) == 'c:' then
     count(sub(f, 3), all[i + 1])
+  elseif sub(f, 1, 2) == 'n:' then
+    -- A tenant's completion-length counter, which counts for the pool's
+    -- too (its name up to the tenant's: lib.lua's n:<name>).
+    local name = sub(f, 3)
+    count(name, all[i + 1])
+    count(match(name, '^([^/]*/[^/]*)/'), all[i + 1])
   elseif GROUPS[f] then
     local names, j = GROUPS[f], 0
     for val in gmatch(all[i + 1], '%S+') do

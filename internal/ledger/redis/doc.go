@@ -71,9 +71,15 @@
 //	  rate_window            ms: PoolSpec.RateWindow; absent, a minute
 //	  p:<name>               max_fill
 //	  c:<name>               ledger.Counter* names, "rejections:<reason>"
-//	                         and the completion-length counters
+//	                         and, written before n:<name>, the
+//	                         completion-length counters
 //	                         (ledger.CompletionCounters); c:failovers
 //	                         counts epochs started by a promotion
+//	  n:<name>               a tenant's completion-length counter
+//	                         ("completions/<bound>/<tenant>"), which
+//	                         counts for the pool's ("completions/<bound>")
+//	                         too: Release adds one to it alone, Stats adds
+//	                         it to both (and the older c: fields of each)
 //	  g:<group>              the counters one operation adds to on every
 //	                         call, in one field: "releases
 //	                         released_kv_tokens actual_prompt_tokens

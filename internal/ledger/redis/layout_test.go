@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -430,6 +431,52 @@ func TestLayoutBeforeCounterGroups(t *testing.T) {
 	release("c", 100, ledger.Usage{PromptTokens: 3, CompletionTokens: 4})
 	if got := client.HGet(ctx, state, "g:release").Val(); got != "5 100 3 4" {
 		t.Errorf("g:release after a release on a one-counter g:release = %q, want \"5 100 3 4\"", got)
+	}
+}
+
+// TestLayoutBeforeTenantCompletionCounters checks the completion-length
+// counters (ledger.CompletionCounters): a release adds to the tenant's
+// n:<name> field alone, Stats counts it for the tenant's counter and the
+// pool's, and the c:<name> fields of both that earlier scripts wrote
+// still count, once each.
+func TestLayoutBeforeTenantCompletionCounters(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state := p + ":{llama}:state"
+	done := ledger.Usage{CompletionTokens: 70, Finished: true}
+	names := ledger.CompletionCounters(done, "acme") // the pool's, the tenant's
+	other := ledger.CompletionCounters(done, "small")[1]
+	// What earlier scripts left: both counters in c: fields, for two tenants.
+	client.HSet(ctx, state, "c:"+names[0], 5, "c:"+names[1], 3, "c:"+other, 2)
+	for i, tenant := range []ledger.TenantID{"acme", "acme", "small"} {
+		r := req("h1", "r"+strconv.Itoa(i), 10, 1)
+		r.Tenant = tenant
+		g, err := l.Acquire(ctx, r)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if rel, err := l.Release(ctx, g.Lease.Ref(), done); err != nil || !rel.Released {
+			t.Fatalf("Release = %+v, %v", rel, err)
+		}
+	}
+	if got := client.HGet(ctx, state, "n:"+names[1]).Val(); got != "2" {
+		t.Errorf("n:%s = %q, want \"2\"", names[1], got)
+	}
+	if got := client.HGet(ctx, state, "c:"+names[0]).Val(); got != "5" {
+		t.Errorf("c:%s = %q, want the earlier scripts' \"5\" left as it was", names[0], got)
+	}
+	st, err := l.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	for name, want := range map[string]int64{names[0]: 8, names[1]: 5, other: 3} {
+		if got := st.Counters[name]; got != want {
+			t.Errorf("Stats counter %s = %d, want %d", name, got, want)
+		}
 	}
 }
 
