@@ -29,7 +29,7 @@
 -- One HMGET reads the pool: meta, sweep_at, seq, repl (failover_seen),
 -- the tenant's reservations, the first candidate's usage, breaker and last
 -- observation. The specs (the tenant's, the priority's and every
--- candidate's: unknown engines need them all) are kept by meta (specs in
+-- candidate's: unknown engines need them all) are kept by meta (spec in
 -- lib_admit.lua), read only by the first call of a configuration. What
 -- only some grants need is read when the rule reaches it: the
 -- pool's breaker spec when a candidate has a breaker stored, created
@@ -74,16 +74,15 @@ if prev then
   end
 end
 
-specs(m, tenant_name, prio, ARGV, 9, n)
-local es = m.especs
-local t = tenant(tenant_name, m.tspecs[tenant_name] or nil, v[5])
+local es = m.especs -- every candidate's spec, once the loop below has read them (spec)
+local t = tenant(tenant_name, spec(m, m.tspecs, 't:', tenant_name), v[5])
 if not t then return {'unknown_tenant', m.epoch, tenant_name} end
-local maxfill = m.pspecs[prio]
+local maxfill = spec(m, m.pspecs, 'p:', prio)
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
 maxfill = maxfill + 0
 -- Candidates are parsed only as the rule reaches them; all must exist.
 for j = 1, n do
-  local s = es[ARGV[9 + j]]
+  local s = spec(m, es, 'e:', ARGV[9 + j])
   if not s or byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
 end
 local created -- the pool's created field, read once the recovery window needs it
@@ -145,7 +144,7 @@ for j = 1, n do
   if e.draining then
     r = 'draining'
   elseif e.braw then
-    bspec = bspec or breaker_spec(spec(m, m.fields, 'breaker', 'breaker'))
+    bspec = bspec or breaker_spec(spec(m, m.fields, '', 'breaker'))
     r = grant_reason(e, now, bspec, maxfill, m.headroom, kv, slots)
   else
     -- No breaker stored: it reads closed under any spec (breaker_at), and

@@ -96,11 +96,10 @@ else
   rcall('HDEL', K_STATE, 'rate_window')
 end
 
--- A new configuration generation (lib.lua's with_gen): the specs above
--- may have changed.
-local meta_s = with_gen(concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6]}, ' ') ..
-  ' ' .. (v[1] and match(v[1], '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ (%S+)$') or '0'), t)
-rcall('HSET', K_STATE, 'meta', meta_s, 'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2],
-  'hashtable', HASHTABLE)
+-- With a new configuration generation (lib.lua's next_gen): the specs
+-- above may have changed.
+rcall('HSET', K_STATE, 'meta',
+  concat({epoch, ru, int(cap_kv), int(cap_slots), ARGV[3], ARGV[5], ARGV[6], next_gen(v[1], t)}, ' '),
+  'order', ARGV[4], 'breaker', ARGV[7], 'window', ARGV[2], 'hashtable', HASHTABLE)
 if created == 1 then failover() end -- records this server (see lib.lua)
 return {'ok', epoch, created}

@@ -44,7 +44,7 @@ if newkv < have then
     ' kv_tokens, below the ' .. l[L_KV] .. ' it holds (Resize shrinks)'}
 end
 local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
-local e = engine(l[L_ENGINE], spec(m, m.especs, l[L_ENGINE], ef.spec), true)
+local e = engine(l[L_ENGINE], spec(m, m.especs, 'e:', l[L_ENGINE]), true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
 usage(e, v[4], v[5], v[6], v[7])
 if newkv > e.cap then
@@ -53,7 +53,7 @@ if newkv > e.cap then
 end
 local delta = newkv - have
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
-local t = tenant(l[L_TENANT], spec(m, m.tspecs, l[L_TENANT], tf.spec), v[8], true)
+local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[8], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then

@@ -33,7 +33,7 @@
 --               later: configure.lua and drain.lua, the only writers of
 --               the specs (e:<id>, t:<name>, p:<name>), write a new one
 --               with every spec they write, so two reads of the same meta
---               read the same specs (acquire keeps them by meta: specs);
+--               read the same specs (acquire keeps them by meta: spec);
 --               a meta written before gen has none
 --   seq         last fencing sequence of the epoch
 --   sweep_at    ms before which nothing can have expired: at most every
@@ -227,7 +227,7 @@ end
 -- priority name, the spec fields (e:<id>, t:<name>, p:<name>; false when
 -- absent) calls have read while meta was this string, and m.fields the
 -- pool's breaker spec (breaker, which only configure.lua writes, with
--- meta): see specs and spec in lib_admit.lua.
+-- meta): see spec in lib_admit.lua.
 local meta_spec = memo(function(s)
   local epoch, ru, ckv, cs, retry, reserve, headroom =
     match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*) ?%S*$')
@@ -236,16 +236,23 @@ local meta_spec = memo(function(s)
     headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}, fields = {}}
 end)
 
--- with_gen returns meta string s with a new configuration generation (see
--- the meta field above): TIME t in microseconds, or s's generation plus
--- one when that is later. A meta written before reservation modes gains
--- the two fields it read as (elastic, no headroom).
+-- next_gen returns the configuration generation (see the meta field
+-- above) that follows meta string s's (nil: none, as in a meta written
+-- before generations or no meta): TIME t in microseconds, or s's
+-- generation plus one when that is later.
+local function next_gen(s, t)
+  local gen = s and match(s, '^%S+ %S+ %S+ %S+ %S+ %S+ %S+ (%S+)$')
+  return int(max(tonum(t[1]) * 1000000 + tonum(t[2]), num(gen) + 1))
+end
+
+-- with_gen returns meta string s with the next configuration generation
+-- (next_gen). A meta written before reservation modes gains the two
+-- fields it read as (elastic, no headroom).
 local function with_gen(s, t)
-  local head, reserve, headroom, gen = match(s, '^(%S+ %S+ %S+ %S+ %S+) ?(%S*) ?(%S*) ?(%S*)$')
+  local head, reserve, headroom = match(s, '^(%S+ %S+ %S+ %S+ %S+) ?(%S*) ?(%S*)')
   if reserve == '' then reserve = 'elastic' end
   if headroom == '' then headroom = '0' end
-  local now_us = tonum(t[1]) * 1000000 + tonum(t[2])
-  return head .. ' ' .. reserve .. ' ' .. headroom .. ' ' .. int(max(now_us, num(gen) + 1))
+  return head .. ' ' .. reserve .. ' ' .. headroom .. ' ' .. next_gen(s, t)
 end
 
 local function meta(s, sweep_at)
@@ -481,6 +488,16 @@ local function mark_sums(u)
   return since, slots + 0, n + 0
 end
 
+-- mark_add returns mark u (nil: none yet, sums 0) with slots and n added
+-- to its sums and its reassert ms since (nil: u's own); nil when u was
+-- written before the sums, which stay unknown until observe.lua's scan.
+local function mark_add(u, since, slots, n)
+  local usince, uslots, un = '', 0, 0
+  if u then usince, uslots, un = mark_sums(u) end
+  if not uslots then return nil end
+  return (since or usince) .. ' ' .. int(max(0, uslots + slots)) .. ' ' .. int(max(0, un + n))
+end
+
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
 -- A lease the ledger ends at now (cnt 'expired' or 'revoked') may still run
 -- on its engine: on an engine that has been observed its amounts are added
@@ -514,10 +531,10 @@ local function drop_lease(l, cnt, now, report, pre)
   -- without sums stays as it is).
   if l[L_SINCE] ~= '0' then
     local u = rcall('HGET', K_STATE, ef.u)
-    local since, uslots, un = mark_sums(u or '')
-    if u and uslots then
+    u = u and mark_add(u, nil, -num(l[L_SLOTS]), -1)
+    if u then
       extra[#extra + 1] = ef.u
-      extra[#extra + 1] = since .. ' ' .. int(max(0, uslots - num(l[L_SLOTS]))) .. ' ' .. int(max(0, un - 1))
+      extra[#extra + 1] = u
     end
   end
   if report or (ended and l[L_PROBE] == '1') then

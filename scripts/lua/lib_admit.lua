@@ -1,6 +1,6 @@
 -- lib_admit.lua: the admission rule's helpers (acquire, resize, grow),
--- and the pool's specs kept by meta (specs, spec; release reads the
--- breaker spec through spec). lua.go puts it after lib.lua at the top of
+-- and the pool's specs kept by meta (spec; release reads the breaker
+-- spec through it). lua.go puts it after lib.lua at the top of
 -- the library.
 
 -- capacity sets e.cap, ledger.EngineState.CapacityKV: the configured KV
@@ -126,45 +126,23 @@ local function reject(m, reason, engine_id, retry)
   return {'rejected', m.epoch, reason, engine_id or '', int(retry)}
 end
 
--- specs fills pool m's spec caches (m.especs, m.tspecs, m.pspecs, by
--- meta: see meta_spec) for tenant name, priority prio and the n candidate
--- engine ids from ARGV[at + 1]: what no call has read while meta was this
--- string is read with one HMGET (false: absent). Two reads of one meta
--- read the same specs: configure.lua and drain.lua, which write them, give
--- meta a new generation with every spec they write (lib.lua's with_gen).
+-- spec returns a configuration field of pool m as the state held it while
+-- meta read as m (nil when absent): an engine's, a tenant's or a
+-- priority's spec (c m.especs, m.tspecs or m.pspecs, prefix 'e:', 't:' or
+-- 'p:', k its id or name) or the pool's breaker spec (c m.fields, prefix
+-- '', k 'breaker'). It is kept in c (false: absent), read with one HGET by
+-- the first call of the configuration that asks. Two reads of one meta
+-- read the same field: configure.lua and drain.lua, which write them, give
+-- meta a new generation with every one they write (lib.lua's next_gen).
 -- The one other change, forget_engine and forget_tenant deleting a
--- removed engine's or tenant's spec with its last lease, leaves acquire's
--- answer as it was: a removed spec and none both read as unknown.
-local function specs(m, name, prio, args, at, n)
-  local es, ts, ps = m.especs, m.tspecs, m.pspecs
-  local f, to, key -- the fields to read, and the cache and key of each
-  if ts[name] == nil then f, to, key = {tfield(name).spec}, {ts}, {name} end
-  if ps[prio] == nil then
-    f, to, key = f or {}, to or {}, key or {}
-    f[#f + 1], to[#to + 1], key[#key + 1] = pfield(prio), ps, prio
-  end
-  for j = 1, n do
-    local id = args[at + j]
-    if es[id] == nil then
-      f, to, key = f or {}, to or {}, key or {}
-      f[#f + 1], to[#to + 1], key[#key + 1] = efield(id).spec, es, id
-    end
-  end
-  if not f then return end
-  local v = rcall('HMGET', K_STATE, unpk(f))
-  for i = 1, #f do to[i][key[i]] = v[i] or false end
-end
-
--- spec returns the spec field f (an engine's, a tenant's or a priority's,
--- or the pool's breaker: nil when absent) of pool m, kept under key k of
--- c (m.especs, m.tspecs, m.pspecs or m.fields) as specs keeps them, read
--- with one HGET by the first call of the configuration that asks. Grow and
--- resize read a lease's engine and tenant (removed ones too) through it:
--- neither is forgotten while the lease holds them.
-local function spec(m, c, k, f)
+-- removed engine's or tenant's spec with its last lease, changes no
+-- answer: acquire reads a removed spec and none alike (unknown), and grow
+-- and resize read only a lease's engine and tenant, which are not
+-- forgotten while it holds them.
+local function spec(m, c, prefix, k)
   local s = c[k]
   if s == nil then
-    s = rcall('HGET', K_STATE, f) or false
+    s = rcall('HGET', K_STATE, prefix .. k) or false
     c[k] = s
   end
   return s or nil

@@ -83,7 +83,7 @@ elseif x[5] then
   if ln == 0 then
     rcall('HDEL', K_STATE, ef .. ':u')
   else
-    rcall('HSET', K_STATE, ef .. ':u', mark_since .. ' ' .. int(lslots) .. ' ' .. int(ln))
+    rcall('HSET', K_STATE, ef .. ':u', mark_add(nil, mark_since, lslots, ln))
   end
 end
 return {'ok', m.epoch, 1}

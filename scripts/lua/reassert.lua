@@ -96,14 +96,8 @@ if checked then
   -- The mark: this reassert's ms, and the sums of the engine's
   -- unconfirmed leases with this one added (a mark written before the
   -- sums stays without them: observe.lua's next scan counts them).
-  local u = since .. ' ' .. int(num(ARGV[8])) .. ' 1'
-  if x[6] then
-    local _, uslots, un = mark_sums(x[6])
-    u = since
-    if uslots then u = since .. ' ' .. int(uslots + num(ARGV[8])) .. ' ' .. int(un + 1) end
-  end
   extra[#extra + 1] = ef .. ':u'
-  extra[#extra + 1] = u
+  extra[#extra + 1] = mark_add(x[6] or nil, since, num(ARGV[8]), 1) or since
 end
 local l = {id, engine_id, tenant_name, prio, ARGV[7], ARGV[8], holder, ARGV[9],
   created, int(deadline), ARGV[11], ARGV[12], '1', '0', checked and '1' or '0', '0'}

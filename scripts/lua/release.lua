@@ -88,7 +88,7 @@ end
 -- read the breaker again).
 local report
 if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and
-  (not v[ib] or breaker_quiet(v[ib], spec(m, m.fields, 'breaker', 'breaker'))))) then
+  (not v[ib] or breaker_quiet(v[ib], spec(m, m.fields, '', 'breaker'))))) then
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, prompt, completion)

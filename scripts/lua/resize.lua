@@ -28,14 +28,14 @@ local delta = newkv - num(l[L_KV])
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
 local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
 if delta > 0 then
-  local e = engine(l[L_ENGINE], spec(m, m.especs, l[L_ENGINE], ef.spec))
+  local e = engine(l[L_ENGINE], spec(m, m.especs, 'e:', l[L_ENGINE]))
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
   local u = rcall('HMGET', K_STATE, ef.c, ef.o, ef.obs, 'created')
   usage(e, v[4], u[1], u[2], u[3])
   recovery(e, m, now, u[4])
-  local t = tenant(l[L_TENANT], spec(m, m.tspecs, l[L_TENANT], tf.spec), v[5])
+  local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[5])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
-  local maxfill = tonum(spec(m, m.pspecs, l[L_PRIO], pfield(l[L_PRIO])))
+  local maxfill = tonum(spec(m, m.pspecs, 'p:', l[L_PRIO]))
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
   local qkv = quota(t, m)
   if newkv > qkv or newkv > admissible(e, maxfill, m.headroom) then return reject(m, 'too_large', '', 0) end

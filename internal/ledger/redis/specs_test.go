@@ -18,8 +18,8 @@ import (
 // and the next Acquire admits by the new specs (a drained, undrained,
 // removed, forgotten and re-added engine, a tenant's smaller share, a
 // removed priority, a shorter breaker cooldown). It also checks that specs are read once per
-// configuration: an Acquire after the first of a generation makes one
-// HMGET, the first two.
+// configuration: an Acquire after the first of a generation reads none,
+// the first reads each it needs.
 func TestSpecsKeptByMeta(t *testing.T) {
 	srv := redisserver.Start(t)
 	client := srv.Client()
@@ -66,25 +66,32 @@ func TestSpecsKeptByMeta(t *testing.T) {
 	if g, err := acquire(100, "gpu-0", "gpu-1"); err != nil || g.Lease.Engine != "gpu-0" {
 		t.Fatalf("Acquire(gpu-0, gpu-1) = %+v, %v; want a lease on gpu-0", g.Lease, err)
 	}
-	h := commandCalls(t, ctx, client, "hmget")
+	// reads is how many HMGETs and HGETs the server has run.
+	reads := func() [2]int64 {
+		return [2]int64{commandCalls(t, ctx, client, "hmget"), commandCalls(t, ctx, client, "hget")}
+	}
+	since := func(r [2]int64) [2]int64 { now := reads(); return [2]int64{now[0] - r[0], now[1] - r[1]} }
+	h := reads()
 	keep, err := acquire(100, "gpu-1")
 	if err != nil {
 		t.Fatalf("Acquire on gpu-1: %v", err)
 	}
-	if got := commandCalls(t, ctx, client, "hmget") - h; got != 1 {
-		t.Errorf("an Acquire of a configuration whose specs were read made %d HMGETs, want 1", got)
+	if got := since(h); got != [2]int64{1, 1} {
+		t.Errorf("an Acquire of a configuration whose specs were read made %d HMGETs and %d HGETs, "+
+			"want 1 and 1 (the state, the request index)", got[0], got[1])
 	}
 
 	if err := l.SetDraining(ctx, "llama", "gpu-0", true); err != nil {
 		t.Fatalf("SetDraining: %v", err)
 	}
 	newGen("SetDraining(true)")
-	h = commandCalls(t, ctx, client, "hmget")
+	h = reads()
 	if _, err := acquire(100, "gpu-0"); reason(err) != ledger.ReasonDraining {
 		t.Fatalf("Acquire on drained gpu-0 error = %v, want %s", err, ledger.ReasonDraining)
 	}
-	if got := commandCalls(t, ctx, client, "hmget") - h; got != 2 {
-		t.Errorf("the first Acquire of a new generation made %d HMGETs, want 2 (the state, then the specs)", got)
+	if got := since(h); got != [2]int64{1, 4} {
+		t.Errorf("the first Acquire of a new generation made %d HMGETs and %d HGETs, want 1 and 4 "+
+			"(the state; the request index, then the tenant's, the priority's and gpu-0's specs)", got[0], got[1])
 	}
 	if g, err := acquire(100, "gpu-0", "gpu-1"); err != nil || g.Lease.Engine != "gpu-1" {
 		t.Fatalf("Acquire(gpu-0, gpu-1) with gpu-0 drained = %+v, %v; want a lease on gpu-1", g.Lease, err)
