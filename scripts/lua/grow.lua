@@ -29,7 +29,7 @@ local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 local m, now, l, v = open_lease(id, function(x)
   local ef, tf = efield(x[L_ENGINE]), tfield(x[L_TENANT])
   return {ef.r, ef.c, ef.o, ef.obs, tf.r}
-end)
+end, false)
 if not m then return {'unknown_pool', ''} end
 local status
 l, status = held(m, now, l, holder)
@@ -46,14 +46,14 @@ end
 local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
 local e = engine(l[L_ENGINE], spec(m, m.especs, 'e:', l[L_ENGINE]), true)
 if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
-usage(e, v[4], v[5], v[6], v[7])
+usage(e, v[3], v[4], v[5], v[6])
 if newkv > e.cap then
   return {'invalid_argument', m.epoch, 'grow lease ' .. id .. ' to ' .. ARGV[4] ..
     ' kv_tokens, more than engine ' .. e.id .. ' holds in all (' .. int(e.cap) .. ')'}
 end
 local delta = newkv - have
 if delta == 0 then return {'ok', m.epoch, unpk(l, 1, L_N)} end
-local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[8], true)
+local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[7], true)
 if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
 local ukv = used(e, now)
 if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then

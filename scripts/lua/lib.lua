@@ -639,7 +639,8 @@ end
 local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 'window'
 
 -- failover (failover_seen) runs before any write in every script that
--- writes a known pool, on the meta and repl its first read found. A replica
+-- writes a known pool but release and grow (see open_lease: they admit
+-- nothing and mint no id), on the meta and repl its first read found. A replica
 -- promoted to primary (Sentinel, a Redis Cluster failover, REPLICAOF NO
 -- ONE) holds the pool as the old primary had it some writes ago, as does a
 -- primary restarted from its RDB or AOF: grants it acknowledged, sequence
@@ -734,25 +735,35 @@ local function open_pool()
   return m, now
 end
 
--- lease_fields lists what open_lease's HMGET reads: meta, sweep_at, repl
--- and, when there is a lease l, the fields more(l) names.
-local function lease_fields(l, more)
-  local f = l and {'meta', 'sweep_at', 'repl', unpk(more(l))} or {'meta', 'sweep_at', 'repl'}
+-- lease_fields lists what open_lease's HMGET reads: meta, sweep_at, when
+-- there is a lease l the fields more(l) names, then, with check, repl.
+local function lease_fields(l, more, check)
+  local f = l and {'meta', 'sweep_at', unpk(more(l))} or {'meta', 'sweep_at'}
+  if check then f[#f + 1] = 'repl' end
   return f
 end
 
 -- open_lease is open_pool for an operation on lease id that reads the
 -- pool's fields more(l) names for the lease l: it reads the lease first,
--- so that one HMGET loads meta, sweep_at and repl and those fields (none
--- when there is no lease). It returns nil for an unknown pool, else the
--- meta, now, the lease (nil: none) and the HMGET's values, more's from
--- index 4. A sweep, which may end the lease or change the fields, reads
--- both again.
-local function open_lease(id, more)
+-- so that one HMGET loads meta, sweep_at and those fields (none when there
+-- is no lease). It returns nil for an unknown pool, else the meta, now,
+-- the lease (nil: none) and the HMGET's values, more's from index 3. A
+-- sweep, which may end the lease or change the fields, reads both again.
+--
+-- With check it runs failover_seen first, as every operation that admits
+-- capacity must (resize). Release and grow do not: they admit nothing (a
+-- release frees what its lease holds, a growth charges what the engine
+-- already holds, with no capacity, quota or recovery check) and mint no
+-- lease id, and holders learn the epoch from KeepAlive, never from their
+-- replies. On a promoted server they act on the leases it holds, as
+-- they would in its new epoch, and its first acquire, resize, keepalive,
+-- renew, reassert, observe or configuration starts that epoch (see
+-- failover_seen).
+local function open_lease(id, more, check)
   local l = get_lease(id)
-  local f = lease_fields(l, more)
+  local f = lease_fields(l, more, check)
   local v = rcall('HMGET', K_STATE, unpk(f))
-  if failover_seen(v[1], v[3]) then v = rcall('HMGET', K_STATE, unpk(f)) end
+  if check and failover_seen(v[1], v[#f]) then v = rcall('HMGET', K_STATE, unpk(f)) end
   local m = meta(v[1], v[2])
   if not m then return nil end
   local now = clock()

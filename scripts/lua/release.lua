@@ -59,7 +59,7 @@ local function counts(x)
   return {'g:release', {1, num(x[L_KV]), prompt, completion}}
 end
 -- One HMGET reads the pool with what the charge reads (open_lease; from
--- v[4]), for a release by the holder, then, for an outcome 'ok', the
+-- v[3]), for a release by the holder, then, for an outcome 'ok', the
 -- engine's breaker at v[ib] (breaker_quiet; the pool's breaker spec, read
 -- only when a breaker is stored, is kept by meta: spec in lib_admit.lua).
 local outcome, ib = ARGV[7], nil
@@ -68,10 +68,10 @@ local m, now, l, v = open_lease(id, function(x)
   local f = charge_fields(x[L_ENGINE], x[L_TENANT], cnt)
   if outcome == 'ok' then
     f[#f + 1] = efield(x[L_ENGINE]).b
-    ib = #f + 3
+    ib = #f + 2
   end
   return f
-end)
+end, false)
 if not m then return {'unknown_pool', ''} end
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
@@ -92,7 +92,7 @@ if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, prompt, completion)
-drop_lease(l, cnt, now, report, {unpk(v, 4)})
+drop_lease(l, cnt, now, report, {unpk(v, 3)})
 if ARGV[6] ~= '' then
   -- The completion-length counters, the pool's and the tenant's, in one
   -- field: the tenant's, n:<pool's name>/<tenant>, which stats.lua also

@@ -14,12 +14,12 @@
 
 local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- One HMGET reads the pool with what a shrink needs, the engine's and
--- the tenant's reservations (open_lease; from v[4]); a growth reads the
+-- the tenant's reservations (open_lease; from v[3]); a growth reads the
 -- rest of what its checks need with a second, and the specs kept by meta
 -- (spec in lib_admit.lua).
 local m, now, l, v = open_lease(id, function(x)
   return {efield(x[L_ENGINE]).r, tfield(x[L_TENANT]).r}
-end)
+end, true)
 if not m then return {'unknown_pool', ''} end
 local status
 l, status = held(m, now, l, holder)
@@ -31,9 +31,9 @@ if delta > 0 then
   local e = engine(l[L_ENGINE], spec(m, m.especs, 'e:', l[L_ENGINE]))
   if not e then return {'unknown_engine', m.epoch, l[L_ENGINE]} end
   local u = rcall('HMGET', K_STATE, ef.c, ef.o, ef.obs, 'created')
-  usage(e, v[4], u[1], u[2], u[3])
+  usage(e, v[3], u[1], u[2], u[3])
   recovery(e, m, now, u[4])
-  local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[5])
+  local t = tenant(l[L_TENANT], spec(m, m.tspecs, 't:', l[L_TENANT]), v[4])
   if not t then return {'unknown_tenant', m.epoch, l[L_TENANT]} end
   local maxfill = tonum(spec(m, m.pspecs, 'p:', l[L_PRIO]))
   if not maxfill then return {'unknown_priority', m.epoch, l[L_PRIO]} end
@@ -43,8 +43,8 @@ if delta > 0 then
   local r = engine_reason(e, now, maxfill, m.headroom, delta, 0)
   if r then return reject(m, r, e.id, hint(m, r, now)) end
 end
-local ekv, es, en = triple(v[4])
-local tkv, ts, tn = triple(v[5])
+local ekv, es, en = triple(v[3])
+local tkv, ts, tn = triple(v[4])
 rcall('HSET', K_STATE, ef.r, fmt3(ekv + delta, es, en), tf.r, fmt3(tkv + delta, ts, tn))
 l[L_KV] = ARGV[4]
 set_lease(l)

@@ -148,6 +148,76 @@ func TestFailoverStartsEpoch(t *testing.T) {
 	}
 }
 
+// TestFailoverSeenAfterReleaseAndGrow promotes a replica that missed a
+// grant and runs a growth and a release there before anything else:
+// neither admits capacity, so neither looks for the failover (lib.lua's
+// open_lease), and neither may hide it. The first acquire after them still
+// starts the new epoch and is refused while the window is open, and the
+// engine holds what the grown lease holds.
+func TestFailoverSeenAfterReleaseAndGrow(t *testing.T) {
+	ctx := ctxT(t)
+	primary := redisserver.Start(t)
+	replica := redisserver.StartReplica(t, primary)
+	opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: 2 * time.Second}, Prefix: newPrefix()}
+	// The first epoch without a window; the spec again with one, which the
+	// promoted replica's epoch will use.
+	first := opts
+	first.RecoveryWindow = -1
+	lf := lhredis.New(primary.Client(), first)
+	t.Cleanup(func() { _ = lf.Close() })
+	epoch := mustConfigure(t, lf, basicSpec())
+	l := lhredis.New(primary.Client(), opts)
+	t.Cleanup(func() { _ = l.Close() })
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	var kept []ledger.Lease
+	for _, id := range []string{"r1", "r2"} {
+		g, err := l.Acquire(ctx, req("h1", id, 100, 1, "gpu-0"))
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", id, err)
+		}
+		kept = append(kept, g.Lease)
+	}
+	if n, err := primary.Client().Do(ctx, "wait", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+	rc := replica.Client()
+	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatalf("promote the replica: %v", err)
+	}
+	if _, err := l.Acquire(ctx, req("h1", "r3", 100, 1, "gpu-0")); err != nil {
+		t.Fatalf("Acquire r3, which the promoted replica never sees: %v", err)
+	}
+
+	promoted := lhredis.New(rc, opts)
+	t.Cleanup(func() { _ = promoted.Close() })
+	if _, err := promoted.Grow(ctx, kept[0].Ref(), 300); err != nil {
+		t.Fatalf("Grow on the promoted replica: %v", err)
+	}
+	if r, err := promoted.Release(ctx, kept[1].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10, Finished: true,
+		Outcome: ledger.OutcomeOK}); err != nil || !r.Released {
+		t.Fatalf("Release on the promoted replica = %+v, %v", r, err)
+	}
+	_, err := promoted.Acquire(ctx, req("h1", "r4", 100, 1, "gpu-0"))
+	var rej *ledger.Rejection
+	if !errors.As(err, &rej) || rej.Reason != ledger.ReasonRecovering || rej.Epoch <= epoch {
+		t.Fatalf("first Acquire after the growth and the release = %v, want rejected recovering in an epoch after %d", err, epoch)
+	}
+	st, err := promoted.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Epoch != rej.Epoch || st.Counters[ledger.CounterFailovers] != 1 || st.Leases != 1 {
+		t.Errorf("Stats after it: epoch %d, failovers %d, %d leases; want %d, 1, 1 (the grown one)",
+			st.Epoch, st.Counters[ledger.CounterFailovers], st.Leases, rej.Epoch)
+	}
+	for _, e := range st.Engines {
+		if e.Spec.ID == "gpu-0" && e.ReservedKV != 300 {
+			t.Errorf("gpu-0 reserves %d KV tokens, want the grown lease's 300", e.ReservedKV)
+		}
+	}
+}
+
 // TestFailoverMigrationKeepsEpoch moves a pool's slot to another master of
 // a Redis Cluster: MIGRATE moves keys whole, so the pool keeps its epoch
 // and the next write only records the new node.
