@@ -42,16 +42,15 @@
 local tenant_name, prio, holder, req = ARGV[2], ARGV[3], ARGV[6], ARGV[7]
 local kv, slots, ttl, n = ARGV[4] + 0, ARGV[5] + 0, ARGV[8] + 0, ARGV[9] + 0 -- numbers from the client (num)
 local tf, ef1 = tfield(tenant_name), efield(ARGV[10])
-local fields = {'meta', 'sweep_at', 'seq', 'repl', tf.r, ef1.r, ef1.c, ef1.o, ef1.b, ef1.obs}
-local v = rcall('HMGET', K_STATE, unpk(fields))
-if failover_seen(v[1], v[4]) then v = rcall('HMGET', K_STATE, unpk(fields)) end
+local v = acquire_read(tf, ef1)
+if failover_seen(v[1], v[4]) then v = acquire_read(tf, ef1) end
 local m = meta(v[1], v[2])
 if not m then return {'unknown_pool', ''} end
 local now = clock()
 local state = holder_state(holder, now, m.sweep_at)
 if now >= m.sweep_at then
   sweep(now, SWEEP_BATCH)
-  v = rcall('HMGET', K_STATE, unpk(fields))
+  v = acquire_read(tf, ef1)
   m = meta(v[1], v[2])
 end
 if state == 'dead' then return {'session_expired', m.epoch} end
@@ -68,7 +67,7 @@ if prev then
   end
   if l then
     drop_lease(l, {'expired', 1}, now)
-    v = rcall('HMGET', K_STATE, unpk(fields))
+    v = acquire_read(tf, ef1)
   else
     rcall('HDEL', K_REQ, rkey)
   end
@@ -80,10 +79,16 @@ if not t then return {'unknown_tenant', m.epoch, tenant_name} end
 local maxfill = spec(m, m.pspecs, 'p:', prio)
 if not maxfill then return {'unknown_priority', m.epoch, prio} end
 maxfill = maxfill + 0
--- Candidates are parsed only as the rule reaches them; all must exist.
+-- Candidates are parsed only as the rule reaches them; all must exist
+-- (m.known: the ids a call of this meta found configured, their specs in es).
+local known = m.known
 for j = 1, n do
-  local s = spec(m, es, 'e:', ARGV[9 + j])
-  if not s or byte(s) ~= 49 then return {'unknown_engine', m.epoch, ARGV[9 + j]} end -- 49: '1', configured
+  local id = ARGV[9 + j]
+  if not known[id] then
+    local s = spec(m, es, 'e:', id)
+    if not s or byte(s) ~= 49 then return {'unknown_engine', m.epoch, id} end -- 49: '1', configured
+    known[id] = true
+  end
 end
 local created -- the pool's created field, read once the recovery window needs it
 local e1 = engine(ARGV[10], es[ARGV[10]])
@@ -93,8 +98,6 @@ if now < m.ru then
   recovery(e1, m, now, created)
 end
 e1.braw = v[9]
-local cands = {e1}
-local obs = {v[10]} -- candidates' last observations, read as needed
 
 -- ledger.Admit
 local qkv, qslots = quota(t, m)
@@ -103,11 +106,10 @@ local tokens = ARGV[10 + n] + 0
 if t.tpm > 0 and tokens > t.tpm then return reject(m, 'too_large', '', 0) end
 local fits = false
 for j = 1, n do
-  local s = cands[j]
-  if not s then
+  local s = e1
+  if j > 1 then
     s = engine(ARGV[9 + j], es[ARGV[9 + j]], false, j)
-    if obs[j] == nil then obs[j] = rcall('HGET', K_STATE, efield(s.id).obs) or false end
-    capacity(s, obs[j] or nil)
+    capacity(s, rcall('HGET', K_STATE, efield(s.id).obs) or nil)
   end
   if kv <= admissible(s, maxfill, m.headroom) and slots <= fill(s.slots, maxfill) then
     fits = true
@@ -126,19 +128,17 @@ end
 local bspec -- the pool's breaker spec, read once a candidate has a breaker stored
 local chosen, first
 for j = 1, n do
-  local e = cands[j]
-  if not e then
+  local e = e1
+  if j > 1 then
     e = engine(ARGV[9 + j], es[ARGV[9 + j]], false, j)
     local ef = efield(e.id)
     local u = rcall('HMGET', K_STATE, ef.r, ef.c, ef.o, ef.b, ef.obs)
-    obs[j] = u[5]
     usage(e, u[1], u[2], u[3], u[5])
     if now < m.ru then
       created = created or rcall('HGET', K_STATE, 'created')
       recovery(e, m, now, created)
     end
     e.braw = u[4]
-    cands[j] = e
   end
   local r
   if e.draining then
@@ -157,7 +157,7 @@ for j = 1, n do
   end
   if j == 1 then first = r end
 end
-if not chosen then return reject(m, first, cands[1].id, hint(m, first, now)) end
+if not chosen then return reject(m, first, e1.id, hint(m, first, now)) end
 
 -- ledger.NextSeq: never past MAX_SEQ, and never an id a lease holds.
 local seq = num(v[3])
@@ -165,12 +165,14 @@ if seq >= MAX_SEQ then
   return {'fence_exhausted', m.epoch, 'the pool\'s fencing sequence ' .. int(seq) .. ' reached its maximum ' .. int(MAX_SEQ)}
 end
 seq = seq + 1
-local id, sseq = m.xepoch .. format('-%x', seq), int(seq)
+-- now, deadline and seq are whole and below 2^53 (ms from TIME, a
+-- time.Duration's ms, seq checked above), so '%d' writes them as int does.
+local id, sseq = m.xepoch .. format('-%x', seq), format('%d', seq)
 local deadline = now + ttl
 -- ledger.Breaker.Grant: a grant on a half-open engine is a probe.
 local probe = chosen.braw and chosen.breaker.state == 'half_open'
 if probe then chosen.breaker.probes = chosen.breaker.probes + 1 end
-local screated, sdeadline = int(now), int(deadline)
+local screated, sdeadline = format('%d', now), format('%d', deadline)
 local sprobe, stokens = probe and '1' or '0', rates and int(tokens) or '0'
 -- put_lease, with the check that no lease holds id in the same HSETNX.
 local owns = rcall('HSETNX', K_REQ, rkey, id) == 1 and '1' or '0'
@@ -185,20 +187,24 @@ if rcall('HSETNX', K_LEASES, id, rec) == 0 then
 end
 rcall('ZADD', K_DEADLINES, sdeadline, id)
 rcall('SADD', P_HOLDER .. holder, id)
-local w = {'seq', sseq,
-  efield(chosen.id).r, fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
-  tf.r, fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)}
-if rates then
-  rate_charge(rates, now, tokens)
-  w[#w + 1] = tf.w
-  w[#w + 1] = rate_fmt(rates)
+local er, r1, r2 = efield(chosen.id).r, fmt3(chosen.rkv + kv, chosen.rslots + slots, chosen.n + 1),
+  fmt3(t.rkv + kv, t.rslots + slots, t.n + 1)
+if rates or chosen.braw or deadline < m.sweep_at then
+  local w = {'seq', sseq, er, r1, tf.r, r2}
+  if rates then
+    rate_charge(rates, now, tokens)
+    w[#w + 1] = tf.w
+    w[#w + 1] = rate_fmt(rates)
+  end
+  if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end
+  if deadline < m.sweep_at then
+    w[#w + 1] = 'sweep_at'
+    w[#w + 1] = sdeadline
+  end
+  rcall('HSET', K_STATE, unpk(w))
+else
+  rcall('HSET', K_STATE, 'seq', sseq, er, r1, tf.r, r2)
 end
-if chosen.braw then breaker_write(w, chosen.id, chosen.breaker, chosen.braw) end
 if chosen.bt then rcall('HINCRBY', K_STATE, 'c:breaker:' .. chosen.bt, '1') end
-if deadline < m.sweep_at then
-  w[#w + 1] = 'sweep_at'
-  w[#w + 1] = int(deadline)
-end
-rcall('HSET', K_STATE, unpk(w))
 rcall('HINCRBY', K_STATE, 'c:grants', '1')
 return {'ok', m.epoch, rec}

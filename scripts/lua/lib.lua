@@ -227,13 +227,15 @@ end
 -- priority name, the spec fields (e:<id>, t:<name>, p:<name>; false when
 -- absent) calls have read while meta was this string, and m.fields the
 -- pool's breaker spec (breaker, which only configure.lua writes, with
--- meta): see spec in lib_admit.lua.
+-- meta): see spec in lib_admit.lua. m.known holds (true) the engine ids
+-- acquire found configured in m.especs, so that a later call checks each
+-- candidate with one lookup.
 local meta_spec = memo(function(s)
   local epoch, ru, ckv, cs, retry, reserve, headroom =
     match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(%S*) ?(%S*) ?%S*$')
   return {epoch = epoch, xepoch = format('%x', tonum(epoch)), ru = tonum(ru), cap_kv = tonum(ckv),
     cap_slots = tonum(cs), retry = tonum(retry), reserve = reserve, elastic = reserve ~= 'worst_case',
-    headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}, fields = {}}
+    headroom = num(headroom), sweep_at = 0, especs = {}, tspecs = {}, pspecs = {}, fields = {}, known = {}}
 end)
 
 -- next_gen returns the configuration generation (see the meta field
@@ -671,8 +673,11 @@ local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 
 -- returns true when it started a new epoch (meta, seq and created
 -- changed). The common case, this server wrote the pool last, costs one
 -- INFO and one comparison.
-local repl_id = memo(function(repl)
-  if byte(repl, 41) == 32 then return sub(repl, 1, 40) end
+-- repl is "<40 hex> <node>": the server that wrote it shows the line
+-- repl_line(repl) in INFO replication (the id, then the line's end; the
+-- previous id's line is master_replid2).
+local repl_line = memo(function(repl)
+  if byte(repl, 41) == 32 then return 'master_replid:' .. sub(repl, 1, 40) .. '\r' end
   return false
 end)
 
@@ -681,11 +686,9 @@ local function failover_seen(meta_s, repl)
   local info = rcall('INFO', 'replication')
   -- Plain finds: an unanchored pattern would be tried at every byte of
   -- the reply before the id.
+  local line = repl and repl_line(repl)
+  if line and find(info, line, 1, true) then return false end
   local at = find(info, 'master_replid:', 1, true)
-  -- repl is "<40 hex> <node>": the same server when the reply's id (40
-  -- hex digits, then the line's end) is its first 40 characters.
-  local mine = repl and at and repl_id(repl)
-  if mine and find(info, mine, at + 14, true) == at + 14 and byte(info, at + 54) == 13 then return false end
   local id = at and match(info, '^%x+', at + 14)
   local rid, rnode = match(repl or '', '^(%S+) (%S+)$')
   local node = '-'

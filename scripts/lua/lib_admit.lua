@@ -147,3 +147,12 @@ local function spec(m, c, prefix, k)
   end
   return s or nil
 end
+
+-- acquire_read is acquire's HMGET of the pool: meta, sweep_at, seq, repl,
+-- then tenant tf's reservations and the first candidate's (fields ef, as
+-- efield gives them) reservations, correction, orphan charge, breaker and
+-- last observation. Its arguments are named in the call, not unpacked
+-- from a table built for it.
+local function acquire_read(tf, ef)
+  return rcall('HMGET', K_STATE, 'meta', 'sweep_at', 'seq', 'repl', tf.r, ef.r, ef.c, ef.o, ef.b, ef.obs)
+end
