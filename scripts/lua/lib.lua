@@ -392,12 +392,14 @@ end
 -- (field, value, ...) pairs in extra in one HSET. A removed engine or
 -- tenant is forgotten with its last lease. pre, when given, holds what
 -- charge would read first (the fields charge_fields names), read by the
--- caller's own HMGET.
-local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
-  local f = charge_fields(eid, tname, cnt)
-  local v = pre or rcall('HMGET', K_STATE, unpk(f))
-  local ekv, es, en = triple(v[1])
-  local tkv, ts, tn = triple(v[2])
+-- caller's own HMGET, from pre[at] on; f, when given, is the list
+-- charge_fields made for them (it may go on past them).
+local function charge(eid, tname, kv, slots, n, cnt, extra, pre, at, f)
+  f = f or charge_fields(eid, tname, cnt)
+  local v, o = pre, (at or 1) - 1
+  if not v then v, o = rcall('HMGET', K_STATE, unpk(f)), 0 end
+  local ekv, es, en = triple(v[o + 1])
+  local tkv, ts, tn = triple(v[o + 2])
   en, tn = en + n, tn + n
   local w = extra or {}
   w[#w + 1] = f[1]
@@ -408,9 +410,9 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre)
     local d, k = cnt[i + 1], 2 + (i + 1) / 2
     w[#w + 1] = f[k]
     if type(d) == 'table' then
-      w[#w + 1] = group_add(v[k], d)
+      w[#w + 1] = group_add(v[o + k], d)
     else
-      w[#w + 1] = int(num(v[k]) + d)
+      w[#w + 1] = int(num(v[o + k]) + d)
     end
   end
   rcall('HSET', K_STATE, unpk(w))
@@ -481,6 +483,42 @@ local function breaker_write(w, id, b, raw)
   end
 end
 
+-- breaker_report is ledger.Breaker.Report (release.lua): it applies
+-- outcome o of a released lease (created: its grant time in ms,
+-- L_CREATED; probe: a probe lease) to b, read with breaker_at at now
+-- under spec s, and returns the transition it made, or nil. A success
+-- resets the count only if its lease was granted in a later millisecond
+-- than the latest counted failure (ledger.Breaker.Fresh; failed 0: none
+-- counted). At the library's top, not in release.lua's body, so that a
+-- release does not make it anew.
+local function breaker_report(b, now, s, created, probe, o)
+  if probe then b.probes = max(0, b.probes - 1) end
+  if s.failures < 0 or o == '' then return nil end
+  local failed = o ~= 'ok'
+  if b.state == 'closed' then
+    if not failed then
+      if b.failed == 0 or created > b.failed then b.failures = 0 end
+      return nil
+    end
+    b.failures, b.failed = b.failures + 1, now
+    if b.failures >= s.failures then
+      b.state, b.failures, b.opened = 'open', 0, now
+      return 'opened'
+    end
+  elseif b.state == 'half_open' and probe then
+    if failed then
+      b.state, b.successes, b.opened, b.failed = 'open', 0, now, now
+      return 'reopened'
+    end
+    b.successes = b.successes + 1
+    if b.successes >= s.successes then
+      b.state, b.successes, b.failures = 'closed', 0, 0
+      return 'closed'
+    end
+  end
+  return nil
+end
+
 -- mark_sums parses an engine's e:<id>:u: the reassert ms as written, the
 -- slots and the count of the engine's unconfirmed leases (nil, nil in a
 -- mark written before the sums).
@@ -510,9 +548,9 @@ end
 -- budget (ledger.Breaker.Unprobe); when its holder releases it, report
 -- (release.lua's ledger.Breaker.Report, nil elsewhere) applies the
 -- outcome. Either stores the breaker read at now and counts its
--- transitions. pre is charge's (for cnt as given: unused once the breaker
--- adds a counter).
-local function drop_lease(l, cnt, now, report, pre)
+-- transitions. pre, at and f are charge's (for cnt as given: unused once
+-- the breaker adds a counter).
+local function drop_lease(l, cnt, now, report, pre, at, f)
   local id, ncnt = l[L_ID], #cnt
   rcall('SREM', P_HOLDER .. l[L_HOLDER], id)
   if l[L_OWNS] == '1' then rcall('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
@@ -557,8 +595,8 @@ local function drop_lease(l, cnt, now, report, pre)
       end
     end
   end
-  if #cnt ~= ncnt then pre = nil end -- the breaker's counters are not in it
-  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra, pre)
+  if #cnt ~= ncnt then pre, f = nil, nil end -- the breaker's counters are not in them
+  charge(l[L_ENGINE], l[L_TENANT], -num(l[L_KV]), -num(l[L_SLOTS]), -1, cnt, extra, pre, at, f)
 end
 
 -- holder_state returns 'live', 'dead' (expired session not yet fully

@@ -17,55 +17,20 @@
 -- its tenant's rate window up to the usage (rate_true_up), so a retried
 -- release never counts twice.
 
--- breaker_report is ledger.Breaker.Report: it applies outcome o of a
--- released lease (created: its grant time in ms, L_CREATED; probe: a probe
--- lease) to b, read with breaker_at at now under spec s, and returns the
--- transition it made, or nil. A success resets the count only if its
--- lease was granted in a later millisecond than the latest counted
--- failure (ledger.Breaker.Fresh; failed 0: none counted).
-local function breaker_report(b, now, s, created, probe, o)
-  if probe then b.probes = max(0, b.probes - 1) end
-  if s.failures < 0 or o == '' then return nil end
-  local failed = o ~= 'ok'
-  if b.state == 'closed' then
-    if not failed then
-      if b.failed == 0 or created > b.failed then b.failures = 0 end
-      return nil
-    end
-    b.failures, b.failed = b.failures + 1, now
-    if b.failures >= s.failures then
-      b.state, b.failures, b.opened = 'open', 0, now
-      return 'opened'
-    end
-  elseif b.state == 'half_open' and probe then
-    if failed then
-      b.state, b.successes, b.opened, b.failed = 'open', 0, now, now
-      return 'reopened'
-    end
-    b.successes = b.successes + 1
-    if b.successes >= s.successes then
-      b.state, b.successes, b.failures = 'closed', 0, 0
-      return 'closed'
-    end
-  end
-  return nil
-end
-
 local id, holder, prompt, completion = ARGV[2], ARGV[3], num(ARGV[4]), num(ARGV[5])
--- counts lists the counters a release of lease x by the holder adds
--- (drop_lease); cnt keeps the list made for the lease open_lease read.
-local cnt
-local function counts(x)
-  return {'g:release', {1, num(x[L_KV]), prompt, completion}}
-end
+-- cnt lists the counters a release of the lease open_lease read adds
+-- (drop_lease), made as open_lease reads it, and cf the fields charge
+-- reads for it (charge_fields).
+local cnt, cf
 -- One HMGET reads the pool with what the charge reads (open_lease; from
 -- v[3]), for a release by the holder, then, for an outcome 'ok', the
 -- engine's breaker at v[ib] (breaker_quiet; the pool's breaker spec, read
 -- only when a breaker is stored, is kept by meta: spec in lib_admit.lua).
 local outcome, ib = ARGV[7], nil
 local m, now, l, v = open_lease(id, function(x)
-  cnt = counts(x)
+  cnt = {'g:release', {1, num(x[L_KV]), prompt, completion}}
   local f = charge_fields(x[L_ENGINE], x[L_TENANT], cnt)
+  cf = f
   if outcome == 'ok' then
     f[#f + 1] = efield(x[L_ENGINE]).b
     ib = #f + 2
@@ -92,7 +57,7 @@ if l[L_PROBE] == '1' or (outcome ~= '' and not (outcome == 'ok' and
   report = function(b, at, s, probe) return breaker_report(b, at, s, num(l[L_CREATED]), probe, outcome) end
 end
 rate_true_up(l, now, prompt, completion)
-drop_lease(l, cnt, now, report, {unpk(v, 3)})
+drop_lease(l, cnt, now, report, v, 3, cf)
 if ARGV[6] ~= '' then
   -- The completion-length counters, the pool's and the tenant's, in one
   -- field: the tenant's, n:<pool's name>/<tenant>, which stats.lua also
