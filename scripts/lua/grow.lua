@@ -4,7 +4,8 @@
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 new kv_tokens, 5 pool name
 --       (for error messages).
--- Returns: {'ok', epoch, lease...} | {'unknown_pool', ''}
+-- Returns: {'ok', epoch, lease...} | {'ok', epoch, record} (a grown lease's
+--          record as stored: lib.lua) | {'unknown_pool', ''}
 --        | {'lease_not_found' | 'not_holder', epoch}
 --        | {'invalid_argument', epoch, why}
 --        | {'unknown_engine' | 'unknown_tenant', epoch, name}.
@@ -61,10 +62,10 @@ if ukv + delta > e.cap or t.rkv + delta > quota(t, m) then
   rcall('HINCRBY', K_STATE, 'c:overgrowths', '1')
 end
 l[L_KV] = ARGV[4]
-set_lease(l)
+local rec = set_lease(l)
 rcall('HSET', K_STATE, ef.r, fmt3(e.rkv + delta, e.rslots, e.n), tf.r, fmt3(t.rkv + delta, t.rslots, t.n))
 -- HINCRBY adds to a counter for less than reading, formatting and writing
 -- it ('1' a string: redis.call formats a number argument).
 rcall('HINCRBY', K_STATE, 'c:growths', '1')
 rcall('HINCRBY', K_STATE, 'c:grown_kv_tokens', int(delta))
-return {'ok', m.epoch, unpk(l, 1, L_N)}
+return {'ok', m.epoch, rec}

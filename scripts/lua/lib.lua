@@ -324,7 +324,13 @@ local function lease_record(l)
     .. (l[L_TOKENS] ~= '0' and ' ' .. l[L_TOKENS] or '')
 end
 
-local function set_lease(l) rcall('HSET', K_LEASES, l[L_ID], lease_record(l)) end
+-- set_lease stores lease l and returns its record (decodeRecord in
+-- internal/ledger/redis reads a reply of it).
+local function set_lease(l)
+  local rec = lease_record(l)
+  rcall('HSET', K_LEASES, l[L_ID], rec)
+  return rec
+end
 
 -- put_lease stores a new lease (without charging it).
 local function put_lease(l)

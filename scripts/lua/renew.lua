@@ -2,7 +2,8 @@
 --
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 ttl ms.
--- Returns: {'ok', epoch, lease...} | {'unknown_pool', ''}
+-- Returns: {'ok', epoch, record} (the lease's record as stored: lib.lua)
+--        | {'unknown_pool', ''}
 --        | {'lease_not_found' | 'not_holder', epoch}.
 --
 -- A lease past its deadline, or whose holder's session is no longer live,
@@ -18,7 +19,7 @@ if not l then return {status, m.epoch} end
 local deadline = now + tonum(ARGV[4])
 if l[L_SINCE] ~= '0' then deadline = min(deadline, num(l[L_SINCE]) + CONFIRM_WITHIN) end
 l[L_DEADLINE] = int(deadline)
-set_lease(l)
+local rec = set_lease(l)
 rcall('ZADD', K_DEADLINES, l[L_DEADLINE], id)
 if deadline < m.sweep_at then rcall('HSET', K_STATE, 'sweep_at', l[L_DEADLINE]) end
-return {'ok', m.epoch, unpk(l, 1, L_N)}
+return {'ok', m.epoch, rec}

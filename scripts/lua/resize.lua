@@ -2,7 +2,8 @@
 --
 -- KEYS: the pool keys listed in lib.lua.
 -- ARGV: 1 sweep batch, 2 lease id, 3 holder, 4 new kv_tokens.
--- Returns: {'ok', epoch, lease...}
+-- Returns: {'ok', epoch, lease...} | {'ok', epoch, record} (a changed
+--          lease's record as stored: lib.lua)
 --        | {'rejected', epoch, reason, engine or '', retry-after ms}
 --        | {'unknown_pool', ''} | {'lease_not_found' | 'not_holder', epoch}
 --        | {'unknown_engine' | 'unknown_tenant' | 'unknown_priority', epoch, name}.
@@ -47,5 +48,4 @@ local ekv, es, en = triple(v[3])
 local tkv, ts, tn = triple(v[4])
 rcall('HSET', K_STATE, ef.r, fmt3(ekv + delta, es, en), tf.r, fmt3(tkv + delta, ts, tn))
 l[L_KV] = ARGV[4]
-set_lease(l)
-return {'ok', m.epoch, unpk(l, 1, L_N)}
+return {'ok', m.epoch, set_lease(l)}

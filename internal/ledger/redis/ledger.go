@@ -288,19 +288,7 @@ func decodeGrant(req ledger.AcquireRequest, r reply) (ledger.Lease, error) {
 	if len(r.rest) < 1 {
 		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: no record")
 	}
-	rec := str(r.rest[0])
-	var f [recordFields]string
-	n := 0
-	for n < recordFields {
-		i := strings.IndexByte(rec, ' ')
-		if i < 0 {
-			f[n] = rec
-			n++
-			break
-		}
-		f[n], rec = rec[:i], rec[i+1:]
-		n++
-	}
+	f, n := splitRecord(str(r.rest[0]))
 	if n < recordFields-1 {
 		return ledger.Lease{}, fmt.Errorf("malformed grant in script reply: %d record fields", n)
 	}
@@ -308,11 +296,9 @@ func decodeGrant(req ledger.AcquireRequest, r reply) (ledger.Lease, error) {
 	if err != nil {
 		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", r.epoch, f[11])
 	}
-	var tokens int64
-	if n == recordFields {
-		if tokens, err = strconv.ParseInt(f[17], 10, 64); err != nil {
-			return ledger.Lease{}, fmt.Errorf("malformed tokens %q in script reply", f[17])
-		}
+	tokens, err := recordTokens(f, n)
+	if err != nil {
+		return ledger.Lease{}, err
 	}
 	created, err1 := strconv.ParseInt(f[8], 10, 64)
 	deadline, err2 := strconv.ParseInt(f[9], 10, 64)
@@ -334,6 +320,81 @@ func decodeGrant(req ledger.AcquireRequest, r reply) (ledger.Lease, error) {
 		Fence:     ledger.Fence{Epoch: r.epoch, Seq: seq},
 		Probe:     f[16] == "1",
 		Tokens:    tokens,
+	}, nil
+}
+
+// splitRecord splits a lease record (lib.lua) at its spaces into at most
+// recordFields fields, and returns them with their number; a record with
+// more spaces puts the rest in its last field.
+func splitRecord(rec string) (f [recordFields]string, n int) {
+	for n < recordFields {
+		i := strings.IndexByte(rec, ' ')
+		if i < 0 {
+			f[n] = rec
+			return f, n + 1
+		}
+		f[n], rec = rec[:i], rec[i+1:]
+		n++
+	}
+	return f, n
+}
+
+// recordTokens is the tokens field of a record split into n fields f: 0
+// when it has none.
+func recordTokens(f [recordFields]string, n int) (int64, error) {
+	if n < recordFields {
+		return 0, nil
+	}
+	tokens, err := strconv.ParseInt(f[17], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("malformed tokens %q in script reply", f[17])
+	}
+	return tokens, nil
+}
+
+// decodeRecord reads a lease of pool from its whole record (lib.lua), as
+// grow.lua, resize.lua and renew.lua reply with the record they wrote:
+// the thirteen fields from id to reasserted, then owns, overgrown, since
+// (a lease is unconfirmed while it is not 0), probe and, when not 0,
+// tokens.
+func decodeRecord(pool ledger.PoolID, rec string) (ledger.Lease, error) {
+	f, n := splitRecord(rec)
+	if n < recordFields-1 {
+		return ledger.Lease{}, fmt.Errorf("malformed lease record in script reply: %d fields", n)
+	}
+	tokens, err := recordTokens(f, n)
+	if err != nil {
+		return ledger.Lease{}, err
+	}
+	ep, err1 := strconv.ParseUint(f[10], 10, 64)
+	seq, err2 := strconv.ParseUint(f[11], 10, 64)
+	if err1 != nil || err2 != nil {
+		return ledger.Lease{}, fmt.Errorf("malformed fence %v.%v in script reply", f[10], f[11])
+	}
+	var num [4]int64 // kv, slots, created, deadline
+	for i, j := range [4]int{4, 5, 8, 9} {
+		if num[i], err = strconv.ParseInt(f[j], 10, 64); err != nil {
+			return ledger.Lease{}, fmt.Errorf("malformed lease record in script reply: field %d is %q", j+1, f[j])
+		}
+	}
+	return ledger.Lease{
+		ID:          ledger.LeaseID(f[0]),
+		Pool:        pool,
+		Engine:      ledger.EngineID(f[1]),
+		Tenant:      ledger.TenantID(f[2]),
+		Priority:    ledger.PriorityName(f[3]),
+		KVTokens:    num[0],
+		Slots:       num[1],
+		Holder:      ledger.HolderID(f[6]),
+		RequestID:   ledger.RequestID(f[7]),
+		Created:     time.UnixMilli(num[2]),
+		Deadline:    time.UnixMilli(num[3]),
+		Fence:       ledger.Fence{Epoch: ledger.Epoch(ep), Seq: seq},
+		Reasserted:  f[12] == "1",
+		Overgrown:   f[14] == "1",
+		Unconfirmed: f[15] != "0",
+		Probe:       f[16] == "1",
+		Tokens:      tokens,
 	}, nil
 }
 

@@ -175,8 +175,12 @@ func integer(v any) int64 {
 // scripts/lua/lib.lua), in the order decodeLease reads them.
 const leaseFields = 17
 
-// decodeLease reads a lease from a reply's lease fields.
+// decodeLease reads a lease from a reply's lease fields, or from the one
+// record string that stands for them (decodeRecord).
 func decodeLease(pool ledger.PoolID, f []any) (ledger.Lease, error) {
+	if len(f) == 1 {
+		return decodeRecord(pool, str(f[0]))
+	}
 	if len(f) < leaseFields {
 		return ledger.Lease{}, fmt.Errorf("malformed lease in script reply: %d fields", len(f))
 	}

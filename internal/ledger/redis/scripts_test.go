@@ -82,6 +82,41 @@ func TestStatusTableCoversScripts(t *testing.T) {
 	}
 }
 
+// TestDecodeRecord reads a lease from the record grow.lua, resize.lua and
+// renew.lua reply with (through decodeLease, which also still reads the
+// lease's fields), every flag set and none, and refuses a record it cannot
+// read.
+func TestDecodeRecord(t *testing.T) {
+	full := "1a-5 gpu-0 t batch 100 1 h r1 1700000000123 1700000060123 26 5 1 1 1 1700000000000 1 300"
+	want := ledger.Lease{ID: "1a-5", Pool: "p", Engine: "gpu-0", Tenant: "t", Priority: "batch", KVTokens: 100,
+		Slots: 1, Holder: "h", RequestID: "r1", Created: time.UnixMilli(1700000000123),
+		Deadline: time.UnixMilli(1700000060123), Fence: ledger.Fence{Epoch: 26, Seq: 5}, Reasserted: true,
+		Overgrown: true, Unconfirmed: true, Probe: true, Tokens: 300}
+	if got, err := decodeLease("p", []any{full}); err != nil || got != want {
+		t.Errorf("decodeLease(%q) = %+v, %v; want %+v", full, got, err, want)
+	}
+	fields := []any{"1a-5", "gpu-0", "t", "batch", "100", "1", "h", "r1", "1700000000123", "1700000060123", "26", "5",
+		"1", "1", "1", "1", "300"}
+	if got, err := decodeLease("p", fields); err != nil || got != want {
+		t.Errorf("decodeLease(the same lease's fields) = %+v, %v; want %+v", got, err, want)
+	}
+	plain := "1a-5 gpu-0 t batch 100 1 h r1 1700000000123 1700000060123 26 5 0 1 0 0 0"
+	want.Reasserted, want.Overgrown, want.Unconfirmed, want.Probe, want.Tokens = false, false, false, false, 0
+	if got, err := decodeLease("p", []any{plain}); err != nil || got != want {
+		t.Errorf("decodeLease(%q) = %+v, %v; want %+v", plain, got, err, want)
+	}
+	for _, bad := range []string{
+		"1a-5 gpu-0 t batch 100",
+		"1a-5 gpu-0 t batch x 1 h r1 1700000000123 1700000060123 26 5 0 1 0 0 0",
+		"1a-5 gpu-0 t batch 100 1 h r1 1700000000123 1700000060123 x 5 0 1 0 0 0",
+		plain + " many",
+	} {
+		if _, err := decodeLease("p", []any{bad}); err == nil {
+			t.Errorf("decodeLease(%q) error = nil, want a malformed-record error", bad)
+		}
+	}
+}
+
 // TestDecodeGrant reads a new grant from acquire.lua's reply, its lease
 // record, with and without the tokens field, and refuses a record it
 // cannot read with an error that says what is wrong.
