@@ -75,7 +75,8 @@
 --   rate_window ms: the pool's rate window (ledger.PoolSpec.RateWindow;
 --               absent reads a minute)
 --   p:<name>    max_fill
---   c:<name>    counter (ledger.Counter* names, "rejections:<reason>")
+--   c:<name>    counter (ledger.Counter* names, "rejections:<reason>";
+--               the total rejections is their sum, stats.lua)
 --   g:<group>   the counters one operation adds to on every call, in one
 --               field: their values joined by spaces, in GROUPS' order
 --               (g:release). A counter's value is its c:<name>

@@ -73,7 +73,10 @@ for name in gmatch(v[2] or '', '%S+') do
 end
 -- Counters: each c:<name>, plus its place in a group field (GROUPS), the
 -- two added where a counter has both (a pool written before groups), and
--- each n:<name> to its own counter and to the pool's (lib.lua).
+-- each n:<name> to its own counter and to the pool's (lib.lua). The total
+-- rejections is the sum of c:rejections:<reason>: reject (lib_admit.lua)
+-- counts only the reason, and a c:rejections written before it (always
+-- with its reason's) is that sum already.
 local counters, at = {}, {}
 local function count(name, val)
   local i = at[name]
@@ -88,8 +91,10 @@ end
 local all = rcall('HGETALL', K_STATE)
 for i = 1, #all, 2 do
   local f = all[i]
-  if sub(f, 1, 2) == 'c:' then
+  if f == 'c:rejections' then -- the reasons' sum (above)
+  elseif sub(f, 1, 2) == 'c:' then
     count(sub(f, 3), all[i + 1])
+    if sub(f, 3, 13) == 'rejections:' then count('rejections', all[i + 1]) end
   elseif sub(f, 1, 2) == 'n:' then
     -- A tenant's completion-length counter, which counts for the pool's
     -- too (its name up to the tenant's: lib.lua's n:<name>).

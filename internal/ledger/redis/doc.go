@@ -74,7 +74,10 @@
 //	                         and, written before n:<name>, the
 //	                         completion-length counters
 //	                         (ledger.CompletionCounters); c:failovers
-//	                         counts epochs started by a promotion
+//	                         counts epochs started by a promotion; the
+//	                         total rejections is the sum of the
+//	                         reasons' (c:rejections, written before,
+//	                         is left as it is and not read)
 //	  n:<name>               a tenant's completion-length counter
 //	                         ("completions/<bound>/<tenant>"), which
 //	                         counts for the pool's ("completions/<bound>")

@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -474,6 +475,40 @@ func TestLayoutBeforeTenantCompletionCounters(t *testing.T) {
 		t.Fatalf("Stats: %v", err)
 	}
 	for name, want := range map[string]int64{names[0]: 8, names[1]: 5, other: 3} {
+		if got := st.Counters[name]; got != want {
+			t.Errorf("Stats counter %s = %d, want %d", name, got, want)
+		}
+	}
+}
+
+// TestLayoutBeforeReasonOnlyRejections counts rejections on a pool whose
+// earlier scripts kept the total, c:rejections, beside each reason's: the
+// scripts now count only the reason, and Stats reports the total as the
+// reasons' sum, so the old total is neither lost nor counted twice.
+func TestLayoutBeforeReasonOnlyRejections(t *testing.T) {
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	ctx := ctxT(t)
+	l, p := newLedgerOn(t, client, noWindow)
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	state := p + ":{llama}:state"
+	client.HSet(ctx, state, "c:rejections", 3, "c:rejections:engine_kv", 2, "c:rejections:draining", 1)
+	var rej *ledger.Rejection
+	for i := 0; i < 2; i++ {
+		if _, err := l.Acquire(ctx, req("h1", "big"+strconv.Itoa(i), 5000, 1)); !errors.As(err, &rej) || rej.Reason != ledger.ReasonTooLarge {
+			t.Fatalf("Acquire of more than any engine holds = %v, want rejected too_large", err)
+		}
+	}
+	if got := client.HGet(ctx, state, "c:rejections").Val(); got != "3" {
+		t.Errorf("c:rejections = %q, want the earlier scripts' \"3\" left as it was", got)
+	}
+	st, err := l.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatalf("Stats: %v", err)
+	}
+	for name, want := range map[string]int64{"rejections": 5, "rejections:engine_kv": 2, "rejections:draining": 1,
+		"rejections:too_large": 2} {
 		if got := st.Counters[name]; got != want {
 			t.Errorf("Stats counter %s = %d, want %d", name, got, want)
 		}
