@@ -13,6 +13,47 @@ import (
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
+// promoteAfterTwoGrants starts a primary with a replica, configures pool
+// llama there (its first epoch without a recovery window, then the spec
+// again from a ledger with opts, whose window a promoted replica's epoch
+// will use), keeps holder h1 alive and grants it two leases (on cands) the
+// replica has, then promotes the replica (REPLICAOF NO ONE): what the
+// primary grants from then on, the replica never sees. It returns the
+// primary's ledger with opts, the pool's first epoch, the two leases and
+// the promoted replica.
+func promoteAfterTwoGrants(t *testing.T, opts lhredis.Options, cands ...ledger.EngineID) (*lhredis.Ledger, ledger.Epoch, []ledger.Lease, *redisserver.Server) {
+	t.Helper()
+	ctx := ctxT(t)
+	primary := redisserver.Start(t)
+	replica := redisserver.StartReplica(t, primary)
+	first := opts
+	first.RecoveryWindow = -1
+	lf := lhredis.New(primary.Client(), first)
+	t.Cleanup(func() { _ = lf.Close() })
+	epoch := mustConfigure(t, lf, basicSpec())
+	l := lhredis.New(primary.Client(), opts)
+	t.Cleanup(func() { _ = l.Close() })
+	if again := mustConfigure(t, l, basicSpec()); again != epoch {
+		t.Fatalf("re-applying the spec moved the epoch from %d to %d", epoch, again)
+	}
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	var kept []ledger.Lease
+	for _, id := range []string{"r1", "r2"} {
+		g, err := l.Acquire(ctx, req("h1", id, 100, 1, cands...))
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", id, err)
+		}
+		kept = append(kept, g.Lease)
+	}
+	if n, err := primary.Client().Do(ctx, "wait", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+	if err := replica.Client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatalf("promote the replica: %v", err)
+	}
+	return l, epoch, kept, replica
+}
+
 // TestFailoverStartsEpoch promotes a replica that missed the primary's
 // last grant (REPLICAOF NO ONE before it, as a failover loses the
 // replication lag) and opens the ledger there. Without wait_replicas the
@@ -32,43 +73,11 @@ func TestFailoverStartsEpoch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t)
-			primary := redisserver.Start(t)
-			replica := redisserver.StartReplica(t, primary)
-			prefix := newPrefix()
 			const window = 2 * time.Second
-			opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: window}, Prefix: prefix,
+			opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: window}, Prefix: newPrefix(),
 				WaitReplicas: tc.wait, WaitTimeout: 2 * time.Second}
-			// The pool's first epoch without a window, then the spec again
-			// from a ledger with one: the pool keeps the window a promoted
-			// replica's epoch will use.
-			first := opts
-			first.RecoveryWindow = -1
-			lf := lhredis.New(primary.Client(), first)
-			t.Cleanup(func() { _ = lf.Close() })
-			epoch := mustConfigure(t, lf, basicSpec())
-			l := lhredis.New(primary.Client(), opts)
-			t.Cleanup(func() { _ = l.Close() })
-			if again := mustConfigure(t, l, basicSpec()); again != epoch {
-				t.Fatalf("re-applying the spec moved the epoch from %d to %d", epoch, again)
-			}
-			mustKeepAlive(t, l, "llama", "h1", time.Minute)
-			var kept []ledger.Lease
-			for _, id := range []string{"r1", "r2"} {
-				g, err := l.Acquire(ctx, req("h1", id, 100, 1))
-				if err != nil {
-					t.Fatalf("Acquire %s: %v", id, err)
-				}
-				kept = append(kept, g.Lease)
-			}
-			// Both grants are on the replica, then it is promoted: what the
-			// primary grants from now on, it never sees.
-			if n, err := primary.Client().Do(ctx, "wait", 1, 2000).Int(); err != nil || n != 1 {
-				t.Fatalf("WAIT 1 = %d, %v", n, err)
-			}
+			l, epoch, kept, replica := promoteAfterTwoGrants(t, opts)
 			rc := replica.Client()
-			if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
-				t.Fatalf("promote the replica: %v", err)
-			}
 			var lost ledger.Lease
 			if tc.wait == 0 {
 				g, err := l.Acquire(ctx, req("h1", "r3", 100, 1))
@@ -156,35 +165,9 @@ func TestFailoverStartsEpoch(t *testing.T) {
 // engine holds what the grown lease holds.
 func TestFailoverSeenAfterReleaseAndGrow(t *testing.T) {
 	ctx := ctxT(t)
-	primary := redisserver.Start(t)
-	replica := redisserver.StartReplica(t, primary)
 	opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: 2 * time.Second}, Prefix: newPrefix()}
-	// The first epoch without a window; the spec again with one, which the
-	// promoted replica's epoch will use.
-	first := opts
-	first.RecoveryWindow = -1
-	lf := lhredis.New(primary.Client(), first)
-	t.Cleanup(func() { _ = lf.Close() })
-	epoch := mustConfigure(t, lf, basicSpec())
-	l := lhredis.New(primary.Client(), opts)
-	t.Cleanup(func() { _ = l.Close() })
-	mustConfigure(t, l, basicSpec())
-	mustKeepAlive(t, l, "llama", "h1", time.Minute)
-	var kept []ledger.Lease
-	for _, id := range []string{"r1", "r2"} {
-		g, err := l.Acquire(ctx, req("h1", id, 100, 1, "gpu-0"))
-		if err != nil {
-			t.Fatalf("Acquire %s: %v", id, err)
-		}
-		kept = append(kept, g.Lease)
-	}
-	if n, err := primary.Client().Do(ctx, "wait", 1, 2000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT 1 = %d, %v", n, err)
-	}
+	l, epoch, kept, replica := promoteAfterTwoGrants(t, opts, "gpu-0")
 	rc := replica.Client()
-	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
-		t.Fatalf("promote the replica: %v", err)
-	}
 	if _, err := l.Acquire(ctx, req("h1", "r3", 100, 1, "gpu-0")); err != nil {
 		t.Fatalf("Acquire r3, which the promoted replica never sees: %v", err)
 	}

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/leasehold/leasehold/internal/ledger"
+	lhredis "github.com/leasehold/leasehold/internal/ledger/redis"
 	"github.com/leasehold/leasehold/internal/testutil/redisserver"
 )
 
@@ -384,18 +387,27 @@ func TestStateHashIsHashTable(t *testing.T) {
 	}
 }
 
+// layoutPool starts a Redis with pool llama (basicSpec, no recovery
+// window) and holder h1 alive: for a test to write what earlier scripts
+// left into the pool's state hash, whose key it returns with the ledger
+// and the client.
+func layoutPool(t *testing.T) (*lhredis.Ledger, *goredis.Client, string) {
+	t.Helper()
+	srv := redisserver.Start(t)
+	client := srv.Client()
+	l, p := newLedgerOn(t, client, noWindow)
+	mustConfigure(t, l, basicSpec())
+	mustKeepAlive(t, l, "llama", "h1", time.Minute)
+	return l, client, p + ":{llama}:state"
+}
+
 // TestLayoutBeforeCounterGroups checks Stats counts what both layouts
 // wrote: the four counters a release adds to are kept in one field
 // (g:release, lib.lua's GROUPS), and a pool whose scripts wrote them as
 // c:<name> before keeps those counts, added to the group's.
 func TestLayoutBeforeCounterGroups(t *testing.T) {
-	srv := redisserver.Start(t)
-	client := srv.Client()
 	ctx := ctxT(t)
-	l, p := newLedgerOn(t, client, noWindow)
-	mustConfigure(t, l, basicSpec())
-	mustKeepAlive(t, l, "llama", "h1", time.Minute)
-	state := p + ":{llama}:state"
+	l, client, state := layoutPool(t)
 	// What the scripts before groups left: every counter in a field of its own.
 	client.HSet(ctx, state, "c:releases", 3, "c:released_kv_tokens", 900, "c:actual_prompt_tokens", 30,
 		"c:actual_completion_tokens", 40)
@@ -441,13 +453,8 @@ func TestLayoutBeforeCounterGroups(t *testing.T) {
 // pool's, and the c:<name> fields of both that earlier scripts wrote
 // still count, once each.
 func TestLayoutBeforeTenantCompletionCounters(t *testing.T) {
-	srv := redisserver.Start(t)
-	client := srv.Client()
 	ctx := ctxT(t)
-	l, p := newLedgerOn(t, client, noWindow)
-	mustConfigure(t, l, basicSpec())
-	mustKeepAlive(t, l, "llama", "h1", time.Minute)
-	state := p + ":{llama}:state"
+	l, client, state := layoutPool(t)
 	done := ledger.Usage{CompletionTokens: 70, Finished: true}
 	names := ledger.CompletionCounters(done, "acme") // the pool's, the tenant's
 	other := ledger.CompletionCounters(done, "small")[1]
@@ -486,13 +493,8 @@ func TestLayoutBeforeTenantCompletionCounters(t *testing.T) {
 // scripts now count only the reason, and Stats reports the total as the
 // reasons' sum, so the old total is neither lost nor counted twice.
 func TestLayoutBeforeReasonOnlyRejections(t *testing.T) {
-	srv := redisserver.Start(t)
-	client := srv.Client()
 	ctx := ctxT(t)
-	l, p := newLedgerOn(t, client, noWindow)
-	mustConfigure(t, l, basicSpec())
-	mustKeepAlive(t, l, "llama", "h1", time.Minute)
-	state := p + ":{llama}:state"
+	l, client, state := layoutPool(t)
 	client.HSet(ctx, state, "c:rejections", 3, "c:rejections:engine_kv", 2, "c:rejections:draining", 1)
 	var rej *ledger.Rejection
 	for i := 0; i < 2; i++ {
