@@ -152,8 +152,8 @@
 // sequence may have gone back (a later grant would reuse a lost lease's
 // id), sessions may expire earlier. Every such server has another
 // replication id than the one the pool records (field repl), so the first
-// script that writes the pool there starts a new epoch in place (failover
-// in lib.lua): later than the old one, with the pool's recovery window,
+// script there that writes the pool, release and grow aside, starts a new
+// epoch in place (failover in lib.lua): later than the old one, with the pool's recovery window,
 // every lease, session and spec the server holds kept. Holders see it at
 // their next KeepAlive and re-assert what they hold, the lost leases
 // among them (under their old fences: no id is reused). Not a new epoch:
@@ -164,11 +164,13 @@
 // Sentinel failover then refuses nothing. Every client of one store
 // should use one wait_replicas setting: a waiting client keeps the epoch
 // on a promotion that may have lost a non-waiting client's grant. Two
-// promotions with no write to the pool between them read as one, which
-// only matters for a pool no router keeps alive. Each check costs one
-// INFO replication (and CLUSTER MYID on a cluster) per writing script,
-// about 3 µs of server time; release and grow, which admit nothing and
-// mint no id, skip it, and the next script that admits starts the epoch.
+// promotions with no write to the pool between them (releases and growths
+// aside) read as one, which only matters for a pool no router keeps
+// alive. Each check costs one INFO replication (and CLUSTER MYID on a
+// cluster) per writing script, about 3 µs of server time. Release and
+// grow skip it: they admit nothing and mint no id, so on a promoted
+// server they act on the leases it kept as in its new epoch, which the
+// next script that admits or keeps a session starts.
 //
 // # Choices where the contract leaves room
 //
