@@ -153,12 +153,12 @@
 // id), sessions may expire earlier. Every such server has another
 // replication id than the one the pool records (field repl), so the first
 // script there that writes the pool, release and grow aside, starts a new
-// epoch in place (failover in lib.lua): later than the old one, with the pool's recovery window,
-// every lease, session and spec the server holds kept. Holders see it at
-// their next KeepAlive and re-assert what they hold, the lost leases
-// among them (under their old fences: no id is reused). Not a new epoch:
-// a Redis Cluster slot migrated to another master (MIGRATE moves whole
-// keys), and, for a client with WaitReplicas > 0, a promoted replica of
+// epoch in place (failover in lib.lua): later than the old one, with the
+// pool's recovery window, every lease, session and spec the server holds
+// kept. Holders see it at their next KeepAlive and re-assert what they
+// hold, the lost leases among them (under their old fences: no id is
+// reused). Not a new epoch: a Redis Cluster slot migrated to another
+// master (MIGRATE moves whole keys), and, for a client with WaitReplicas > 0, a promoted replica of
 // the recorded server (Sentinel and Redis Cluster promote the replica
 // with the most replicated data, which has every acknowledged change): a
 // Sentinel failover then refuses nothing. Every client of one store
