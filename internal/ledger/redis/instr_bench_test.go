@@ -18,8 +18,9 @@ package redis
 //
 // With LEASEHOLD_CALLGRIND_DIR set, callgrind's dumps are written there and
 // kept (one file per phase, desc "dump phaseN": phase0 the empty function,
-// then acquire's calls alone, acquire, resize, grow, release, acquire
-// again and the bare release), for callgrind_annotate to show
+// then acquire's calls alone, acquire, resize, grow, release's calls
+// alone, release, acquire again and the bare release), for
+// callgrind_annotate to show
 // where a function's instructions go.
 
 import (
@@ -79,7 +80,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 	e.fresh(16)
 	e.preload(2000)
 	e.observeAll()
-	empty, calls := e.calibration()
+	empty, calls, releaseCalls := e.calibration()
 	led := e.led
 	// Warm up: the options parsed, the memos filled, as in a running pool.
 	for i := 0; i < 100; i++ {
@@ -88,6 +89,9 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		}
 		if err := calls(i, "warm"); err != nil {
 			b.Fatalf("acquire's calls alone: %v", err)
+		}
+		if err := releaseCalls(i, "warm"); err != nil {
+			b.Fatalf("release's calls alone: %v", err)
 		}
 		g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "warm"))
 		if err != nil {
@@ -105,7 +109,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		op   func(i int) error
 	}{
 		{"(empty function)", empty},
-		{"(acquire's Redis calls alone, no admission logic)", func(i int) error { return calls(i, "in") }},
+		{acquireCallsRow, func(i int) error { return calls(i, "in") }},
 		{"acquire", func(i int) error {
 			g, err := led.Acquire(ctx, benchkit.BenchRequest(e.pool, i%16, i, "in"))
 			leases = append(leases, g.Lease)
@@ -119,6 +123,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 			_, err := led.Grow(ctx, leases[i].Ref(), leases[i].KVTokens)
 			return err
 		}},
+		{releaseCallsRow, func(i int) error { return releaseCalls(i, "in") }},
 		{"release", func(i int) error {
 			_, err := led.Release(ctx, leases[i].Ref(), routerUsage)
 			return err
