@@ -367,11 +367,11 @@ local GROUPS = {
 }
 
 -- group_add is the value of a four-counter group field s (nil: absent)
--- with d (its counters' deltas, in order) added. Counters are whole
+-- with d1..d4 (its counters' deltas, in order) added. Counters are whole
 -- numbers below 2^53, so one '%d' format writes them all.
-local function group_add(s, d)
+local function group_add(s, d1, d2, d3, d4)
   local a, b, c, e = match(s or '0', '^(%S+) ?(%S*) ?(%S*) ?(%S*)')
-  a, b, c, e = num(a) + d[1], num(b) + d[2], num(c) + d[3], num(e) + d[4]
+  a, b, c, e = num(a) + d1, num(b) + d2, num(c) + d3, num(e) + d4
   if a % 1 == 0 and b % 1 == 0 and c % 1 == 0 and e % 1 == 0 and a < 9007199254740992 and b < 9007199254740992
     and c < 9007199254740992 and e < 9007199254740992 and a > -9007199254740992 and b > -9007199254740992
     and c > -9007199254740992 and e > -9007199254740992 then
@@ -417,7 +417,7 @@ local function charge(eid, tname, kv, slots, n, cnt, extra, pre, at, f)
     local d, k = cnt[i + 1], 2 + (i + 1) / 2
     w[#w + 1] = f[k]
     if type(d) == 'table' then
-      w[#w + 1] = group_add(v[o + k], d)
+      w[#w + 1] = group_add(v[o + k], d[1], d[2], d[3], d[4])
     else
       w[#w + 1] = int(num(v[o + k]) + d)
     end
@@ -798,6 +798,8 @@ end
 -- the lease (nil: none) and the HMGET's values, more's from index 3. A
 -- sweep, which may end the lease or change the fields, reads both again.
 --
+-- With got, l0 is the lease (nil: none) the caller read already.
+--
 -- With check it runs failover_seen first, as every operation that admits
 -- capacity must (resize). Release and grow do not: they admit nothing (a
 -- release frees what its lease holds, a growth charges what the engine
@@ -807,8 +809,9 @@ end
 -- they would in its new epoch, and its first acquire, resize, keepalive,
 -- renew, reassert, observe or configuration starts that epoch (see
 -- failover_seen).
-local function open_lease(id, more, check)
-  local l = get_lease(id)
+local function open_lease(id, more, check, got, l0)
+  local l = l0
+  if not got then l = get_lease(id) end
   local f = lease_fields(l, more, check)
   local v = rcall('HMGET', K_STATE, unpk(f))
   if check and failover_seen(v[1], v[#f]) then v = rcall('HMGET', K_STATE, unpk(f)) end
