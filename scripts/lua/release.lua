@@ -21,34 +21,40 @@ local id, holder, prompt, completion = ARGV[2], ARGV[3], num(ARGV[4]), num(ARGV[
 local outcome = ARGV[7]
 
 -- The common release, inline: the holder releases a live lease that is
--- neither a probe nor unconfirmed, with nothing to true up in a rate
--- window, no outcome or a success its engine's breaker need not hear
--- (breaker_quiet), before anything may have expired (now < sweep_at: no
--- sweep, and the holder's session is live), and neither its engine nor
--- its tenant holds no lease after it (nothing to forget). It makes the
--- calls and writes of the path below (drop_lease, charge) with no
--- closure and no list built for them; any other release takes that path,
--- given the lease read here.
-local l = get_lease(id)
-if l and l[L_HOLDER] == holder and l[L_SINCE] == '0' and l[L_PROBE] == '0' and (l[L_TOKENS] == '0' or prompt <= 0)
-  and (outcome == '' or outcome == 'ok') then
-  local ef, tf = efield(l[L_ENGINE]), tfield(l[L_TENANT])
+-- neither a probe nor unconfirmed and charged nothing to a rate window
+-- (its record is of the current form, seventeen fields, since and probe
+-- '0', which the pattern below alone matches), with no outcome or a
+-- success its engine's breaker need not hear (breaker_quiet), before
+-- anything may have expired (now < sweep_at: no sweep, and the holder's
+-- session is live), and neither its engine nor its tenant holds no lease
+-- after it (nothing to forget). It makes the calls and writes of the path
+-- below (drop_lease, charge) reading only the eight fields it needs of
+-- the record, with no lease table, closure or list; any other release
+-- takes that path, given the record read here.
+local rec = rcall('HGET', K_LEASES, id)
+local eid, tname, skv, sslots, lholder, lreq, sdeadline, owns
+if rec then
+  eid, tname, skv, sslots, lholder, lreq, sdeadline, owns =
+    match(rec, '^%S+ (%S+) (%S+) %S+ (%S+) (%S+) (%S+) (%S+) %S+ (%S+) %S+ %S+ %S+ (%S+) %S+ 0 0$')
+end
+if eid and lholder == holder and (outcome == '' or outcome == 'ok') then
+  local ef, tf = efield(eid), tfield(tname)
   local v = rcall('HMGET', K_STATE, 'meta', 'sweep_at', ef.r, tf.r, 'g:release', ef.b)
   local m = meta(v[1], v[2])
   if m then
     local now = clock()
     local ekv, es, en = triple(v[3])
     local tkv, ts, tn = triple(v[4])
-    if now < m.sweep_at and num(l[L_DEADLINE]) > now and en > 1 and tn > 1
+    if now < m.sweep_at and sdeadline + 0 > now and en > 1 and tn > 1
       and (outcome == '' or not v[6] or breaker_quiet(v[6], spec(m, m.fields, '', 'breaker'))) then
-      local kv, slots = num(l[L_KV]), num(l[L_SLOTS])
+      local kv, slots = skv + 0, sslots + 0
       rcall('SREM', P_HOLDER .. holder, id)
-      if l[L_OWNS] == '1' then rcall('HDEL', K_REQ, holder .. ' ' .. l[L_REQ]) end
+      if owns == '1' then rcall('HDEL', K_REQ, holder .. ' ' .. lreq) end
       rcall('ZREM', K_DEADLINES, id)
       rcall('HDEL', K_LEASES, id)
       rcall('HSET', K_STATE, ef.r, fmt3(ekv - kv, es - slots, en - 1), tf.r, fmt3(tkv - kv, ts - slots, tn - 1),
         'g:release', group_add(v[5], 1, kv, prompt, completion))
-      if ARGV[6] ~= '' then rcall('HINCRBY', K_STATE, 'n:' .. ARGV[6] .. '/' .. l[L_TENANT], '1') end
+      if ARGV[6] ~= '' then rcall('HINCRBY', K_STATE, 'n:' .. ARGV[6] .. '/' .. tname, '1') end
       return {'ok', m.epoch, 1}
     end
   end
@@ -63,8 +69,7 @@ local cnt, cf
 -- engine's breaker at v[ib] (breaker_quiet; the pool's breaker spec, read
 -- only when a breaker is stored, is kept by meta: spec in lib_admit.lua).
 local ib
-local m, now, v
-m, now, l, v = open_lease(id, function(x)
+local m, now, l, v = open_lease(id, function(x)
   cnt = {'g:release', {1, num(x[L_KV]), prompt, completion}}
   local f = charge_fields(x[L_ENGINE], x[L_TENANT], cnt)
   cf = f
@@ -73,7 +78,7 @@ m, now, l, v = open_lease(id, function(x)
     ib = #f + 2
   end
   return f
-end, false, true, l)
+end, false, true, parse_lease(rec))
 if not m then return {'unknown_pool', ''} end
 if not l then return {'ok', m.epoch, 0} end
 if l[L_HOLDER] ~= holder then return {'not_holder', m.epoch} end
