@@ -686,8 +686,8 @@ end
 local DEFAULT_WINDOW = 10000 -- ledger.DefaultRecoveryWindow, for pools without 'window'
 
 -- failover (failover_seen) runs before any write in every script that
--- writes a known pool but release and grow (see open_lease: they admit
--- nothing and mint no id), on the meta and repl its first read found. A replica
+-- writes a known pool but release, grow and a resize that does not grow
+-- (see open_lease: they admit nothing and mint no id), on the meta and repl its first read found. A replica
 -- promoted to primary (Sentinel, a Redis Cluster failover, REPLICAOF NO
 -- ONE) holds the pool as the old primary had it some writes ago, as does a
 -- primary restarted from its RDB or AOF: grants it acknowledged, sequence
@@ -801,10 +801,10 @@ end
 -- With got, l0 is the lease (nil: none) the caller read already.
 --
 -- With check it runs failover_seen first, as every operation that admits
--- capacity must (resize). Release and grow do not: they admit nothing (a
--- release frees what its lease holds, a growth charges what the engine
--- already holds, with no capacity, quota or recovery check) and mint no
--- lease id, and holders learn the epoch from KeepAlive, never from their
+-- capacity must (a resize that grows). Release, grow and a resize that
+-- shrinks do not: they admit nothing (a release or a shrink frees what
+-- its lease holds, a growth charges what the engine already holds, with
+-- no capacity, quota or recovery check) and mint no lease id, and holders learn the epoch from KeepAlive, never from their
 -- replies. On a promoted server they act on the leases it holds, as
 -- they would in its new epoch, and its first acquire, resize, keepalive,
 -- renew, reassert, observe or configuration starts that epoch (see

@@ -18,9 +18,13 @@ local id, holder, newkv = ARGV[2], ARGV[3], tonum(ARGV[4])
 -- the tenant's reservations (open_lease; from v[3]); a growth reads the
 -- rest of what its checks need with a second, and the specs kept by meta
 -- (spec in lib_admit.lua).
+-- A growth admits capacity, so it looks for a failover first (open_lease's
+-- check); a shrink, or no change, admits nothing and, as a release, does
+-- not. The lease is read first to tell which.
+local l0 = get_lease(id)
 local m, now, l, v = open_lease(id, function(x)
   return {efield(x[L_ENGINE]).r, tfield(x[L_TENANT]).r}
-end, true)
+end, l0 ~= nil and newkv > num(l0[L_KV]), true, l0)
 if not m then return {'unknown_pool', ''} end
 local status
 l, status = held(m, now, l, holder)

@@ -152,10 +152,10 @@
 // sequence may have gone back (a later grant would reuse a lost lease's
 // id), sessions may expire earlier. Every such server has another
 // replication id than the one the pool records (field repl), so the first
-// script there that writes the pool, release and grow aside, starts a new
-// epoch in place (failover in lib.lua): later than the old one, with the
-// pool's recovery window, every lease, session and spec the server holds
-// kept. Holders see it at their next KeepAlive and re-assert what they
+// script there that writes the pool, release, grow and a shrinking resize
+// aside, starts a new epoch in place (failover in lib.lua): later than the
+// old one, with the pool's recovery window, every lease, session and spec
+// the server holds kept. Holders see it at their next KeepAlive and re-assert what they
 // hold, the lost leases among them (under their old fences: no id is
 // reused). Not a new epoch: a Redis Cluster slot migrated to another
 // master (MIGRATE moves whole keys), and, for a client with WaitReplicas > 0, a promoted replica of

@@ -158,11 +158,11 @@ func TestFailoverStartsEpoch(t *testing.T) {
 }
 
 // TestFailoverSeenAfterReleaseAndGrow promotes a replica that missed a
-// grant and runs a growth and a release there before anything else:
-// neither admits capacity, so neither looks for the failover (lib.lua's
-// open_lease), and neither may hide it. The first acquire after them still
-// starts the new epoch and is refused while the window is open, and the
-// engine holds what the grown lease holds.
+// grant and runs a growth, a shrinking resize and a release there before
+// anything else: none admits capacity, so none looks for the failover
+// (lib.lua's open_lease), and none may hide it. The first acquire after
+// them still starts the new epoch and is refused while the window is
+// open, and the engine holds what the grown, then shrunk, lease holds.
 func TestFailoverSeenAfterReleaseAndGrow(t *testing.T) {
 	ctx := ctxT(t)
 	opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: 2 * time.Second}, Prefix: newPrefix()}
@@ -176,6 +176,9 @@ func TestFailoverSeenAfterReleaseAndGrow(t *testing.T) {
 	t.Cleanup(func() { _ = promoted.Close() })
 	if _, err := promoted.Grow(ctx, kept[0].Ref(), 300); err != nil {
 		t.Fatalf("Grow on the promoted replica: %v", err)
+	}
+	if _, err := promoted.Resize(ctx, kept[0].Ref(), 250); err != nil {
+		t.Fatalf("Resize (shrink) on the promoted replica: %v", err)
 	}
 	if r, err := promoted.Release(ctx, kept[1].Ref(), ledger.Usage{PromptTokens: 10, CompletionTokens: 10, Finished: true,
 		Outcome: ledger.OutcomeOK}); err != nil || !r.Released {
@@ -191,12 +194,45 @@ func TestFailoverSeenAfterReleaseAndGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Epoch != rej.Epoch || st.Counters[ledger.CounterFailovers] != 1 || st.Leases != 1 {
-		t.Errorf("Stats after it: epoch %d, failovers %d, %d leases; want %d, 1, 1 (the grown one)",
+		t.Errorf("Stats after it: epoch %d, failovers %d, %d leases; want %d, 1, 1 (the resized one)",
 			st.Epoch, st.Counters[ledger.CounterFailovers], st.Leases, rej.Epoch)
 	}
 	for _, e := range st.Engines {
-		if e.Spec.ID == "gpu-0" && e.ReservedKV != 300 {
-			t.Errorf("gpu-0 reserves %d KV tokens, want the grown lease's 300", e.ReservedKV)
+		if e.Spec.ID == "gpu-0" && e.ReservedKV != 250 {
+			t.Errorf("gpu-0 reserves %d KV tokens, want the resized lease's 250", e.ReservedKV)
+		}
+	}
+}
+
+// TestFailoverSeenByGrowingResize promotes a replica that missed a grant
+// and grows a lease there with Resize before anything else: a growth
+// admits capacity, so unlike a shrink it looks for the failover first,
+// starts the new epoch and is refused while its recovery window is open;
+// the lease keeps what it held.
+func TestFailoverSeenByGrowingResize(t *testing.T) {
+	ctx := ctxT(t)
+	opts := lhredis.Options{Options: ledger.Options{RecoveryWindow: 2 * time.Second}, Prefix: newPrefix()}
+	l, epoch, kept, replica := promoteAfterTwoGrants(t, opts, "gpu-0")
+	if _, err := l.Acquire(ctx, req("h1", "r3", 100, 1, "gpu-0")); err != nil {
+		t.Fatalf("Acquire r3, which the promoted replica never sees: %v", err)
+	}
+	promoted := lhredis.New(replica.Client(), opts)
+	t.Cleanup(func() { _ = promoted.Close() })
+	_, err := promoted.Resize(ctx, kept[0].Ref(), 200)
+	var rej *ledger.Rejection
+	if !errors.As(err, &rej) || rej.Reason != ledger.ReasonRecovering || rej.Epoch <= epoch {
+		t.Fatalf("Resize 100 -> 200 on the promoted replica = %v, want rejected recovering in an epoch after %d", err, epoch)
+	}
+	st, err := promoted.Stats(ctx, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Epoch != rej.Epoch || st.Counters[ledger.CounterFailovers] != 1 {
+		t.Errorf("Stats after it: epoch %d, failovers %d; want %d, 1", st.Epoch, st.Counters[ledger.CounterFailovers], rej.Epoch)
+	}
+	for _, e := range st.Engines {
+		if e.Spec.ID == "gpu-0" && e.ReservedKV != 200 {
+			t.Errorf("gpu-0 reserves %d KV tokens, want the two kept leases' 200", e.ReservedKV)
 		}
 	}
 }
