@@ -545,6 +545,17 @@ local function mark_add(u, since, slots, n)
   return (since or usince) .. ' ' .. int(max(0, uslots + slots)) .. ' ' .. int(max(0, un + n))
 end
 
+-- unlist_lease removes lease id of holder from its holder's set, the
+-- request index (req its request id; only when it owns its entry, owns
+-- '1'), the deadlines and the leases: what drop_lease and release.lua's
+-- inline path remove of every lease they end.
+local function unlist_lease(id, holder, req, owns)
+  rcall('SREM', P_HOLDER .. holder, id)
+  if owns == '1' then rcall('HDEL', K_REQ, holder .. ' ' .. req) end
+  rcall('ZREM', K_DEADLINES, id)
+  rcall('HDEL', K_LEASES, id)
+end
+
 -- drop_lease removes a lease, returns its capacity and adds cnt to counters.
 -- A lease the ledger ends at now (cnt 'expired' or 'revoked') may still run
 -- on its engine: on an engine that has been observed its amounts are added
@@ -558,11 +569,8 @@ end
 -- transitions. pre, at and f are charge's (for cnt as given: unused once
 -- the breaker adds a counter).
 local function drop_lease(l, cnt, now, report, pre, at, f)
-  local id, ncnt = l[L_ID], #cnt
-  rcall('SREM', P_HOLDER .. l[L_HOLDER], id)
-  if l[L_OWNS] == '1' then rcall('HDEL', K_REQ, l[L_HOLDER] .. ' ' .. l[L_REQ]) end
-  rcall('ZREM', K_DEADLINES, id)
-  rcall('HDEL', K_LEASES, id)
+  local ncnt = #cnt
+  unlist_lease(l[L_ID], l[L_HOLDER], l[L_REQ], l[L_OWNS])
   local extra = {}
   local ef = efield(l[L_ENGINE])
   local ended = cnt[1] == 'expired' or cnt[1] == 'revoked'

@@ -48,10 +48,7 @@ if eid and lholder == holder and (outcome == '' or outcome == 'ok') then
     if now < m.sweep_at and sdeadline + 0 > now and en > 1 and tn > 1
       and (outcome == '' or not v[6] or breaker_quiet(v[6], spec(m, m.fields, '', 'breaker'))) then
       local kv, slots = skv + 0, sslots + 0
-      rcall('SREM', P_HOLDER .. holder, id)
-      if owns == '1' then rcall('HDEL', K_REQ, holder .. ' ' .. lreq) end
-      rcall('ZREM', K_DEADLINES, id)
-      rcall('HDEL', K_LEASES, id)
+      unlist_lease(id, holder, lreq, owns)
       rcall('HSET', K_STATE, ef.r, fmt3(ekv - kv, es - slots, en - 1), tf.r, fmt3(tkv - kv, ts - slots, tn - 1),
         'g:release', group_add(v[5], 1, kv, prompt, completion))
       if ARGV[6] ~= '' then rcall('HINCRBY', K_STATE, 'n:' .. ARGV[6] .. '/' .. tname, '1') end
