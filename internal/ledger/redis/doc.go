@@ -155,9 +155,9 @@
 // script there that writes the pool, release, grow and a shrinking resize
 // aside, starts a new epoch in place (failover in lib.lua): later than the
 // old one, with the pool's recovery window, every lease, session and spec
-// the server holds kept. Holders see it at their next KeepAlive and re-assert what they
-// hold, the lost leases among them (under their old fences: no id is
-// reused). Not a new epoch: a Redis Cluster slot migrated to another
+// the server holds kept. Holders see it at their next KeepAlive and
+// re-assert what they hold, the lost leases among them (under their old
+// fences: no id is reused). Not a new epoch: a Redis Cluster slot migrated to another
 // master (MIGRATE moves whole keys), and, for a client with WaitReplicas > 0, a promoted replica of
 // the recorded server (Sentinel and Redis Cluster promote the replica
 // with the most replicated data, which has every acknowledged change): a

@@ -404,6 +404,18 @@ func decodeRecord(pool ledger.PoolID, rec string) (ledger.Lease, error) {
 const recordFields = 18
 
 // acquireArgv is acquire.lua's ARGV after the sweep batch.
+// releaseArgv is release.lua's ARGV after the sweep batch: the lease, its
+// holder, the usage and the completion-length counter it adds to (empty
+// when none), and the dispatch's outcome.
+func releaseArgv(ref ledger.LeaseRef, usage ledger.Usage) []any {
+	histogram := ""
+	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
+		histogram = c[0]
+	}
+	return []any{string(ref.ID), string(ref.Holder), itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram,
+		string(usage.Outcome)}
+}
+
 func acquireArgv(req ledger.AcquireRequest) []any {
 	args := make([]any, 0, 9+len(req.Candidates))
 	args = append(args, string(req.Tenant), string(req.Priority), itoa(req.KVTokens), itoa(req.Slots),
@@ -449,12 +461,7 @@ func (l *store) renewal(ctx context.Context, s func(*scripts) *fn, ref ledger.Le
 // its outcome to the engine's breaker (ledger.Breaker.Report, in
 // release.lua).
 func (l *store) Release(ctx context.Context, ref ledger.LeaseRef, usage ledger.Usage) (ledger.Released, error) {
-	histogram := ""
-	if c := ledger.CompletionCounters(usage, ""); len(c) > 0 {
-		histogram = c[0]
-	}
-	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.release }, ref.Pool, string(ref.ID), string(ref.Holder),
-		itoa(usage.PromptTokens), itoa(usage.CompletionTokens), histogram, string(usage.Outcome))
+	r, err := l.mutate(ctx, func(s *scripts) *fn { return s.release }, ref.Pool, releaseArgv(ref, usage)...)
 	if err != nil {
 		return ledger.Released{}, err
 	}

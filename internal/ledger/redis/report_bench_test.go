@@ -452,12 +452,11 @@ func (e *benchEnv) calibration() (empty func(i int) error, acquireCalls, release
 		args := append([]any{argv1}, acquireArgv(benchkit.BenchRequest(e.pool, i%16, i, tag))...)
 		return e.client.FCall(e.ctx, "lh_calibration_acquire_calls", calKeys, args...).Err()
 	}
-	histogram := ledger.CompletionCounters(routerUsage, "")[0]
 	releaseCalls = func(i int, tag string) error {
 		req := benchkit.BenchRequest(e.pool, i%16, i, tag)
-		return e.client.FCall(e.ctx, "lh_calibration_release_calls", calKeys, argv1, "c-"+string(req.RequestID),
-			string(req.Holder), itoa(routerUsage.PromptTokens), itoa(routerUsage.CompletionTokens), histogram,
-			string(routerUsage.Outcome)).Err()
+		ref := ledger.LeaseRef{Pool: e.pool, ID: ledger.LeaseID("c-" + string(req.RequestID)), Holder: req.Holder}
+		args := append([]any{argv1}, releaseArgv(ref, routerUsage)...)
+		return e.client.FCall(e.ctx, "lh_calibration_release_calls", calKeys, args...).Err()
 	}
 	return empty, acquireCalls, releaseCalls
 }
